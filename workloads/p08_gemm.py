@@ -1,0 +1,35 @@
+"""8p_GEMM: the Llama-3.1-70B FFN projection as one dense matmul."""
+
+import jax
+import jax.numpy as jnp
+
+from jaxbench_mcp.seeding import jaxbench_key
+
+ID = "8p_GEMM"
+MODEL = "Llama-3.1-70B"
+OPERATOR = "dense_matmul"
+DESCRIPTION = """
+C = A @ B for A of shape (M, K) and B of shape (K, N), both bfloat16, with a bfloat16 result
+(jnp.dot at default precision: products accumulate in float32 on the MXU, then round once).
+"""
+SIZES = {
+    "full": {"M": 8192, "K": 8192, "N": 28672},
+    # Keeps N/K = 3.5; the output's spread shrinks with K (std ~0.45 instead of ~1.8).
+    "small": {"M": 512, "K": 512, "N": 1792},
+}
+INPUT_NAMES = ("A", "B")
+
+
+def create_inputs(*, seed, M, K, N):
+    k_a, k_b = jax.random.split(jaxbench_key(seed, 42), 2)
+    a = jax.random.normal(k_a, (M, K), dtype=jnp.bfloat16)
+    b = jax.random.normal(k_b, (K, N), dtype=jnp.bfloat16) * 0.02
+    return a, b
+
+
+def reference(A, B):
+    return jnp.dot(A, B)
+
+
+def flops(*, M, K, N):
+    return 2 * M * K * N
