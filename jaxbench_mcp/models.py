@@ -1,0 +1,275 @@
+"""Pydantic models for everything that crosses a boundary (MCP results, CLI --json, the store).
+
+Each result model has `summary()`: the short text that says the same thing as the structure, for
+clients that read text rather than structured content.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class Tensor(BaseModel):
+    name: str = ""
+    shape: list[int]
+    dtype: str
+    bytes: int
+
+
+class StaticArg(BaseModel):
+    name: str
+    value: str = Field(description="A Python value passed as-is; the kernel must treat it as static")
+
+
+class RooflineBound(BaseModel):
+    generation: str
+    peak_bf16_tflops: float
+    hbm_gb_per_s: float
+    lower_bound_us: float = Field(description="max(FLOPs / peak compute, HBM bytes / bandwidth)")
+    bound_by: str = Field(description="'compute' or 'memory'")
+
+
+class SizeSpec(BaseModel):
+    size: str
+    params: dict[str, int | float | list[int] | str]
+    inputs: list[Tensor]
+    static_inputs: list[StaticArg]
+    outputs: list[Tensor]
+    flops: int
+    input_bytes: int
+    output_bytes: int
+    roofline: list[RooflineBound]
+
+
+class WorkloadSummary(BaseModel):
+    id: str
+    tier: str
+    model: str
+    operator: str
+    sizes: dict[str, dict[str, int | float | list[int] | str]]
+    has_expert_reference: bool
+
+    def summary(self) -> str:
+        full = ", ".join(f"{k}={v}" for k, v in self.sizes["full"].items())
+        return f"{self.id:<58} {self.tier:<11} {self.operator}  ({full})"
+
+
+class WorkloadList(BaseModel):
+    count: int
+    workloads: list[WorkloadSummary]
+
+    def summary(self) -> str:
+        return "\n".join([f"{self.count} workloads"] + [w.summary() for w in self.workloads])
+
+
+class WorkloadSpec(BaseModel):
+    id: str
+    tier: str
+    model: str
+    operator: str
+    description: str
+    contract: str = Field(description="What a candidate file must define")
+    size: SizeSpec
+    other_sizes: dict[str, dict[str, int | float | list[int] | str]]
+    notes: list[str]
+    degenerate_output: bool = Field(description="An all-zeros or constant output passes JAXBench's own check")
+    has_expert_reference: bool
+    reference_source: str
+
+    def summary(self) -> str:
+        s = self.size
+        args = [f"  {t.name}: {t.shape} {t.dtype}" for t in s.inputs] + [
+            f"  {a.name}: {a.value} (static Python value)" for a in s.static_inputs
+        ]
+        outs = [f"  {list(t.shape)} {t.dtype}" for t in s.outputs]
+        roof = [f"  {r.generation}: >= {r.lower_bound_us:,.1f} us ({r.bound_by}-bound)" for r in s.roofline]
+        lines = [
+            f"{self.id} ({self.tier}; {self.model}; {self.operator}) at size '{s.size}' {s.params}",
+            self.description,
+            self.contract,
+            "inputs:",
+            *args,
+            "output:",
+            *outs,
+            f"FLOPs {s.flops:,}; bytes in {s.input_bytes:,}, out {s.output_bytes:,}",
+            *(["roofline lower bound per TPU generation:", *roof] if roof else []),
+            *(["notes:", *[f"  - {n}" for n in self.notes]] if self.notes else []),
+            "reference (JAXBench baseline semantics):",
+            self.reference_source.rstrip(),
+        ]
+        return "\n".join(lines)
+
+
+class QueueInfo(BaseModel):
+    slots: int = Field(description="How many checks may run at once on this host")
+    running: int
+    waiting: int
+
+
+class ServerInfo(BaseModel):
+    tier: str
+    tier_description: str
+    jax_version: str
+    jaxlib_version: str
+    libtpu_version: str | None
+    attached_tpu: str | None = Field(description="The generation of the attached TPU, if any")
+    compile_targets: list[str] = Field(description="TPU generations this host can compile for")
+    default_target: str | None
+    workloads: int
+    queue: QueueInfo
+
+    def summary(self) -> str:
+        targets = ", ".join(self.compile_targets) or "none (lowering only)"
+        return "\n".join(
+            [
+                f"tier: {self.tier} - {self.tier_description}",
+                f"jax {self.jax_version}, jaxlib {self.jaxlib_version}, libtpu {self.libtpu_version or 'not installed'}",
+                f"attached TPU: {self.attached_tpu or 'none'}",
+                f"compile targets: {targets} (default {self.default_target or 'none'})",
+                f"workloads: {self.workloads}",
+                f"check queue: {self.queue.running} running, {self.queue.waiting} waiting, {self.queue.slots} slots",
+            ]
+        )
+
+
+# ---- check_kernel -------------------------------------------------------------------------------
+
+
+class StageReport(BaseModel):
+    stage: str = Field(description="load | trace | lower | compile | run | compare | policy")
+    ok: bool
+    seconds: float
+    target: str | None = None
+    produced_by: str = Field(description="Which tier produced this result, e.g. 'cpu_libtpu: deviceless XLA:TPU compile'")
+    detail: str = ""
+
+
+class KernelDescription(BaseModel):
+    name: str
+    grid: list[int | str]
+    block_shapes: list[list[int | None]]
+    dimension_semantics: list[str]
+    num_scalar_prefetch: int
+    num_scratch: int
+
+
+class CompileReport(BaseModel):
+    target: str
+    ok: bool
+    seconds: float
+    code_size_bytes: int | None = None
+    vmem_estimate_bytes: int | None = Field(None, description="Double-buffered blocks plus scratch, from the BlockSpecs")
+
+
+class SeedReport(BaseModel):
+    seed_index: int = Field(description="Seeds are hidden; only their order is reported")
+    passed: bool
+    max_abs_error: float
+    max_rel_error: float
+    tolerance: float = Field(description="Allowed max |candidate - truth|, calibrated from the native-dtype baseline")
+    baseline_max_abs_error: float = Field(description="How far the workload's own native-dtype baseline is from the truth")
+    worst_index: list[int]
+    worst_candidate: float
+    worst_truth: float
+    nan_count: int
+    inf_count: int
+    jaxbench_allclose: bool = Field(description="JAXBench's own check: allclose(atol=rtol=1e-2) against the native baseline")
+
+
+class Verdict(BaseModel):
+    status: str
+    error_class: str | None = None
+    message: str = Field(description="The decisive lines; the full log is kept with the attempt")
+    hint: str | None = None
+    docs: list[str] = Field(default_factory=list, description="Doc sections to read: pass them to read_docs(topic=...)")
+    workload_id: str
+    size: str = Field(description="The size the run stage used (compiles always use the full size)")
+    targets: list[str]
+    tier: str
+    attempt_id: int | None = None
+    stages: list[StageReport] = Field(default_factory=list)
+    pallas_calls: int = 0
+    kernels: list[KernelDescription] = Field(default_factory=list)
+    compiles: list[CompileReport] = Field(default_factory=list)
+    seeds: list[SeedReport] = Field(default_factory=list)
+    jaxbench_compatible: bool | None = Field(None, description="Would JAXBench's own check (allclose 1e-2) pass on every seed")
+    warnings: list[str] = Field(default_factory=list)
+    total_seconds: float = 0.0
+
+    def summary(self) -> str:
+        head = f"{self.status.upper()}" + (f" [{self.error_class}]" if self.error_class else "")
+        lines = [f"{head}: {self.workload_id} (run at {self.size} size; compiled for {', '.join(self.targets) or 'no target'}; tier {self.tier})"]
+        if self.message:
+            lines.append(self.message)
+        if self.hint:
+            lines.append(f"fix: {self.hint}")
+        if self.docs:
+            lines.append("read: " + ", ".join(self.docs))
+        for c in self.compiles:
+            size = f", code {c.code_size_bytes:,} B" if c.code_size_bytes else ""
+            vmem = f", VMEM ~{c.vmem_estimate_bytes / 2**20:.1f} MiB" if c.vmem_estimate_bytes else ""
+            lines.append(f"compile {c.target}: {'ok' if c.ok else 'FAILED'} in {c.seconds:.2f}s{size}{vmem}")
+        for s in self.seeds:
+            lines.append(
+                f"seed {s.seed_index}: {'ok' if s.passed else 'MISMATCH'} max|err| {s.max_abs_error:.3g} "
+                f"(allowed {s.tolerance:.3g}; baseline {s.baseline_max_abs_error:.3g}) worst at {s.worst_index}"
+                + (f", {s.nan_count} NaN, {s.inf_count} Inf" if s.nan_count or s.inf_count else "")
+            )
+        if self.jaxbench_compatible is not None:
+            lines.append(f"JAXBench allclose(1e-2) check: {'pass' if self.jaxbench_compatible else 'fail'}")
+        lines += [f"warning: {w}" for w in self.warnings]
+        if self.attempt_id is not None:
+            lines.append(f"attempt {self.attempt_id} (full log: list_attempts(attempt_id={self.attempt_id}))")
+        return "\n".join(lines)
+
+
+# ---- attempts -----------------------------------------------------------------------------------
+
+
+class AttemptSummary(BaseModel):
+    attempt_id: int
+    kind: str
+    workload_id: str
+    state: str = Field(description="running | done | failed")
+    status: str | None
+    error_class: str | None
+    created: str
+    seconds: float | None
+
+
+class AttemptDetail(AttemptSummary):
+    verdict: Verdict | None
+    source: str
+    log_tail: str = Field(description="The end of the worker's events, stdout and stderr")
+
+    def summary(self) -> str:
+        head = f"attempt {self.attempt_id} ({self.kind} {self.workload_id}): {self.state}"
+        body = self.verdict.summary() if self.verdict else ""
+        return "\n".join(x for x in (head, body, "log tail:\n" + self.log_tail[-3000:] if self.log_tail else "") if x)
+
+
+class AttemptList(BaseModel):
+    attempts: list[AttemptSummary]
+    detail: AttemptDetail | None = Field(None, description="The one attempt asked for by id, with its verdict and log")
+
+    def summary(self) -> str:
+        if self.detail is not None:
+            return self.detail.summary()
+        if not self.attempts:
+            return "no attempts yet"
+        return "\n".join(
+            f"#{a.attempt_id} {a.created} {a.kind} {a.workload_id}: {a.status or a.state}"
+            + (f" [{a.error_class}]" if a.error_class else "") for a in self.attempts
+        )
+
+
+class CheckOutcome(BaseModel):
+    state: str = Field(description="'done' with a verdict, or 'running': ask list_attempts(attempt_id=...) later")
+    attempt_id: int
+    verdict: Verdict | None = None
+
+    def summary(self) -> str:
+        if self.verdict is not None:
+            return self.verdict.summary()
+        return (f"attempt {self.attempt_id} is still running; call list_attempts(attempt_id={self.attempt_id}) "
+                "in a little while for the verdict")

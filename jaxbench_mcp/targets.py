@@ -1,0 +1,170 @@
+"""TPU generations we can target, their hardware facts, and which tier this host offers.
+
+Hardware numbers come from jax's own table (pltpu.get_tpu_info_for_chip), never from us.
+Deviceless compiles use jax.experimental.topologies: with libtpu installed, XLA:TPU compiles for
+any generation on a CPU host, without allocating anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import importlib.metadata
+import importlib.util
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Callable, Sequence
+
+
+class Tier(StrEnum):
+    TPU = "tpu"  # a TPU is attached: real compiles, real runs, measured time
+    CPU_LIBTPU = "cpu_libtpu"  # CPU host with libtpu: deviceless TPU compiles, interpret-mode runs
+    CPU = "cpu"  # plain CPU host: lowering for TPU only, interpret-mode runs
+
+
+# Our names for the generations -> (jax ChipVersion value, topology name for a deviceless compile).
+_GENERATIONS: dict[str, tuple[str, str]] = {
+    "v4": ("v4", "v4:2x2x1"),
+    "v5e": ("v5e", "v5e:1x1"),
+    "v5p": ("v5p", "v5p:2x2x1"),
+    "v6e": ("v6e", "v6e:1x1"),
+    "7x": ("7x", "tpu7x:2x2x1"),
+}
+GENERATIONS = tuple(_GENERATIONS)
+DEFAULT_CPU_TARGET = "v6e"
+
+# device_kind strings that jax reports on a TPU host -> our generation names.
+_DEVICE_KINDS = {"TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5": "v5p", "TPU v5p": "v5p",
+                 "TPU v6 lite": "v6e", "TPU v6e": "v6e", "TPU7x": "7x"}
+
+
+class UnknownTarget(ValueError):
+    pass
+
+
+def check_generation(name: str) -> str:
+    key = name.strip().lower().removeprefix("tpu").removeprefix("-")
+    if key == "v7x":
+        key = "7x"
+    if key not in _GENERATIONS:
+        raise UnknownTarget(f"unknown TPU generation {name!r}; choose from {', '.join(GENERATIONS)}")
+    return key
+
+
+def parse_targets(spec: str | Sequence[str] | None) -> list[str]:
+    if spec is None:
+        return []
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    return list(dict.fromkeys(check_generation(s) for s in items if s.strip()))
+
+
+@dataclass(frozen=True)
+class ChipFacts:
+    generation: str
+    peak_bf16_flops: float  # per second, per chip
+    hbm_bytes_per_second: float
+    vmem_bytes: int
+    smem_bytes: int
+    hbm_bytes: int
+    mxu_size: int
+    num_cores: int
+
+
+@functools.lru_cache(maxsize=None)
+def chip_facts(generation: str) -> ChipFacts:
+    from jax.experimental.pallas import tpu as pltpu
+
+    version, _ = _GENERATIONS[check_generation(generation)]
+    info = pltpu.get_tpu_info_for_chip(pltpu.ChipVersion(version), 1)
+    return ChipFacts(
+        generation=generation,
+        peak_bf16_flops=float(info.bf16_ops_per_second),
+        hbm_bytes_per_second=float(info.mem_bw_bytes_per_second),
+        vmem_bytes=int(info.vmem_capacity_bytes),
+        smem_bytes=int(info.smem_capacity_bytes),
+        hbm_bytes=int(info.hbm_capacity_bytes),
+        mxu_size=int(info.mxu_column_size),
+        num_cores=int(info.num_cores),
+    )
+
+
+def roofline_seconds(flops: float, hbm_bytes: float, generation: str) -> tuple[float, str]:
+    """The lower bound on time from peak bf16 compute and HBM bandwidth, and which one binds."""
+    chip = chip_facts(generation)
+    compute, memory = flops / chip.peak_bf16_flops, hbm_bytes / chip.hbm_bytes_per_second
+    return (compute, "compute") if compute >= memory else (memory, "memory")
+
+
+# ---- tiers ------------------------------------------------------------------------------------
+
+
+def libtpu_version() -> str | None:
+    for dist in ("libtpu", "libtpu-nightly"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def tpu_device_files() -> list[str]:
+    """TPU VMs expose their chips as /dev/accel* (v4, v5e) or VFIO groups (v5p, v6e, 7x)."""
+    return sorted(glob.glob("/dev/accel*") + glob.glob("/dev/vfio/[0-9]*"))
+
+
+def detect_tier() -> Tier:
+    # Decided without initialising a TPU backend: only one process may hold a TPU, and that must be
+    # the worker that runs a candidate, not the server.
+    if libtpu_version() is None and importlib.util.find_spec("libtpu") is None:
+        return Tier.CPU
+    return Tier.TPU if tpu_device_files() else Tier.CPU_LIBTPU
+
+
+def generation_of_device_kind(device_kind: str) -> str | None:
+    return _DEVICE_KINDS.get(device_kind)
+
+
+def compile_targets(tier: Tier) -> list[str]:
+    return list(GENERATIONS) if tier is not Tier.CPU else []
+
+
+# ---- deviceless compile -----------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _topology_device(generation: str):
+    from jax.experimental import topologies
+
+    if not tpu_device_files():
+        # libtpu guards a chip with a lockfile that also stops a second process from compiling
+        # deviceless; with no chip to guard, several workers (and the server) may load it at once.
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+    _, topology = _GENERATIONS[check_generation(generation)]
+    return topologies.get_topology_desc(topology, "tpu").devices[0]
+
+
+def lower_for_tpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[int] = (), generation: str | None = None):
+    """Lower `fn(*args)` for TPU. Array args are ShapeDtypeStructs; static ones are Python values.
+
+    With a generation (needs libtpu) the lowering targets that chip, ready for a deviceless compile;
+    without one it is a platform-only TPU lowering that works on any host.
+    """
+    import jax
+    from jax.sharding import SingleDeviceSharding
+
+    if generation is not None:
+        sharding = SingleDeviceSharding(_topology_device(generation))
+        args = [
+            a if i in static_argnums else jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+            for i, a in enumerate(args)
+        ]
+        return jax.jit(fn, static_argnums=tuple(static_argnums)).lower(*args)
+    traced = jax.jit(fn, static_argnums=tuple(static_argnums)).trace(*args)
+    return traced.lower(lowering_platforms=("tpu",))
+
+
+def deviceless_compile(fn: Callable, args: Sequence[Any], generation: str, static_argnums: Sequence[int] = ()):
+    """Compile `fn(*args)` with XLA:TPU for `generation` on this (CPU) host. Raises on failure."""
+    return lower_for_tpu(fn, args, static_argnums, generation).compile()

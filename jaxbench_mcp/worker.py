@@ -1,0 +1,259 @@
+"""The child process that runs one candidate kernel: load, trace, lower, compile, run.
+
+Started by jaxbench_mcp.jobs with a scrubbed environment in a fresh temporary directory. It warms up
+(imports jax, initialises the TPU compiler) before it is handed a job, so that a check does not pay
+for that. It then reads one job (JSON) from stdin, reports each stage as a JSON line on the event
+pipe, writes the candidate's outputs as .npy files into its directory, and exits. It never computes a
+reference output: the truth lives only in the parent, so the candidate cannot see it.
+
+Everything this process reports about the candidate is, in the end, produced next to hostile code;
+the parent treats outputs as data and compares them itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+_HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
+
+
+class Reporter:
+    def __init__(self, fd: int):
+        self._out = os.fdopen(fd, "w", buffering=1)
+
+    def send(self, **event: Any) -> None:
+        self._out.write(json.dumps(event, default=str) + "\n")
+        self._out.flush()
+
+
+def _limit_files(max_file_bytes: int) -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def warm_up(generation: str | None) -> None:
+    """Pay the one-off costs (jax import, libtpu init, first compile, interpret machinery) up front."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    from jaxbench_mcp import targets, workloads
+
+    workloads.all_workloads()
+
+    def copy(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    def f(x):
+        return pl.pallas_call(copy, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    x = jnp.zeros((8, 128), jnp.float32)
+    if generation is not None:
+        targets.deviceless_compile(f, [jax.ShapeDtypeStruct(x.shape, x.dtype)], generation)
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+        jax.block_until_ready(jax.jit(f)(x))
+
+
+# ---- stages -----------------------------------------------------------------------------------
+
+
+def _error_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))
+
+
+def load_candidate(source_path: Path):
+    """Import the candidate as a module. Returns (module, None) or (None, (error_class, text))."""
+    import importlib.util
+
+    source = source_path.read_text()
+    try:
+        compile(source, str(source_path), "exec")
+    except SyntaxError as exc:
+        return None, ("syntax_error", _error_text(exc))
+    spec = importlib.util.spec_from_file_location("candidate", source_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["candidate"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - anything the candidate raises is its import failure
+        return None, ("import_error", _error_text(exc))
+    if not callable(getattr(module, "workload", None)):
+        names = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+        return None, ("missing_workload", f"the file defines no function `workload`; it defines: {', '.join(names) or 'nothing callable'}")
+    return module, None
+
+
+def _walk_eqns(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                inner = sub if hasattr(sub, "eqns") else getattr(sub, "jaxpr", None)
+                if hasattr(inner, "eqns"):
+                    yield from _walk_eqns(inner)
+
+
+def _block_dim(dim) -> int | None:
+    """A block dimension's size; None for a squeezed dimension."""
+    return dim if isinstance(dim, int) else getattr(dim, "block_size", None)
+
+
+def _nbytes(aval) -> int:
+    """Bytes of a scratch buffer; semaphores and other non-array scratch count as 0."""
+    import numpy as np
+
+    try:
+        return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+    except (TypeError, AttributeError):
+        return 0
+
+
+def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
+    """The pallas_calls in a jaxpr (grid, block shapes, semantics) and any host callbacks."""
+    kernels, callbacks = [], []
+    for eqn in _walk_eqns(jaxpr):
+        name = eqn.primitive.name
+        if name in _HOST_CALLBACKS:
+            callbacks.append(name)
+        if name != "pallas_call":
+            continue
+        mapping = eqn.params["grid_mapping"]
+        kernel_jaxpr = eqn.params.get("jaxpr")
+        debug = getattr(kernel_jaxpr, "debug_info", None)
+        scratch_avals = [v.aval for v in kernel_jaxpr.invars[len(kernel_jaxpr.invars) - mapping.num_scratch_operands:]]
+        kernels.append(
+            {
+                "name": eqn.params.get("name") or getattr(debug, "func_name", None) or "kernel",
+                "grid": [g if isinstance(g, int) else str(g) for g in mapping.grid],
+                "blocks": [
+                    {
+                        "block_shape": [_block_dim(d) for d in bm.block_shape],
+                        "array_shape": list(bm.array_aval.shape),
+                        "dtype": str(bm.array_aval.dtype),
+                    }
+                    for bm in mapping.block_mappings
+                ],
+                "num_scalar_prefetch": int(mapping.num_index_operands),
+                "num_scratch": int(mapping.num_scratch_operands),
+                "scratch_bytes": sum(_nbytes(a) for a in scratch_avals),
+                "dimension_semantics": [str(d) for d in (getattr(eqn.params.get("compiler_params"), "dimension_semantics", None) or [])],
+            }
+        )
+    return kernels, callbacks
+
+
+def _full_args(workload, size: str):
+    from jaxbench_mcp.workloads import abstract_inputs
+
+    return abstract_inputs(workload, size)
+
+
+def run_job(job: dict, report: Reporter, workdir: Path) -> None:
+    import jax
+    import numpy as np
+    from jax.experimental.pallas import tpu as pltpu
+
+    from jaxbench_mcp import targets, workloads
+
+    w = workloads.get_workload(job["workload_id"])
+    static = tuple(w.static_argnums)
+
+    report.send(event="stage", stage="load", state="start")
+    t0 = time.perf_counter()
+    module, failure = load_candidate(workdir / "candidate.py")
+    report.send(event="stage", stage="load", state="done" if failure is None else "failed",
+                seconds=time.perf_counter() - t0, error_class=failure and failure[0], text=failure and failure[1])
+    if failure:
+        return
+    fn = module.workload
+
+    report.send(event="stage", stage="trace", state="start")
+    t0 = time.perf_counter()
+    try:
+        closed = jax.make_jaxpr(fn, static_argnums=static)(*_full_args(w, "full"))
+        kernels, callbacks = describe_kernels(closed.jaxpr)
+        out_avals = [{"shape": list(a.shape), "dtype": str(a.dtype)} for a in closed.out_avals]
+    except Exception as exc:  # noqa: BLE001
+        report.send(event="stage", stage="trace", state="failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
+        return
+    report.send(event="stage", stage="trace", state="done", seconds=time.perf_counter() - t0,
+                kernels=kernels, host_callbacks=callbacks, outputs=out_avals)
+    if callbacks:
+        return
+
+    for generation in job["targets"] or [None]:
+        stage_name = "lower"
+        report.send(event="stage", stage="lower", state="start", target=generation)
+        t0 = time.perf_counter()
+        try:
+            lowered = targets.lower_for_tpu(fn, _full_args(w, "full"), static, generation)
+            text = lowered.as_text()
+            report.send(event="stage", stage="lower", state="done", target=generation, seconds=time.perf_counter() - t0,
+                        mosaic_kernels=text.count("tpu_custom_call"))
+            if generation is None:
+                continue
+            stage_name = "compile"
+            report.send(event="stage", stage="compile", state="start", target=generation)
+            t0 = time.perf_counter()
+            compiled = lowered.compile()
+            memory = compiled.memory_analysis()
+            report.send(event="stage", stage="compile", state="done", target=generation, seconds=time.perf_counter() - t0,
+                        code_size_bytes=getattr(memory, "generated_code_size_in_bytes", None),
+                        temp_bytes=getattr(memory, "temp_size_in_bytes", None))
+        except Exception as exc:  # noqa: BLE001
+            report.send(event="stage", stage=stage_name, state="failed", target=generation,
+                        seconds=time.perf_counter() - t0, text=_error_text(exc))
+            return
+
+    run_size = job["size"]
+    jitted = jax.jit(fn, static_argnums=static)
+    for index, seed in enumerate(job["seeds"]):
+        report.send(event="stage", stage="run", state="start", seed_index=index)
+        t0 = time.perf_counter()
+        inputs = w.create_inputs(run_size, seed=seed)
+        try:
+            if job["interpret"]:
+                params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed % (2**31))
+                with pltpu.force_tpu_interpret_mode(params):
+                    out = jax.block_until_ready(jitted(*inputs))
+            else:
+                out = jax.block_until_ready(jitted(*inputs))
+            leaves = jax.tree_util.tree_leaves(out)
+            path = workdir / f"output_{index}.npy"
+            first = np.asarray(leaves[0]) if leaves else np.zeros(())
+            # float32 carries every candidate dtype we compare (bf16 exactly); the dtype travels beside it.
+            np.save(path, first.astype(np.float32) if jax.numpy.issubdtype(first.dtype, jax.numpy.floating) else first)
+        except Exception as exc:  # noqa: BLE001
+            report.send(event="stage", stage="run", state="failed", seed_index=index, seconds=time.perf_counter() - t0,
+                        text=_error_text(exc))
+            return
+        report.send(event="stage", stage="run", state="done", seed_index=index, seconds=time.perf_counter() - t0,
+                    output={"path": path.name, "shape": list(first.shape), "dtype": str(first.dtype), "leaves": len(leaves)})
+
+
+def main() -> None:
+    event_fd, generation = int(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None)
+    report = Reporter(event_fd)
+    _limit_files(int(os.environ.get("JAXBENCH_WORKER_MAX_FILE_BYTES", str(512 * 2**20))))
+    warm_up(generation)
+    report.send(event="ready", pid=os.getpid())
+    line = sys.stdin.readline()
+    if not line:
+        return
+    job = json.loads(line)
+    workdir = Path.cwd()
+    (workdir / "candidate.py").write_text(job.pop("source"))
+    run_job(job, report, workdir)
+    report.send(event="finished")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""32k_Gemm_Sigmoid_LogSumExp: KernelBench level 2, problem 45."""
+
+import jax
+import jax.numpy as jnp
+
+from jaxbench_mcp.seeding import jaxbench_key
+
+ID = "32k_Gemm_Sigmoid_LogSumExp"
+MODEL = "KernelBench level 2, problem 45 (45_Gemm_Sigmoid_LogSumExp)"
+OPERATOR = "Gemm_Sigmoid_LogSumExp"
+DESCRIPTION = """
+A two-layer MLP reduced by logsumexp: h = sigmoid(x @ w1.T + b1) with w1 stored (hidden, in);
+z = h @ w2.T + b2 with w2 stored (out, hidden); out = logsumexp of z over its out features, one value
+per row. Both matmuls take bfloat16 operands at default precision and return bfloat16, and every
+elementwise step and the logsumexp are bfloat16; output (B,) bfloat16 as the JAXBench harness runs it.
+"""
+SIZES = {
+    "full": {"batch_size": 16384, "input_size": 2048, "hidden_size": 4096, "output_size": 1024},
+    "small": {"batch_size": 256, "input_size": 2048, "hidden_size": 4096, "output_size": 1024},
+}
+INPUT_NAMES = ("x", "w1", "b1", "w2", "b2")
+NOTES = (
+    "The output is nearly constant: h stays close to 0.5, so z differs little between rows and every "
+    "logsumexp lands near the same value (about 6.69, std ~0.003 at the small size, mostly one "
+    "bfloat16 value); the row mean everywhere passes the 1e-2 check (DEGENERATE_OUTPUT). It is near "
+    "constant with float32 inputs too.",
+)
+DEGENERATE_OUTPUT = True
+
+
+def create_inputs(*, seed, batch_size, input_size, hidden_size, output_size, dtype=jnp.bfloat16):
+    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, input_size), dtype=dtype)
+    k_w1, k_b1, k_w2, k_b2 = jax.random.split(jaxbench_key(seed, 42), 4)
+    w1 = jax.random.normal(k_w1, (hidden_size, input_size), dtype=dtype) * 0.02
+    b1 = jax.random.normal(k_b1, (hidden_size,), dtype=dtype) * 0.02
+    w2 = jax.random.normal(k_w2, (output_size, hidden_size), dtype=dtype) * 0.02
+    b2 = jax.random.normal(k_b2, (output_size,), dtype=dtype) * 0.02
+    return x, w1, b1, w2, b2
+
+
+def reference(x, w1, b1, w2, b2):
+    h = jax.nn.sigmoid(jnp.matmul(x, w1.T) + b1)
+    z = jnp.matmul(h, w2.T) + b2
+    return jax.scipy.special.logsumexp(z, axis=1)
+
+
+def flops(*, batch_size, input_size, hidden_size, output_size):
+    return 2 * batch_size * (input_size * hidden_size + hidden_size * output_size)

@@ -1,0 +1,41 @@
+"""36k_Matmul_Sigmoid_Sum: KernelBench level 2, problem 56 (linear, sigmoid, row sum)."""
+
+import jax
+import jax.numpy as jnp
+
+from jaxbench_mcp.seeding import jaxbench_key
+
+ID = "36k_Matmul_Sigmoid_Sum"
+MODEL = "KernelBench level 2, problem 56 (56_Matmul_Sigmoid_Sum)"
+OPERATOR = "Matmul_Sigmoid_Sum"
+DESCRIPTION = """
+out[b, 0] = sum over n of sigmoid((x @ weight + bias)[b, n]): x is (B, K), weight is stored (K, N),
+bias is (N,), and the row sum keeps its axis, so the output is (B, 1). All bfloat16 as the JAXBench
+harness passes them: the matmul result rounds to bfloat16, the sigmoid runs in bfloat16, and jnp.sum
+accumulates in float32 before rounding the sum back to bfloat16.
+"""
+SIZES = {
+    "full": {"batch_size": 4096, "input_size": 8192, "hidden_size": 8192},
+    "small": {"batch_size": 256, "input_size": 8192, "hidden_size": 1024},
+}
+INPUT_NAMES = ("x", "weight", "bias")
+NOTES = (
+    "Each row sum is about N/2 (about 4100 at full size), where bfloat16 can only represent multiples of 32 "
+    "(of 4 at the small size), so the output is coarse and the row-to-row differences are a few bfloat16 steps.",
+)
+
+
+def create_inputs(*, seed, batch_size, input_size, hidden_size, dtype=jnp.bfloat16):
+    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, input_size), dtype=dtype)
+    k_w, k_b = jax.random.split(jaxbench_key(seed, 42), 2)
+    weight = jax.random.normal(k_w, (input_size, hidden_size), dtype=dtype) * 0.02
+    bias = jax.random.normal(k_b, (hidden_size,), dtype=dtype) * 0.02
+    return x, weight, bias
+
+
+def reference(x, weight, bias):
+    return jnp.sum(jax.nn.sigmoid(jnp.matmul(x, weight) + bias), axis=1, keepdims=True)
+
+
+def flops(*, batch_size, input_size, hidden_size):
+    return 2 * batch_size * input_size * hidden_size

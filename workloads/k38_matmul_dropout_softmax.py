@@ -1,0 +1,43 @@
+"""38k_Matmul_Dropout_Softmax: KernelBench level 2, problem 66 (linear, inference-mode dropout, softmax)."""
+
+import jax
+import jax.numpy as jnp
+
+from jaxbench_mcp.seeding import jaxbench_key
+
+ID = "38k_Matmul_Dropout_Softmax"
+MODEL = "KernelBench level 2, problem 66 (66_Matmul_Dropout_Softmax)"
+OPERATOR = "Matmul_Dropout_Softmax"
+DESCRIPTION = """
+out = softmax(x @ weight.T + bias) over the feature axis (axis 1): x is (B, K), weight is stored
+(N, K) like a PyTorch Linear, bias is (N,), and the output is (B, N). Dropout is in inference mode,
+i.e. the identity: nothing is masked or rescaled. All bfloat16 as the JAXBench harness passes them:
+the matmul result rounds to bfloat16 and jax.nn.softmax runs on bfloat16 values.
+"""
+SIZES = {
+    "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192},
+    "small": {"batch_size": 256, "in_features": 8192, "out_features": 1024},
+}
+INPUT_NAMES = ("x", "weight", "bias")
+NOTES = (
+    "The dropout probability (0.2) in JAXBench's CONFIG is never used: the baseline skips dropout as in "
+    "inference, so this workload is a linear layer followed by a softmax.",
+    "Softmax values average 1/N (about 1.2e-4 at full size), far below the 1e-2 absolute tolerance, so only "
+    "the few largest probabilities in each row constrain a kernel.",
+)
+
+
+def create_inputs(*, seed, batch_size, in_features, out_features, dtype=jnp.bfloat16):
+    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
+    k_w, k_b = jax.random.split(jaxbench_key(seed, 42), 2)
+    weight = jax.random.normal(k_w, (out_features, in_features), dtype=dtype) * 0.02
+    bias = jax.random.normal(k_b, (out_features,), dtype=dtype) * 0.02
+    return x, weight, bias
+
+
+def reference(x, weight, bias):
+    return jax.nn.softmax(x @ weight.T + bias, axis=1)
+
+
+def flops(*, batch_size, in_features, out_features):
+    return 2 * batch_size * in_features * out_features

@@ -1,0 +1,36 @@
+"""41k_Gemm_Add_ReLU: KernelBench level 2, problem 76 (linear with bias, ReLU)."""
+
+import jax
+import jax.numpy as jnp
+
+from jaxbench_mcp.seeding import jaxbench_key
+
+ID = "41k_Gemm_Add_ReLU"
+MODEL = "KernelBench level 2, problem 76 (76_Gemm_Add_ReLU)"
+OPERATOR = "Gemm_Add_ReLU"
+DESCRIPTION = """
+out = max(x @ weight + bias, 0): x is (B, K), weight is stored (K, N), bias is (N,), and the output is
+(B, N). All bfloat16 as the JAXBench harness passes them: the matmul result rounds to bfloat16 before
+the bias add and the ReLU, which run in bfloat16.
+"""
+SIZES = {
+    "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192},
+    "small": {"batch_size": 256, "in_features": 8192, "out_features": 1024},
+}
+INPUT_NAMES = ("x", "weight", "bias")
+
+
+def create_inputs(*, seed, batch_size, in_features, out_features, dtype=jnp.bfloat16):
+    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
+    k_w, k_b = jax.random.split(jaxbench_key(seed, 0xBADC0DE), 2)
+    weight = jax.random.normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
+    bias = jax.random.normal(k_b, (out_features,), dtype=dtype) * 0.02
+    return x, weight, bias
+
+
+def reference(x, weight, bias):
+    return jax.nn.relu(jnp.matmul(x, weight) + bias)
+
+
+def flops(*, batch_size, in_features, out_features):
+    return 2 * batch_size * in_features * out_features

@@ -1,0 +1,54 @@
+"""48k_Matmul_BatchNorm_BiasAdd_Divide_Swish: KernelBench level 2, problem 97 (linear, eval-mode BatchNorm, bias, divide, swish)."""
+
+import jax
+import jax.numpy as jnp
+
+from jaxbench_mcp.seeding import jaxbench_key
+
+ID = "48k_Matmul_BatchNorm_BiasAdd_Divide_Swish"
+MODEL = "KernelBench level 2, problem 97 (97_Matmul_BatchNorm_BiasAdd_Divide_Swish)"
+OPERATOR = "Matmul_BatchNorm_BiasAdd_Divide_Swish"
+DESCRIPTION = """
+y = x @ weight + linear_bias (x is (B, K), weight stored (K, N), linear_bias (N,)); BatchNorm in
+inference mode with the given running statistics, z = bn_scale * (y - bn_mean) / sqrt(bn_var + 1e-5)
++ bn_bias (per feature); z = (z + bias) / 1.0 with a one-element bias; out = z * sigmoid(z), shape
+(B, N). All bfloat16 as the JAXBench harness passes them: the matmul result rounds to bfloat16 and every
+later step runs in bfloat16.
+"""
+SIZES = {
+    "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192},
+    "small": {"batch_size": 256, "in_features": 8192, "out_features": 1024},
+}
+INPUT_NAMES = ("x", "weight", "linear_bias", "bn_scale", "bn_bias", "bn_mean", "bn_var", "bias")
+NOTES = (
+    "BatchNorm uses fixed running statistics (mean 0, variance 1) instead of batch statistics; JAXBench's "
+    "CONFIG momentum (0.1) is never used.",
+    "bn_scale is all ones, bn_bias and bn_mean zeros, and in bfloat16 1 + 1e-5 rounds to 1, so the BatchNorm "
+    "is the identity; the division by 1.0 is one too. The workload is a linear layer, a scalar bias and a swish.",
+)
+BN_EPS = 1e-5
+DIVIDE_VALUE = 1.0
+
+
+def create_inputs(*, seed, batch_size, in_features, out_features, dtype=jnp.bfloat16):
+    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
+    k_w, k_lb, k_b = jax.random.split(jaxbench_key(seed, 0xBADC0DE), 3)
+    weight = jax.random.normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
+    linear_bias = jax.random.normal(k_lb, (out_features,), dtype=dtype) * 0.02
+    bn_scale = jnp.ones((out_features,), dtype=dtype)
+    bn_bias = jnp.zeros((out_features,), dtype=dtype)
+    bn_mean = jnp.zeros((out_features,), dtype=dtype)
+    bn_var = jnp.ones((out_features,), dtype=dtype)
+    bias = jax.random.normal(k_b, (1,), dtype=dtype) * 0.02
+    return x, weight, linear_bias, bn_scale, bn_bias, bn_mean, bn_var, bias
+
+
+def reference(x, weight, linear_bias, bn_scale, bn_bias, bn_mean, bn_var, bias):
+    y = jnp.matmul(x, weight) + linear_bias
+    z = bn_scale * ((y - bn_mean) / jnp.sqrt(bn_var + BN_EPS)) + bn_bias
+    z = (z + bias) / DIVIDE_VALUE
+    return z * jax.nn.sigmoid(z)
+
+
+def flops(*, batch_size, in_features, out_features):
+    return 2 * batch_size * in_features * out_features

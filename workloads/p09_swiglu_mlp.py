@@ -1,0 +1,48 @@
+"""9p_SwiGLU_MLP: the Llama-3.1-70B feed-forward block (gated SiLU MLP) in bfloat16."""
+
+import jax
+import jax.numpy as jnp
+
+from jaxbench_mcp.seeding import jaxbench_key
+
+ID = "9p_SwiGLU_MLP"
+MODEL = "Llama-3.1-70B"
+OPERATOR = "swiglu_mlp"
+DESCRIPTION = """
+out = (silu(x @ gate_kernel) * (x @ up_kernel)) @ down_kernel, with silu(z) = z * sigmoid(z).
+x is (batch, seq_len, emb_dim), gate_kernel and up_kernel are (emb_dim, mlp_dim), down_kernel is
+(mlp_dim, emb_dim); the output is (batch, seq_len, emb_dim). Everything is bfloat16: each of the
+three matmuls is a default-precision jnp.dot that returns bfloat16, and the SiLU and the
+elementwise product are evaluated on those bfloat16 values.
+"""
+SIZES = {
+    "full": {"batch": 2, "seq_len": 4096, "emb_dim": 8192, "mlp_dim": 28672},
+    # mlp_dim / emb_dim stays 3.5 as in Llama-3.1-70B.
+    "small": {"batch": 1, "seq_len": 256, "emb_dim": 512, "mlp_dim": 1792},
+}
+INPUT_NAMES = ("x", "gate_kernel", "up_kernel", "down_kernel")
+NOTES = (
+    "flops() is the formula of the baseline's own benchmark() (6*B*S*E*M); the JAXBench harness "
+    "never reads it and reports XLA's cost analysis instead (XLA:CPU counts 1.155e13).",
+    "The small size keeps the 3.5 ratio of mlp_dim to emb_dim; with emb_dim 512 instead of 8192 "
+    "the hidden activations are about 4x smaller than at full size.",
+)
+DEGENERATE_OUTPUT = False
+
+
+def create_inputs(*, seed, batch, seq_len, emb_dim, mlp_dim):
+    k_x, k_gate, k_up, k_down = jax.random.split(jaxbench_key(seed, 42), 4)
+    x = jax.random.normal(k_x, (batch, seq_len, emb_dim), dtype=jnp.bfloat16)
+    gate_kernel = jax.random.normal(k_gate, (emb_dim, mlp_dim), dtype=jnp.bfloat16) * 0.02
+    up_kernel = jax.random.normal(k_up, (emb_dim, mlp_dim), dtype=jnp.bfloat16) * 0.02
+    down_kernel = jax.random.normal(k_down, (mlp_dim, emb_dim), dtype=jnp.bfloat16) * 0.02
+    return x, gate_kernel, up_kernel, down_kernel
+
+
+def reference(x, gate_kernel, up_kernel, down_kernel):
+    hidden = jax.nn.silu(jnp.dot(x, gate_kernel)) * jnp.dot(x, up_kernel)
+    return jnp.dot(hidden, down_kernel)
+
+
+def flops(*, batch, seq_len, emb_dim, mlp_dim):
+    return 6 * batch * seq_len * emb_dim * mlp_dim
