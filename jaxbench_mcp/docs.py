@@ -92,7 +92,10 @@ class _Topic:
 
 def _front_matter_value(raw: str) -> str:
     # "key: value   # comment" -> "value" (a '#' inside the value needs a space before it to start a comment)
-    return re.split(r"\s+#", raw, maxsplit=1)[0].strip()
+    value = raw.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return re.split(r"\s+#", value, maxsplit=1)[0].strip()
 
 
 def _parse_tags(value: str, path: Path, line: int) -> tuple[str, ...]:

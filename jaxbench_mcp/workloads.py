@@ -102,7 +102,7 @@ class Workload:
         return dict(self.sizes[size])
 
     def create_inputs(self, size: str = "small", seed: int = 42) -> tuple:
-        return tuple(self.module.create_inputs(seed=seed, **self.size_params(size)))
+        return _jitted_create_inputs(self.id, size)(seed)
 
     def reference(self, *inputs):
         return self.module.reference(*inputs)
@@ -129,6 +129,30 @@ class Workload:
         from jaxbench_mcp import expert_refs
 
         return expert_refs.has_expert(self.id)
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted_create_inputs(workload_id: str, size: str) -> Callable[[int], tuple]:
+    """create_inputs as one compiled program for every seed: eager jax.random compiles op by op."""
+    import jax
+    import jax.numpy as jnp
+
+    w = get_workload(workload_id)
+    params = w.size_params(size)
+    static_values: dict[int, Any] = {}
+
+    def dynamic_only(seed):
+        inputs = w.module.create_inputs(seed=seed, **params)
+        static_values.update({i: inputs[i] for i in w.static_argnums})
+        return [x for i, x in enumerate(inputs) if i not in w.static_argnums]
+
+    compiled = jax.jit(dynamic_only)
+
+    def create(seed: int) -> tuple:
+        arrays = iter(compiled(jnp.uint32(seed)))
+        return tuple(static_values[i] if i in static_values else next(arrays) for i in range(len(w.input_names)))
+
+    return create
 
 
 def _tensor_spec(x) -> TensorSpec:

@@ -14,7 +14,9 @@ t = conv2d(x, conv_weight) + conv_bias (NCHW input, OIHW kernel, stride 1, VALID
 channel is normalised with the mean and the biased variance of m over the batch and both spatial
 axes, (m - mean) / sqrt(var + 1e-5), then scaled by bn_weight and shifted by bn_bias. Everything is
 bfloat16 as the JAXBench harness passes it: the conv rounds to bfloat16, the elementwise steps run in
-bfloat16, and jnp.mean / jnp.var accumulate in float32 before rounding back to bfloat16.
+bfloat16, and jnp.mean / jnp.var accumulate in float32 before rounding back to bfloat16. Under jit, XLA
+(which allows excess precision by default) may keep a fused chain's intermediates in float32 and round
+once.
 """
 SIZES = {
     "full": {"batch_size": 64, "in_channels": 64, "out_channels": 128, "kernel_size": 3, "height": 128, "width": 128},

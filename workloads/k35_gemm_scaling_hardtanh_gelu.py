@@ -14,7 +14,8 @@ DESCRIPTION = """
 y = clip((x @ weight + bias) * 0.5, -2, 2), then GELU written out in its tanh form,
 y * 0.5 * (1 + tanh(sqrt(2/pi) * (y + 0.044715 * y**3))). x is (B, K), weight is stored (K, N), bias
 is (N,); the output is (B, N). All bfloat16 as the JAXBench harness passes them: the matmul result
-rounds to bfloat16 and every elementwise step runs in bfloat16.
+rounds to bfloat16 and every elementwise step runs in bfloat16. Under jit, XLA (which allows excess
+precision by default) may keep a fused chain's intermediates in float32 and round once.
 """
 SIZES = {
     "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192},
@@ -22,8 +23,12 @@ SIZES = {
 }
 INPUT_NAMES = ("x", "weight", "bias")
 NOTES = (
-    "The GELU is the tanh approximation written out by hand, not the exact erf GELU of the PyTorch original.",
-    "With these inputs (x @ weight + bias) * 0.5 stays well inside [-2, 2], so the clip rarely bites.",
+    "The GELU is the tanh approximation written out by hand, not the exact erf GELU of the PyTorch "
+    "original.",
+    "JAXBench draws the weights as bfloat16 normals, whose mean is about -0.012 rather than 0 (and x as "
+    "bfloat16 uniforms averaging about 0.496); summed over K = 8192 this shifts every x @ weight entry by "
+    "about -1, as much as the entries' own spread, so over 80% of the pre-activations are negative.",
+    "Only about 0.2% of the scaled values reach the [-2, 2] clip.",
 )
 SCALING_FACTOR = 0.5
 HARDTANH_MIN, HARDTANH_MAX = -2.0, 2.0

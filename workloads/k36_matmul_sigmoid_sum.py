@@ -12,7 +12,8 @@ DESCRIPTION = """
 out[b, 0] = sum over n of sigmoid((x @ weight + bias)[b, n]): x is (B, K), weight is stored (K, N),
 bias is (N,), and the row sum keeps its axis, so the output is (B, 1). All bfloat16 as the JAXBench
 harness passes them: the matmul result rounds to bfloat16, the sigmoid runs in bfloat16, and jnp.sum
-accumulates in float32 before rounding the sum back to bfloat16.
+accumulates in float32 before rounding the sum back to bfloat16. Under jit, XLA (which allows excess
+precision by default) may keep a fused chain's intermediates in float32 and round once.
 """
 SIZES = {
     "full": {"batch_size": 4096, "input_size": 8192, "hidden_size": 8192},
@@ -20,8 +21,13 @@ SIZES = {
 }
 INPUT_NAMES = ("x", "weight", "bias")
 NOTES = (
-    "Each row sum is about N/2 (about 4100 at full size), where bfloat16 can only represent multiples of 32 "
-    "(of 4 at the small size), so the output is coarse and the row-to-row differences are a few bfloat16 steps.",
+    "JAXBench draws the weights as bfloat16 normals, whose mean is about -0.012 rather than 0 (and x as "
+    "bfloat16 uniforms averaging about 0.496); summed over K = 8192 this shifts every x @ weight entry by "
+    "about -1, as much as the entries' own spread, so over 80% of the pre-activations are negative.",
+    "The row sums are about 0.31 N (about 316 at the small size, 2545 at full size, where bfloat16 steps "
+    "are 16): at full size the output takes a handful of distinct values (five in 256 sampled rows), and "
+    "a constant output misses JAXBench's tolerance on only about 4% of those rows (21% at the small "
+    "size).",
 )
 
 

@@ -12,7 +12,8 @@ DESCRIPTION = """
 out = softmax(x @ weight.T + bias) over the feature axis (axis 1): x is (B, K), weight is stored
 (N, K) like a PyTorch Linear, bias is (N,), and the output is (B, N). Dropout is in inference mode,
 i.e. the identity: nothing is masked or rescaled. All bfloat16 as the JAXBench harness passes them:
-the matmul result rounds to bfloat16 and jax.nn.softmax runs on bfloat16 values.
+the matmul result rounds to bfloat16 and jax.nn.softmax runs on bfloat16 values. Under jit, XLA (which
+allows excess precision by default) may keep a fused chain's intermediates in float32 and round once.
 """
 SIZES = {
     "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192},
@@ -20,10 +21,12 @@ SIZES = {
 }
 INPUT_NAMES = ("x", "weight", "bias")
 NOTES = (
-    "The dropout probability (0.2) in JAXBench's CONFIG is never used: the baseline skips dropout as in "
+    "JAXBench's CONFIG dropout probability (0.2) is never used: the baseline skips dropout as in "
     "inference, so this workload is a linear layer followed by a softmax.",
-    "Softmax values average 1/N (about 1.2e-4 at full size), far below the 1e-2 absolute tolerance, so only "
-    "the few largest probabilities in each row constrain a kernel.",
+    "Probabilities average 1/N, far below the 1e-2 absolute tolerance. At full size (N = 8192, seed 42) "
+    "only 22 of the 4096 rows hold any probability above 0.0095 (the largest is 0.019), so an all-zeros "
+    "output fails JAXBench's check on just a handful of entries; the small size is not that close to "
+    "degenerate.",
 )
 
 

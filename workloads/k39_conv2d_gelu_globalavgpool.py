@@ -12,7 +12,8 @@ DESCRIPTION = """
 t = conv2d(x, weight) + bias (NCHW input, OIHW kernel, stride 1, VALID); g = jax.nn.gelu(t) with its
 default tanh approximation; out[n, c] = mean of g[n, c] over both spatial axes, so the output is
 (N, Cout). All bfloat16 as the JAXBench harness passes them: the conv rounds to bfloat16, the GELU runs
-in bfloat16, and jnp.mean accumulates in float32 before rounding back to bfloat16.
+in bfloat16, and jnp.mean accumulates in float32 before rounding back to bfloat16. Under jit, XLA (which
+allows excess precision by default) may keep a fused chain's intermediates in float32 and round once.
 """
 SIZES = {
     "full": {"batch_size": 128, "in_channels": 8, "out_channels": 64, "kernel_size": 3, "height": 256, "width": 256},

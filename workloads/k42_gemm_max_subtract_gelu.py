@@ -13,6 +13,8 @@ y = x @ weight + bias (x is (B, K), weight stored (K, N), bias (N,)); each row h
 subtracted, so every value is <= 0; out = jax.nn.gelu(y - rowmax(y)) with its default tanh
 approximation, shape (B, N), values in about [-0.17, 0]. All bfloat16 as the JAXBench harness passes
 them: the matmul result rounds to bfloat16 and the max, the subtraction and the GELU run in bfloat16.
+Under jit, XLA (which allows excess precision by default) may keep a fused chain's intermediates in
+float32 and round once.
 """
 SIZES = {
     "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192},
@@ -20,11 +22,13 @@ SIZES = {
 }
 INPUT_NAMES = ("x", "weight", "bias")
 NOTES = (
-    "JAXBench changed this row from the KernelBench original, whose max reduction left a (B, 1) output that "
-    "GELU made all zeros; here the row max is subtracted and the full (B, N) output is kept.",
-    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf GELU.",
-    "Most outputs are tiny negatives (GELU of values several units below the row max), so only the entries "
-    "within about 2 of their row's maximum exceed the 1e-2 absolute tolerance.",
+    "JAXBench changed this row from the KernelBench original, whose max reduction left a (B, 1) output "
+    "that GELU made all zeros; here the row max is subtracted and the full (B, N) output is kept.",
+    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf "
+    "GELU.",
+    "Most outputs are tiny negatives (GELU of values several units below the row maximum): only entries "
+    "within about 2.6 of their row's maximum exceed the 1e-2 absolute tolerance, about 24% of them at the "
+    "small size and 12% at full size.",
 )
 
 

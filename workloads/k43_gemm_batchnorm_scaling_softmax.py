@@ -13,7 +13,8 @@ y = x @ weight + bias (x is (B, K), weight stored (K, N), bias (N,)); BatchNorm 
 the given running statistics, z = bn_scale * (y - bn_mean) / sqrt(bn_var + 1e-5) + bn_bias (per
 feature); z is multiplied by the one-element scale; out = softmax over the feature axis, shape (B, N).
 All bfloat16 as the JAXBench harness passes them: the matmul result rounds to bfloat16, the BatchNorm
-and scaling run in bfloat16, and jax.nn.softmax runs on bfloat16 values.
+and scaling run in bfloat16, and jax.nn.softmax runs on bfloat16 values. Under jit, XLA (which allows
+excess precision by default) may keep a fused chain's intermediates in float32 and round once.
 """
 SIZES = {
     "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192},
@@ -23,10 +24,11 @@ INPUT_NAMES = ("x", "weight", "bias", "bn_scale", "bn_bias", "bn_mean", "bn_var"
 NOTES = (
     "BatchNorm uses fixed running statistics (mean 0, variance 1) instead of batch statistics; JAXBench's "
     "CONFIG momentum (0.1) is never used.",
-    "bn_scale and scale are all ones and bn_mean zero; in bfloat16, 1 + 1e-5 rounds to 1, so the BatchNorm "
-    "and the scaling reduce to adding bn_bias.",
-    "Softmax values average 1/N (about 1.2e-4 at full size), far below the 1e-2 absolute tolerance, so only "
-    "the few largest probabilities in each row constrain a kernel.",
+    "bn_mean is 0 and bn_var, bn_scale and scale are 1, so (1 + 1e-5 being 1 in bfloat16) the BatchNorm "
+    "and the scaling only add bn_bias: the workload is softmax(x @ weight + bias + bn_bias).",
+    "Probabilities average 1/N, far below the 1e-2 absolute tolerance. At full size (N = 8192, seed 42) "
+    "only 3 of the 4096 rows hold any probability above 0.0095 (the largest is 0.016), so an all-zeros "
+    "output fails JAXBench's check on just a few entries; the small size is not that close to degenerate.",
 )
 BN_EPS = 1e-5
 

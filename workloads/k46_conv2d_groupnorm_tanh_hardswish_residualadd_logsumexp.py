@@ -16,24 +16,38 @@ h = t * clip(t + 3, 0, 6) / 6 (hardswish); r = c + h (the residual is the conv o
 norm); out = logsumexp of r over the channel axis, kept, so the output is (N, 1, H-k+1, W-k+1). All
 bfloat16 as the JAXBench harness passes them: the conv rounds to bfloat16, the elementwise steps and the
 logsumexp run on bfloat16 values, and jnp.mean / jnp.var accumulate in float32 before rounding back.
+Under jit, XLA (which allows excess precision by default) may keep a fused chain's intermediates in
+float32 and round once.
 """
 SIZES = {
-    "full": {"batch_size": 128, "in_channels": 8, "out_channels": 64, "kernel_size": 3, "groups": 16, "height": 128, "width": 128},
-    "small": {"batch_size": 4, "in_channels": 8, "out_channels": 64, "kernel_size": 3, "groups": 16, "height": 32, "width": 32},
+    "full": {
+        "batch_size": 128, "in_channels": 8, "out_channels": 64, "kernel_size": 3, "groups": 16,
+        "height": 128, "width": 128,
+    },
+    "small": {
+        "batch_size": 4, "in_channels": 8, "out_channels": 64, "kernel_size": 3, "groups": 16,
+        "height": 32, "width": 32,
+    },
 }
 INPUT_NAMES = ("x", "conv_weight", "conv_bias", "gn_weight", "gn_bias")
 NOTES = (
     "gn_weight is all ones and gn_bias all zeros: the GroupNorm affine step changes nothing.",
     "The original hard-codes 16 groups; here the group size (4 channels) is what both sizes keep, and the "
     "reference derives the group count from the channel count.",
+    "The output is nearly constant: a logsumexp over 64 channels of small values, about 4.3 with a spread "
+    "of about 0.04, where bfloat16 steps are 0.03. A constant output misses JAXBench's tolerance on only "
+    "about 8% of the entries at full size (22% at the small size).",
 )
 EPS = 1e-5
 # The group count is not visible in the input shapes; the group size is what both sizes share.
 CHANNELS_PER_GROUP = 4
 
 
-def create_inputs(*, seed, batch_size, in_channels, out_channels, kernel_size, groups, height, width, dtype=jnp.bfloat16):
-    assert out_channels == groups * CHANNELS_PER_GROUP, "the reference assumes groups of 4 channels"
+def create_inputs(
+    *, seed, batch_size, in_channels, out_channels, kernel_size, groups, height, width, dtype=jnp.bfloat16
+):
+    if out_channels != groups * CHANNELS_PER_GROUP:
+        raise ValueError(f"groups of {CHANNELS_PER_GROUP} channels: out_channels must be {CHANNELS_PER_GROUP} * groups")
     x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_channels, height, width), dtype=dtype)
     k_w, k_b = jax.random.split(jaxbench_key(seed, 42), 2)
     conv_weight = jax.random.normal(k_w, (out_channels, in_channels, kernel_size, kernel_size), dtype=dtype) * 0.02

@@ -12,7 +12,8 @@ DESCRIPTION = """
 y = x @ weight + bias + add_value (x is (B, K), weight stored (K, N), bias and add_value (N,));
 then, elementwise in this order: swish y * sigmoid(y), tanh, jax.nn.gelu with its default tanh
 approximation, and a clip to [-1, 1]; the output is (B, N). All bfloat16 as the JAXBench harness passes
-them: the matmul result rounds to bfloat16 and every later step runs in bfloat16.
+them: the matmul result rounds to bfloat16 and every later step runs in bfloat16. Under jit, XLA (which
+allows excess precision by default) may keep a fused chain's intermediates in float32 and round once.
 """
 SIZES = {
     "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192},
@@ -20,7 +21,11 @@ SIZES = {
 }
 INPUT_NAMES = ("x", "weight", "bias", "add_value")
 NOTES = (
-    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf GELU.",
+    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf "
+    "GELU.",
+    "JAXBench draws the weights as bfloat16 normals, whose mean is about -0.012 rather than 0 (and x as "
+    "bfloat16 uniforms averaging about 0.496); summed over K = 8192 this shifts every x @ weight entry by "
+    "about -1, as much as the entries' own spread, so over 80% of the pre-activations are negative.",
     "The final clip to [-1, 1] never changes anything: tanh bounds the GELU input to (-1, 1), where GELU "
     "stays within about [-0.17, 0.85].",
 )

@@ -1,4 +1,4 @@
-"""48k_Matmul_BatchNorm_BiasAdd_Divide_Swish: KernelBench level 2, problem 97 (linear, eval-mode BatchNorm, bias, divide, swish)."""
+"""48k_Matmul_BatchNorm_BiasAdd_Divide_Swish: KernelBench level 2, problem 97 (GEMM, eval BatchNorm, swish)."""
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +13,8 @@ y = x @ weight + linear_bias (x is (B, K), weight stored (K, N), linear_bias (N,
 inference mode with the given running statistics, z = bn_scale * (y - bn_mean) / sqrt(bn_var + 1e-5)
 + bn_bias (per feature); z = (z + bias) / 1.0 with a one-element bias; out = z * sigmoid(z), shape
 (B, N). All bfloat16 as the JAXBench harness passes them: the matmul result rounds to bfloat16 and every
-later step runs in bfloat16.
+later step runs in bfloat16. Under jit, XLA (which allows excess precision by default) may keep a fused
+chain's intermediates in float32 and round once.
 """
 SIZES = {
     "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192},
@@ -23,8 +24,11 @@ INPUT_NAMES = ("x", "weight", "linear_bias", "bn_scale", "bn_bias", "bn_mean", "
 NOTES = (
     "BatchNorm uses fixed running statistics (mean 0, variance 1) instead of batch statistics; JAXBench's "
     "CONFIG momentum (0.1) is never used.",
-    "bn_scale is all ones, bn_bias and bn_mean zeros, and in bfloat16 1 + 1e-5 rounds to 1, so the BatchNorm "
-    "is the identity; the division by 1.0 is one too. The workload is a linear layer, a scalar bias and a swish.",
+    "bn_scale is all ones, bn_bias and bn_mean zeros, bn_var ones (1 + 1e-5 is 1 in bfloat16), and the "
+    "divisor is 1.0: the workload reduces to swish(x @ weight + linear_bias + bias).",
+    "JAXBench draws the weights as bfloat16 normals, whose mean is about -0.012 rather than 0 (and x as "
+    "bfloat16 uniforms averaging about 0.496); summed over K = 8192 this shifts every x @ weight entry by "
+    "about -1, as much as the entries' own spread, so over 80% of the pre-activations are negative.",
 )
 BN_EPS = 1e-5
 DIVIDE_VALUE = 1.0

@@ -1,4 +1,4 @@
-"""49k_Matmul_AvgPool_GELU_Scale_Max: KernelBench level 2, problem 98 (linear, 1-D average pool, GELU, scale, row max)."""
+"""49k_Matmul_AvgPool_GELU_Scale_Max: KernelBench level 2, problem 98 (GEMM, avg pool, GELU, row max)."""
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +14,8 @@ averaged in non-overlapping windows of 16 (window = stride = 16, VALID), giving 
 reduce_window sum, then a division by 16; p = jax.nn.gelu of that with its default tanh approximation,
 times 2.0; out[b] = max over the N/16 pooled features, so the output is (B,). All bfloat16 as the
 JAXBench harness passes them: the matmul result rounds to bfloat16 and the window sum, GELU, scaling
-and max run in bfloat16.
+and max run in bfloat16. Under jit, XLA (which allows excess precision by default) may keep a fused
+chain's intermediates in float32 and round once.
 """
 SIZES = {
     "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192, "pool_kernel_size": 16},
@@ -22,7 +23,12 @@ SIZES = {
 }
 INPUT_NAMES = ("x", "weight", "bias")
 NOTES = (
-    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf GELU.",
+    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf "
+    "GELU.",
+    "JAXBench draws the weights as bfloat16 normals, whose mean is about -0.012 rather than 0 (and x as "
+    "bfloat16 uniforms averaging about 0.496); summed over K = 8192 this shifts every x @ weight entry by "
+    "about -1, as much as the entries' own spread, so over 80% of the pre-activations are negative. After "
+    "pooling, every small-size output (each row's maximum) is negative, and most full-size ones are.",
     "The pool window is not visible in the input shapes, so the reference uses the window of 16 that both "
     "sizes keep.",
 )
@@ -32,7 +38,8 @@ POOL = 16
 
 
 def create_inputs(*, seed, batch_size, in_features, out_features, pool_kernel_size, dtype=jnp.bfloat16):
-    assert pool_kernel_size == POOL, "the reference pools with a window of 16"
+    if pool_kernel_size != POOL:
+        raise ValueError(f"the reference pools with a window of {POOL}, got pool_kernel_size={pool_kernel_size}")
     x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
     k_w, k_b = jax.random.split(jaxbench_key(seed, 0xBADC0DE), 2)
     weight = jax.random.normal(k_w, (in_features, out_features), dtype=dtype) * 0.02

@@ -12,7 +12,8 @@ DESCRIPTION = """
 out = softmax(jax.nn.gelu(x @ weight + bias)) over the feature axis, with GELU's default tanh
 approximation: x is (B, K), weight is stored (K, N), bias is (N,), and the output is (B, N). All
 bfloat16 as the JAXBench harness passes them: the matmul result rounds to bfloat16, the GELU runs in
-bfloat16, and jax.nn.softmax runs on bfloat16 values.
+bfloat16, and jax.nn.softmax runs on bfloat16 values. Under jit, XLA (which allows excess precision by
+default) may keep a fused chain's intermediates in float32 and round once.
 """
 SIZES = {
     "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192},
@@ -20,9 +21,14 @@ SIZES = {
 }
 INPUT_NAMES = ("x", "weight", "bias")
 NOTES = (
-    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf GELU.",
-    "Softmax values average 1/N (about 1.2e-4 at full size), far below the 1e-2 absolute tolerance, so only "
-    "the few largest probabilities in each row constrain a kernel.",
+    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf "
+    "GELU.",
+    "JAXBench draws the weights as bfloat16 normals, whose mean is about -0.012 rather than 0 (and x as "
+    "bfloat16 uniforms averaging about 0.496); summed over K = 8192 this shifts every x @ weight entry by "
+    "about -1, as much as the entries' own spread, so over 80% of the pre-activations are negative.",
+    "Probabilities average 1/N. At full size (N = 8192, seed 42) none exceeds about 0.0095, so an "
+    "all-zeros output passes JAXBench's 1e-2 check there; the small size (N = 1024, largest probability "
+    "0.042) does not have that defect.",
 )
 
 

@@ -1,0 +1,29 @@
+# expect: workload=8p_GEMM status=incorrect error_class=nan_output
+# Tiled GEMM whose f32 scratch accumulator is never zeroed: it adds onto uninitialised VMEM (NaN in interpret mode).
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def _kernel(a_ref, b_ref, o_ref, acc_ref):
+    acc_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+    @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+    def _store():
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+
+def workload(A, B):
+    M, K = A.shape
+    _, N = B.shape
+    bm, bn, bk = min(512, M), min(256, N), min(256, K)
+    return pl.pallas_call(
+        _kernel,
+        grid=(M // bm, N // bn, K // bk),
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)), pl.BlockSpec((bk, bn), lambda i, j, k: (k, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+        out_shape=jax.ShapeDtypeStruct((M, N), A.dtype),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+    )(A, B)

@@ -1,0 +1,130 @@
+"""The check ladder against the corpus in tests/kernels/: every kernel gets the status its header expects."""
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxbench_mcp import checking
+from jaxbench_mcp.checking import Checker, Truth, compare
+from jaxbench_mcp.jobs import Limits
+from jaxbench_mcp.taxonomy import ErrorClass, STATUS_OF, Status
+
+KERNELS = Path(__file__).parent / "kernels"
+_HEADER = re.compile(r"^# expect: workload=(\S+) status=(\S+)(?: error_class=(\S+))?", re.M)
+# Short stage limits keep the hanging kernels cheap; real kernels finish far inside them.
+TEST_LIMITS = Limits(load=20, trace=30, lower=60, compile=120, run=120, memory_bytes=4 * 2**30)
+
+
+def corpus():
+    cases = []
+    for path in sorted(KERNELS.glob("*.py")):
+        m = _HEADER.search(path.read_text(errors="replace")[:500])
+        assert m, f"{path.name} has no '# expect:' header"
+        cases.append((path.name, m.group(1), m.group(2), m.group(3)))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    """Check the whole corpus once, two at a time, on one checker (as one server would)."""
+    os.environ["JAXBENCH_TEST_SECRET"] = "do-not-leak"  # good_secret_probe fails if a worker can see this
+    checker = Checker(limits=TEST_LIMITS, spares=2, slots=2)
+    checker.start()
+    try:
+        def run(case):
+            name, workload_id, _, _ = case
+            verdict, outcome = checker.check(workload_id, (KERNELS / name).read_text())
+            outcome.cleanup()
+            return name, verdict
+
+        with ThreadPoolExecutor(2) as pool:
+            results = dict(pool.map(run, corpus()))
+        # After hangs, crashes and memory bombs the same checker still answers correctly.
+        again, outcome = checker.check("12p_RMSNorm", (KERNELS / "good_rmsnorm.py").read_text())
+        outcome.cleanup()
+        results["after-failures"] = again
+        return results
+    finally:
+        checker.close()
+        del os.environ["JAXBENCH_TEST_SECRET"]
+
+
+def test_corpus_covers_every_status_and_the_required_error_classes():
+    statuses = {c[2] for c in corpus()}
+    assert statuses == {s.value for s in Status}
+    classes = {c[3] for c in corpus() if c[3]}
+    required = {"nan_output", "block_shape_tiling", "vmem_overflow", "wrong_values", "no_pallas_call", "stage_timeout",
+                "killed_by_signal", "exited", "memory_limit", "missing_workload", "syntax_error", "import_error",
+                "host_callback", "shape_mismatch", "dtype_mismatch"}
+    assert required <= classes
+    assert sum(1 for c in corpus() if c[2] == "correct") >= 7
+
+
+@pytest.mark.parametrize("name,workload_id,status,error_class", corpus())
+def test_corpus_kernel_gets_its_expected_verdict(verdicts, name, workload_id, status, error_class):
+    verdict = verdicts[name]
+    assert (verdict.status, verdict.error_class) == (status, error_class), verdict.summary()
+    if status != "correct":
+        assert verdict.message and verdict.hint and verdict.docs, verdict.summary()
+        assert len(verdict.message.splitlines()) <= 8
+    else:
+        assert len(verdict.seeds) == 3 and all(s.passed for s in verdict.seeds)
+        assert verdict.pallas_calls >= 1 and verdict.compiles and all(c.ok for c in verdict.compiles)
+
+
+def test_checker_answers_correctly_after_hangs_and_crashes(verdicts):
+    assert verdicts["after-failures"].status == "correct", verdicts["after-failures"].summary()
+
+
+def test_every_error_class_maps_to_a_status():
+    assert set(STATUS_OF) == set(ErrorClass)
+
+
+def _truth(values, baseline, dtype="bfloat16"):
+    truth = np.asarray(values, dtype=np.float64)
+    base = np.asarray(baseline, dtype=np.float32)
+    err = float(np.abs(base - truth).max())
+    return Truth(truth=truth, baseline=base, dtype=dtype, tolerance=max(2 * err, 2**-7 * np.abs(truth).max()), baseline_error=err)
+
+
+def test_compare_accepts_a_kernel_closer_to_the_truth_than_the_baseline_and_rejects_real_bugs():
+    rng = np.random.default_rng(0)
+    truth = rng.normal(size=(64, 128))
+    baseline = truth + rng.normal(scale=0.01, size=truth.shape)  # the native-dtype reference's own error
+    t = _truth(truth, baseline)
+    better = truth + rng.normal(scale=0.002, size=truth.shape)
+    assert compare(better.astype(np.float32), "bfloat16", t, 0)[1] is None
+    wrong_row = better.copy()
+    wrong_row[7] *= 1.5
+    report, cls, message = compare(wrong_row.astype(np.float32), "bfloat16", t, 0)
+    assert cls is ErrorClass.WRONG_VALUES and report.worst_index[0] == 7 and "at [7," in message
+    nan = better.copy()
+    nan[3, 4] = np.nan
+    assert compare(nan.astype(np.float32), "bfloat16", t, 0)[1] is ErrorClass.NAN_OUTPUT
+    assert compare(better[:, :64].astype(np.float32), "bfloat16", t, 0)[1] is ErrorClass.SHAPE_MISMATCH
+    assert compare(better.astype(np.float32), "float32", t, 0)[1] is ErrorClass.DTYPE_MISMATCH
+
+
+def test_truth_is_computed_above_the_output_precision_and_the_tolerance_is_calibrated():
+    t = checking.truth_for("8p_GEMM", "small", 1234)
+    assert t.dtype == "bfloat16" and t.truth.dtype == np.float64
+    assert 0 < t.baseline_error <= t.tolerance <= 3 * t.baseline_error + 1e-6
+    assert t.tolerance < 0.05 * np.abs(t.truth).max()
+
+
+def test_decisive_lines_keep_the_candidate_frame_and_the_error_not_the_traceback():
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/jax/_src/core.py", line 10, in bind\n    return f()\n'
+        '  File "/tmp/w/candidate.py", line 12, in kernel\n    o_ref[...] = x_ref[0:100]\n'
+        '  File "/x/jax/_src/pallas/mosaic/lowering.py", line 99, in lower\n    raise ValueError(msg)\n'
+        "ValueError: The Pallas TPU lowering currently requires that the last two dimensions of your block shape are divisible by 8 and 128\n"
+    )
+    lines = checking.decisive_lines(text).splitlines()
+    assert lines[0] == "candidate.py line 12, in kernel: o_ref[...] = x_ref[0:100]"
+    assert lines[-1].startswith("ValueError: The Pallas TPU lowering")
+    assert not any("core.py" in l for l in lines)

@@ -1,0 +1,54 @@
+"""The jaxbench-mcp command as a user runs it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+KERNELS = Path(__file__).parent / "kernels"
+CLI = [sys.executable, "-m", "jaxbench_mcp.cli"]
+
+
+def run(*args):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_list_json_has_the_50_ids_with_both_sizes():
+    out = json.loads(run("list", "--json").stdout)
+    assert out["count"] == 50 and len({w["id"] for w in out["workloads"]}) == 50
+    assert all(set(w["sizes"]) == {"full", "small"} for w in out["workloads"])
+
+
+def test_show_full_gemm_json():
+    out = json.loads(run("show", "8p_GEMM", "--size", "full", "--json").stdout)
+    assert [(t["shape"], t["dtype"]) for t in out["size"]["inputs"]] == [([8192, 8192], "bfloat16"), ([8192, 28672], "bfloat16")]
+    assert out["size"]["flops"] == 2 * 8192 * 8192 * 28672
+
+
+def test_bad_id_is_one_line_with_close_matches_and_exit_2():
+    result = run("show", "8p_GEM")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "8p_GEMM" in result.stderr
+    assert result.stdout == ""
+
+
+def test_bad_command_and_flag_are_one_line_with_exit_2():
+    result = run("lst")
+    assert result.returncode == 2 and "Did you mean: list" in result.stderr and result.stderr.strip().count("\n") == 0
+    result = run("show", "8p_GEMM", "--size", "huge")
+    assert result.returncode == 2 and "invalid choice" in result.stderr and result.stderr.strip().count("\n") == 0
+
+
+def test_info_names_the_tier_and_versions():
+    out = json.loads(run("info", "--json").stdout)
+    assert out["tier"] == "cpu_libtpu" and out["libtpu_version"] and out["default_target"] == "v6e"
+
+
+def test_check_exit_code_is_0_only_when_correct(tmp_path):
+    env_home = {"JAXBENCH_MCP_HOME": str(tmp_path)}
+    good = subprocess.run([*CLI, "check", "--workload", "12p_RMSNorm", "--kernel", str(KERNELS / "good_rmsnorm.py"), "--json"],
+                          capture_output=True, text=True, timeout=600, env={**__import__("os").environ, **env_home})
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert json.loads(good.stdout)["status"] == "correct"
+    missing = run("check", "--workload", "12p_RMSNorm", "--kernel", str(tmp_path / "nope.py"))
+    assert missing.returncode == 2 and "no kernel file" in missing.stderr

@@ -1,0 +1,92 @@
+"""The MCP tools through the SDK's in-memory client, as an agent sees them."""
+
+import anyio
+import pytest
+from mcp import Client
+
+from jaxbench_mcp import api
+from jaxbench_mcp.checking import Checker
+from jaxbench_mcp.server import build_server
+from jaxbench_mcp.store import Store
+
+KERNELS = __import__("pathlib").Path(__file__).parent / "kernels"
+
+
+@pytest.fixture
+def bench(tmp_path):
+    bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
+    yield bench
+
+
+def call(bench, tool, arguments=None, progress=None):
+    async def go():
+        async with Client(build_server(bench)) as client:
+            return await client.call_tool(tool, arguments or {}, progress_callback=progress)
+
+    return anyio.run(go)
+
+
+def test_tools_are_listed_with_output_schemas(bench):
+    async def go():
+        async with Client(build_server(bench)) as client:
+            return await client.list_tools()
+
+    tools = {t.name: t for t in anyio.run(go).tools}
+    assert {"server_info", "list_workloads", "get_workload", "read_docs", "check_kernel", "list_attempts"} <= set(tools)
+    assert all(tools[name].output_schema for name in ("server_info", "list_workloads", "get_workload", "check_kernel"))
+
+
+def test_server_info_names_the_tier_and_targets(bench):
+    result = call(bench, "server_info")
+    info = result.structured_content
+    assert info["tier"] == "cpu_libtpu"
+    assert info["compile_targets"] == ["v4", "v5e", "v5p", "v6e", "7x"]
+    assert info["workloads"] == 50
+    assert "cpu_libtpu" in result.content[0].text
+
+
+def test_list_workloads_returns_all_50_with_both_sizes_and_filters(bench):
+    everything = call(bench, "list_workloads").structured_content
+    assert everything["count"] == 50
+    assert all(set(w["sizes"]) == {"full", "small"} for w in everything["workloads"])
+    kernelbench = call(bench, "list_workloads", {"tier": "kernelbench"}).structured_content
+    assert kernelbench["count"] == 33 and all(w["id"].split("_")[0].endswith("k") for w in kernelbench["workloads"])
+
+
+def test_get_workload_gives_the_contract_in_structure_and_text(bench):
+    result = call(bench, "get_workload", {"workload_id": "8p_GEMM", "size": "full"})
+    spec = result.structured_content
+    assert [t["shape"] for t in spec["size"]["inputs"]] == [[8192, 8192], [8192, 28672]]
+    assert spec["size"]["outputs"][0] == {"name": "", "shape": [8192, 28672], "dtype": "bfloat16", "bytes": 8192 * 28672 * 2}
+    assert {r["generation"] for r in spec["size"]["roofline"]} == {"v4", "v5e", "v5p", "v6e", "7x"}
+    text = result.content[0].text
+    assert "[8192, 28672] bfloat16" in text and "def reference" in text
+
+
+def test_unknown_workload_is_a_tool_error_with_close_matches(bench):
+    result = call(bench, "get_workload", {"workload_id": "8p_GEM"})
+    assert result.is_error
+    assert "8p_GEMM" in result.content[0].text
+
+
+def test_bad_size_and_bad_tier_are_tool_errors(bench):
+    assert "choose one of" in call(bench, "get_workload", {"workload_id": "8p_GEMM", "size": "huge"}).content[0].text
+    assert call(bench, "list_workloads", {"tier": "gold"}).is_error
+
+
+def test_check_kernel_reports_progress_and_a_verdict_then_list_attempts_has_it(bench):
+    progress = []
+
+    async def on_progress(value, total, message):
+        progress.append(message)
+
+    source = (KERNELS / "good_rmsnorm.py").read_text()
+    result = call(bench, "check_kernel", {"workload_id": "12p_RMSNorm", "source": source, "seeds": 3}, on_progress)
+    outcome = result.structured_content
+    assert outcome["state"] == "done", result.content[0].text
+    assert outcome["verdict"]["status"] == "correct", result.content[0].text
+    assert len(outcome["verdict"]["seeds"]) == 3
+    assert any("compile v6e: done" in m for m in progress) and any("run seed 2: done" in m for m in progress)
+    attempts = call(bench, "list_attempts", {"attempt_id": outcome["attempt_id"]}).structured_content
+    assert attempts["detail"]["verdict"]["status"] == "correct"
+    assert "== events ==" in attempts["detail"]["log_tail"]
