@@ -10,10 +10,10 @@ from collections.abc import Callable
 import jax
 import jaxlib
 
-from jaxbench_mcp import specs, targets, workloads
+from jaxbench_mcp import profiling, specs, targets, workloads
 from jaxbench_mcp.checking import DEFAULT_SEEDS, Checker
 from jaxbench_mcp.jobs import Limits
-from jaxbench_mcp.models import (AttemptDetail, AttemptList, AttemptSummary, QueueInfo, ServerInfo, Verdict,
+from jaxbench_mcp.models import (AttemptDetail, AttemptList, AttemptSummary, Profile, QueueInfo, ServerInfo, Verdict,
                                  WorkloadList, WorkloadSpec)
 from jaxbench_mcp.store import Store
 
@@ -96,8 +96,31 @@ class JaxBench:
             outcome.cleanup()
         return verdict
 
-    def start_check(self, *args, **kwargs) -> tuple[threading.Event, dict]:
-        """Run check_kernel on a thread; returns (done event, box with 'attempt_id', 'verdict' or 'error')."""
+    def profile_kernel(self, workload_id: str, source: str, targets_: list[str] | str | None = None,
+                       on_progress: Callable[[str], None] | None = None, on_attempt: Callable[[int], None] | None = None) -> Profile:
+        """Check first; a correct kernel is then estimated (CPU host) next to the XLA baseline and expert kernel."""
+        w = workloads.get_workload(workload_id)
+        chosen = targets.parse_targets(targets_) if targets_ else self.checker.default_targets()
+        attempt_id = self.store.start("profile", w.id, source)
+        if on_attempt:
+            on_attempt(attempt_id)
+        progress = on_progress or (lambda _m: None)
+        try:
+            verdict = self.check_kernel(w.id, source, chosen or None, on_progress=on_progress)
+            progress("estimating" if verdict.status == "correct" else "not profiled: the check failed")
+            result = profiling.profile(self.checker, w.id, source, chosen, verdict)
+        except Exception as exc:
+            self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")
+            raise
+        result.attempt_id = attempt_id
+        self.store.finish(attempt_id, verdict.status, verdict.error_class, result.model_dump(mode="json"), "", verdict.total_seconds)
+        return result
+
+    def in_background(self, method: Callable, *args, **kwargs) -> tuple[threading.Event, dict]:
+        """Run check_kernel or profile_kernel on a thread.
+
+        Returns (done, box); box gets 'attempt_id' as soon as the attempt exists, then 'result' or 'error'.
+        """
         done, box, has_id = threading.Event(), {}, threading.Event()
 
         def remember(attempt_id: int) -> None:
@@ -106,14 +129,14 @@ class JaxBench:
 
         def run() -> None:
             try:
-                box["verdict"] = self.check_kernel(*args, on_attempt=remember, **kwargs)
+                box["result"] = method(*args, on_attempt=remember, **kwargs)
             except Exception as exc:  # noqa: BLE001 - handed to the caller through the box
                 box["error"] = exc
             finally:
                 has_id.set()
                 done.set()
 
-        threading.Thread(target=run, daemon=True, name="jaxbench-check").start()
+        threading.Thread(target=run, daemon=True, name="jaxbench-job").start()
         has_id.wait()
         return done, box
 
@@ -122,7 +145,10 @@ class JaxBench:
             row = self.store.get(attempt_id)
             if row is None:
                 raise UnknownAttempt(f"no attempt {attempt_id}; list_attempts() without an id shows the recent ones")
-            detail = AttemptDetail(**_summary_fields(row), verdict=Verdict(**json.loads(row["result_json"])) if row["result_json"] else None,
+            result = json.loads(row["result_json"]) if row["result_json"] else None
+            if result is not None and row["kind"] == "profile":
+                result = result["verdict"]
+            detail = AttemptDetail(**_summary_fields(row), verdict=Verdict(**result) if result else None,
                                    source=row["source"], log_tail=row["log"][-8000:])
             return AttemptList(attempts=[AttemptSummary(**_summary_fields(row))], detail=detail)
         if workload_id is not None:

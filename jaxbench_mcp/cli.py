@@ -12,7 +12,7 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-COMMANDS = ("list", "show", "info", "serve", "check", "docs")
+COMMANDS = ("list", "show", "info", "serve", "check", "profile", "docs")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,7 +35,9 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _emit(model, as_json: bool) -> None:
-    print(model.model_dump_json(indent=2) if as_json else model.summary())
+    from jaxbench_mcp.models import text_of
+
+    print(model.model_dump_json(indent=2) if as_json else text_of(model))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-no-pallas", action="store_true", help="do not require a pallas_call")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("profile", help="how fast a correct kernel is, next to XLA and the expert kernel (exit 0 when profiled)")
+    p.add_argument("--workload", required=True, help="JAXBench id, e.g. 8p_GEMM")
+    p.add_argument("--kernel", required=True, type=Path, help="Python file defining workload(*inputs)")
+    p.add_argument("--target", help="comma-separated TPU generations: v4,v5e,v5p,v6e,7x")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("docs", help="read or search the Pallas/TPU docs")
     p.add_argument("topic", nargs="?", help="topic id or topic#anchor")
     p.add_argument("--search", metavar="QUERY")
@@ -97,16 +105,20 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 page = docs.read_docs(topic=args.topic, query=args.search, page=args.page)
             _emit(page, args.json)
-        elif args.command == "check":
+        elif args.command in ("check", "profile"):
             if not args.kernel.is_file():
                 _fail(f"no kernel file at {args.kernel}")
             bench = api.JaxBench.one_shot()
             try:
-                verdict = bench.check_kernel(args.workload, args.kernel.read_text(), args.target, args.size, args.seeds,
-                                             require_pallas=not args.allow_no_pallas)
+                if args.command == "check":
+                    result = verdict = bench.check_kernel(args.workload, args.kernel.read_text(), args.target, args.size,
+                                                          args.seeds, require_pallas=not args.allow_no_pallas)
+                else:
+                    result = bench.profile_kernel(args.workload, args.kernel.read_text(), args.target)
+                    verdict = result.verdict
             finally:
                 bench.close()
-            _emit(verdict, args.json)
+            _emit(result, args.json)
             sys.exit(0 if verdict.status == "correct" else 1)
         elif args.command == "serve":
             from jaxbench_mcp.server import build_server

@@ -30,6 +30,7 @@ MIN_PAGE_CHARS = 500
 MAX_PAGE_CHARS = 50_000
 HITS_PER_PAGE = 8
 SNIPPET_CHARS = 240
+MIN_RELATIVE_SCORE = 0.15
 
 
 class DocsError(ValueError):
@@ -250,10 +251,12 @@ class DocSection(BaseModel):
     title: str
     text: str = Field(description="markdown")
     part: str | None = Field(default=None, description="'k/n' when a long section is split across pages")
+    abridged: bool = Field(default=False, description="runnable examples left out (read the ref for them)")
 
     def render(self) -> str:
         part = f" (part {self.part})" if self.part else ""
-        return f"[{self.ref}]{part}\n{self.text}"
+        short = " (examples left out)" if self.abridged else ""
+        return f"[{self.ref}]{part}{short}\n{self.text}"
 
 
 class DocSearchHit(BaseModel):
@@ -287,8 +290,18 @@ class DocsPage(BaseModel):
         return self.text
 
 
-def _section_model(s: _Section, text: str | None = None, part: str | None = None) -> DocSection:
-    return DocSection(ref=s.ref, topic=s.topic_id, title=s.title, text=s.text if text is None else text, part=part)
+def _section_model(s: _Section, text: str | None = None, part: str | None = None,
+                   abridged: bool = False) -> DocSection:
+    return DocSection(ref=s.ref, topic=s.topic_id, title=s.title, text=s.text if text is None else text,
+                      part=part, abridged=abridged)
+
+
+_PY_EXAMPLE = re.compile(r"^```python[^\n]*\n.*?^```[ \t]*$", re.S | re.M)
+
+
+def _abridge(s: _Section) -> str:
+    """The section without its runnable examples (a pointer to the full section replaces each)."""
+    return _PY_EXAMPLE.sub(f"(runnable example: read_docs(topic='{s.ref}'))", s.text)
 
 
 def _topic_model(t: _Topic) -> DocTopic:
@@ -491,8 +504,15 @@ _STOP = frozenset(
     "of on or so such than that the then their there these this to use used uses using was what when where "
     "which while will with you your".split()
 )
-_TITLE_WEIGHT, _TAG_WEIGHT = 3, 2
-_K1, _B = 1.2, 0.75
+_TITLE_WEIGHT, _TAG_WEIGHT, _CODE_WEIGHT = 3.0, 1.0, 0.5
+_K1, _B = 1.2, 0.5
+_CODE_BLOCK = re.compile(r"^```[^\n]*\n.*?^```[ \t]*$", re.S | re.M)
+
+
+def _split_code(text: str) -> tuple[str, str]:
+    """(prose, code) of a section: code blocks count less for ranking than the explanation."""
+    code = "\n".join(m.group(0) for m in _CODE_BLOCK.finditer(text))
+    return _CODE_BLOCK.sub(" ", text), code
 
 
 def _norm(word: str) -> str:
@@ -540,14 +560,21 @@ def _bm25_index(directory: str) -> _Index:
     for t in topics.values():
         tag_terms = tokenize(" ".join(t.tags))
         for s in t.sections:
-            tf = Counter(tokenize(s.text))
-            for term in tokenize(s.title):
+            prose, code = _split_code(s.text)
+            tf: Counter = Counter()
+            for term in tokenize(prose):
+                tf[term] += 1.0
+            for term in tokenize(code):
+                tf[term] += _CODE_WEIGHT
+            length = sum(tf.values())
+            # The title and the anchor are the curated description of a section; tags describe its topic.
+            for term in tokenize(s.title + " " + s.anchor.replace("-", " ")):
                 tf[term] += _TITLE_WEIGHT
             for term in tag_terms:
                 tf[term] += _TAG_WEIGHT
             refs.append(s.ref)
             tfs.append(tf)
-            lengths.append(float(sum(tf.values())))
+            lengths.append(float(length))
             df.update(tf.keys())
     avg = sum(lengths) / max(len(lengths), 1)
     return _Index(tuple(refs), tuple(tfs), tuple(lengths), avg, df)
@@ -614,6 +641,8 @@ def search(query: str, topic: str | None = None, page: int = 1, page_chars: int 
         text = (f"No docs section matches {query!r}{scope}. Try other words (API names such as pl.BlockSpec, "
                 "error text), or read_docs() for the list of topics.")
         return DocsPage(kind="search", query=query, topic=topic, text=text)
+    # Drop the long tail: sections scoring far below the best one only share a common word.
+    ranked = [(ref, score) for ref, score in ranked if score >= MIN_RELATIVE_SCORE * ranked[0][1]]
     hits = []
     for ref, score in ranked:
         s = sections[ref]
@@ -654,8 +683,8 @@ CORE_SECTIONS = (
 # Operator families: (name, keyword pattern over "<id> <operator>", section refs in priority order).
 FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("paged_attention", r"paged|ragged_paged",
-     ("recipe-paged-attention#paged-decode", "scalar-prefetch#prefetch-grid-spec", "recipe-paged-attention#ragged-batches",
-      "manual-dma#async-copy", "recipe-flash-attention#online-softmax")),
+     ("recipe-paged-attention#paged-decode", "recipe-paged-attention#ragged-batches", "scalar-prefetch#prefetch-grid-spec",
+      "manual-dma#async-copy", "recipe-paged-attention#decode-performance", "recipe-flash-attention#online-softmax")),
     ("attention", r"attention|\bmha\b|_mha|gqa|mla|flash|retention|ssd|state_space|mamba",
      ("recipe-flash-attention#online-softmax", "recipe-flash-attention#causal-skip", "recipe-flash-attention#gqa-heads",
       "dimension-semantics#parallel-arbitrary")),
@@ -673,6 +702,18 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("recipe-reductions#row-reductions", "recipe-reductions#cross-entropy", "recipe-reductions#logsumexp")),
 )
 
+# Within a family, a more specific operator moves one section to the front of that family's list.
+FAMILY_FOCUS: tuple[tuple[str, str, str], ...] = (
+    ("attention", r"retention|ssd|state_space|mamba|flex", "recipe-flash-attention#variants"),
+    ("attention", r"gqa|mla", "recipe-flash-attention#gqa-heads"),
+    ("attention", r"sparse", "scalar-prefetch#patterns"),
+    ("moe", r"moe|ragged_dot", "recipe-grouped-matmul#moe-layer"),
+    ("norm", r"batch_?norm|instance_?norm|group_?norm", "recipe-norms#cross-block-stats"),
+    ("norm", r"layer_?norm", "recipe-norms#layer-norm"),
+    ("reduction", r"entropy", "recipe-reductions#cross-entropy"),
+    ("reduction", r"logsumexp|pool|_sum|sum_", "recipe-reductions#logsumexp"),
+)
+
 TAIL_SECTIONS = (
     "performance#block-size-vmem",
     "supported-ops#what-lowers",
@@ -685,22 +726,42 @@ def families_for(text: str) -> list[str]:
     """Operator families whose keywords occur in `text` (a workload's id and operator)."""
     low = text.lower()
     found = [name for name, pattern, _ in FAMILIES if re.search(pattern, low)]
-    if "paged_attention" in found and "attention" in found:
-        found.remove("attention")
+    # The more specific family already carries the general one's key sections.
+    for specific, general in (("paged_attention", "attention"), ("moe", "matmul")):
+        if specific in found and general in found:
+            found.remove(general)
     return found
 
 
-def _pack_sections(refs: list[str], budget: int, header_chars: int) -> tuple[list[_Section], list[str]]:
+def _family_refs(name: str, refs: tuple[str, ...], text: str) -> list[str]:
+    ordered = list(refs)
+    for family, pattern, ref in reversed(FAMILY_FOCUS):
+        if family == name and re.search(pattern, text):
+            ordered = [ref] + [r for r in ordered if r != ref]
+    return ordered
+
+
+def _pack_sections(wanted: list[tuple[str, bool]], budget: int, used: int) -> tuple[list[DocSection], list[str]]:
+    """Fill `budget` chars in priority order. Each entry is (ref, full): full sections keep their
+    runnable examples when they fit and fall back to the abridged text; the others are abridged."""
     sections = _sections()
-    chosen: list[_Section] = []
+    chosen: list[DocSection] = []
     omitted: list[str] = []
-    used = header_chars
-    for ref in dict.fromkeys(refs):
+    seen: set[str] = set()
+    for ref, full in wanted:
+        if ref in seen:
+            continue
+        seen.add(ref)
         s = sections[ref]
-        cost = len(s.text) + len(ref) + 8
-        if used + cost <= budget:
-            chosen.append(s)
-            used += cost
+        candidates = ([_section_model(s)] if full else []) + [_section_model(s, _abridge(s), abridged=True)]
+        for model in candidates:
+            if model.abridged and model.text == s.text:
+                model = _section_model(s)  # nothing to leave out
+            cost = len(model.render()) + 2
+            if used + cost <= budget:
+                chosen.append(model)
+                used += cost
+                break
         else:
             omitted.append(ref)
     return chosen, omitted
@@ -712,23 +773,24 @@ def context_pack_for(workload_id: str, operator: str, description: str = "",
     if budget_chars < 1000:
         raise DocsError("budget_chars must be at least 1000")
     families = families_for(f"{workload_id} {operator}") or families_for(description) or ["matmul"]
-    refs = list(CORE_SECTIONS)
-    # Interleave: the first section of each family before the second of any, so a tight budget still
-    # covers every family the workload touches.
-    per_family = [rs for name, _, rs in FAMILIES if name in families]
+    key = f"{workload_id} {operator}".lower()
+    per_family = [_family_refs(name, rs, key) for name, _, rs in FAMILIES if name in families]
+    # Core concepts abridged (their examples are generic), then the families' recipes in full:
+    # the first section of each family before the second of any, so a tight budget still covers
+    # every family the workload touches; then tuning and debugging, abridged.
+    wanted = [(ref, False) for ref in CORE_SECTIONS]
     for k in range(max(len(rs) for rs in per_family)):
-        refs.extend(rs[k] for rs in per_family if k < len(rs))
-    refs.extend(TAIL_SECTIONS)
+        wanted.extend((rs[k], True) for rs in per_family if k < len(rs))
+    wanted.extend((ref, False) for ref in TAIL_SECTIONS)
     head = (f"Docs for {workload_id} (operator {operator}; families: {', '.join(families)}). "
             "Sections are addressed 'topic#anchor'; read more with read_docs(topic=...) or read_docs(query=...).")
     footer_reserve = 400
-    chosen, omitted = _pack_sections(refs, budget_chars - footer_reserve, len(head) + 2)
-    parts = [head] + [_section_model(s).render() for s in chosen]
+    chosen, omitted = _pack_sections(wanted, budget_chars - footer_reserve, len(head) + 2)
+    parts = [head] + [m.render() for m in chosen]
     if omitted:
         parts.append("Also relevant (left out for size): " + ", ".join(omitted))
     text = "\n\n".join(parts)
-    return DocsPage(kind="context", workload_id=workload_id, sections=[_section_model(s) for s in chosen],
-                    omitted=omitted, text=text)
+    return DocsPage(kind="context", workload_id=workload_id, sections=chosen, omitted=omitted, text=text)
 
 
 def context_pack(workload_id: str, budget_chars: int = 12000) -> DocsPage:

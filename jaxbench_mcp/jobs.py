@@ -95,7 +95,7 @@ def _group_rss_bytes(pgid: int) -> int:
 class Worker:
     """A started worker process, warming up or ready for one job."""
 
-    def __init__(self, generation: str | None, tier: targets.Tier, limits: Limits):
+    def __init__(self, generation: str | None, tier: targets.Tier, limits: Limits, dump_schedules: bool = False):
         self.limits = limits
         self.workdir = Path(tempfile.mkdtemp(prefix="jaxbench-worker-"))
         read_fd, write_fd = os.pipe()
@@ -103,6 +103,11 @@ class Worker:
         self._stderr = open(self.workdir / "stderr.log", "wb")
         env = _scrubbed_env(self.workdir, tier)
         env["JAXBENCH_WORKER_MAX_FILE_BYTES"] = str(limits.max_file_bytes)
+        self.dump_dir = self.workdir / "dumps"
+        if dump_schedules:
+            # libtpu reads its flags once, at start: a worker that dumps schedules is started for it.
+            self.dump_dir.mkdir()
+            env["LIBTPU_INIT_ARGS"] = f"--xla_jf_dump_to={self.dump_dir}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "jaxbench_mcp.worker", str(write_fd), generation or "-"],
             stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr, cwd=self.workdir, env=env,

@@ -9,6 +9,11 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
+def text_of(model: BaseModel) -> str:
+    """The plain-text rendering of a result model (docs pages carry theirs as `text`)."""
+    return model.summary() if hasattr(model, "summary") else model.text
+
+
 class Tensor(BaseModel):
     name: str = ""
     shape: list[int]
@@ -273,3 +278,78 @@ class CheckOutcome(BaseModel):
             return self.verdict.summary()
         return (f"attempt {self.attempt_id} is still running; call list_attempts(attempt_id={self.attempt_id}) "
                 "in a little while for the verdict")
+
+
+# ---- profile_kernel -----------------------------------------------------------------------------
+
+
+class KernelEstimate(BaseModel):
+    name: str
+    grid_steps: int
+    bundles_per_step: int = Field(description="Bundles in the kernel's final schedule (libtpu's dump)")
+    slot_use: dict[str, float] = Field(description="Average use per bundle of each VLIW slot kind, as a fraction of capacity")
+    hbm_bytes: int = Field(description="HBM bytes the BlockSpecs move over the grid, re-fetches included")
+    hbm_bytes_exact: bool = Field(description="False when index maps depend on scalar prefetch or blocks stay in HBM")
+    compute_us: float
+    memory_us: float
+    overhead_us: float
+    estimate_us: float
+    bottleneck: str
+
+
+class TargetEstimate(BaseModel):
+    target: str
+    candidate_us: float | None = Field(description="Estimated time of the candidate's Pallas kernels")
+    xla_baseline_us: float | None = Field(description="XLA's own cost-analysis estimate for the reference")
+    expert_us: float | None = Field(None, description="The same estimate for the expert kernel, if the workload has one")
+    roofline_us: float = Field(description="Lower bound from FLOPs and the workload's input+output bytes")
+    speedup_vs_xla: float | None = None
+    speedup_vs_expert: float | None = None
+    bottleneck: str | None = None
+    kernels: list[KernelEstimate] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class Profile(BaseModel):
+    workload_id: str
+    tier: str
+    kind: str = Field(description="'static estimate' on a CPU host with libtpu; 'roofline only' on a plain CPU host")
+    label: str
+    verdict: Verdict = Field(description="The check that came first: only a correct kernel is profiled")
+    targets: list[TargetEstimate] = Field(default_factory=list)
+    attempt_id: int | None = None
+
+    def summary(self) -> str:
+        if self.verdict.status != "correct":
+            return "NOT PROFILED: the kernel must pass check_kernel first.\n" + self.verdict.summary()
+        lines = [f"{self.workload_id}: {self.kind.upper()} ({self.label})"]
+        for t in self.targets:
+            if t.error:
+                lines.append(f"{t.target}: {t.error}")
+                continue
+            fmt = lambda v: f"{v:,.1f} us" if v is not None else "n/a"  # noqa: E731
+            lines.append(
+                f"{t.target}: candidate ~{fmt(t.candidate_us)} | XLA baseline ~{fmt(t.xla_baseline_us)} | "
+                f"expert ~{fmt(t.expert_us)} | roofline >= {fmt(t.roofline_us)}; "
+                f"est. speedup vs XLA {t.speedup_vs_xla or 0:.2f}x" + (f", vs expert {t.speedup_vs_expert:.2f}x" if t.speedup_vs_expert else "")
+                + f"; bottleneck: {t.bottleneck}"
+            )
+            for k in t.kernels:
+                lines.append(f"  kernel {k.name}: {k.grid_steps} steps x {k.bundles_per_step} bundles; compute {k.compute_us:,.1f} us, "
+                             f"HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.0f} MiB{'' if k.hbm_bytes_exact else ', approx.'}), "
+                             f"step overhead {k.overhead_us:,.1f} us -> {k.bottleneck}")
+            lines += [f"  flag: {f}" for f in t.flags]
+        return "\n".join(lines)
+
+
+class ProfileOutcome(BaseModel):
+    state: str = Field(description="'done' with a profile, or 'running': ask list_attempts(attempt_id=...) later")
+    attempt_id: int
+    profile: Profile | None = None
+
+    def summary(self) -> str:
+        if self.profile is not None:
+            return self.profile.summary()
+        return (f"attempt {self.attempt_id} is still running; call list_attempts(attempt_id={self.attempt_id}) "
+                "in a little while for the result")

@@ -16,20 +16,38 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
-from jaxbench_mcp import __version__, api, docs, targets, workloads
+from jaxbench_mcp import __version__, api, docs, workloads
+from jaxbench_mcp import targets as tpu_targets
 from jaxbench_mcp.checking import DEFAULT_SEEDS
-from jaxbench_mcp.models import AttemptList, CheckOutcome, ServerInfo, WorkloadList, WorkloadSpec
+from jaxbench_mcp.models import (AttemptList, CheckOutcome, ProfileOutcome, ServerInfo, WorkloadList, WorkloadSpec,
+                                 text_of)
 
 # A tool call returns within this many seconds; a longer check keeps running and is collected later
 # with list_attempts, so that no client times out waiting.
 CALL_BUDGET_SECONDS = 45.0
 
-_AGENT_ERRORS = (workloads.UnknownWorkload, workloads.UnknownSize, targets.UnknownTarget, docs.UnknownTopic,
+_AGENT_ERRORS = (workloads.UnknownWorkload, workloads.UnknownSize, tpu_targets.UnknownTarget, docs.UnknownTopic,
                  api.UnknownAttempt, ValueError)
 
 
 def _result(model: Any) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=model.summary())], structured_content=model.model_dump(mode="json"))
+    return CallToolResult(content=[TextContent(type="text", text=text_of(model))], structured_content=model.model_dump(mode="json"))
+
+
+async def _follow(ctx: Context, done, box: dict, messages: list[str]) -> dict:
+    """Relay progress until the job ends or the call's time budget is spent."""
+    sent, deadline = 0, time.monotonic() + CALL_BUDGET_SECONDS
+    while not done.is_set() and time.monotonic() < deadline:
+        await anyio.sleep(0.1)
+        while sent < len(messages):
+            sent += 1
+            await ctx.report_progress(sent, None, messages[sent - 1])
+    if "error" in box:
+        exc = box["error"]
+        if isinstance(exc, _AGENT_ERRORS):
+            raise _agent_error(exc) from exc
+        raise exc
+    return box
 
 
 def _agent_error(exc: Exception) -> ToolError:
@@ -104,7 +122,7 @@ def build_server(bench: api.JaxBench) -> MCPServer:
         workload_id: Annotated[str, Field(description="The JAXBench id the kernel implements")],
         source: Annotated[str, Field(description="Python source defining workload(*inputs)")],
         ctx: Context,
-        targets_: Annotated[list[str] | None, Field(alias="targets", description="TPU generations to compile for: v4, v5e, v5p, v6e, 7x")] = None,
+        targets: Annotated[list[str] | None, Field(description="TPU generations to compile for: v4, v5e, v5p, v6e, 7x")] = None,
         size: Annotated[str | None, Field(description="Size for the run stage; default: full on a TPU, small elsewhere")] = None,
         seeds: Annotated[int, Field(ge=1, le=16, description="How many hidden seeds to run")] = DEFAULT_SEEDS,
     ) -> Annotated[CallToolResult, CheckOutcome]:
@@ -113,23 +131,33 @@ def build_server(bench: api.JaxBench) -> MCPServer:
         lines, a fix hint and the doc sections to read."""
         messages: list[str] = []
         try:
-            done, box = bench.start_check(workload_id, source, targets_, size, seeds, on_progress=messages.append)
+            done, box = bench.in_background(bench.check_kernel, workload_id, source, targets, size, seeds, on_progress=messages.append)
         except _AGENT_ERRORS as exc:
             raise _agent_error(exc) from exc
-        sent, deadline = 0, time.monotonic() + CALL_BUDGET_SECONDS
-        while not done.is_set() and time.monotonic() < deadline:
-            await anyio.sleep(0.1)
-            while sent < len(messages):
-                sent += 1
-                await ctx.report_progress(sent, None, messages[sent - 1])
-        if "error" in box:
-            exc = box["error"]
-            if isinstance(exc, _AGENT_ERRORS):
-                raise _agent_error(exc) from exc
-            raise exc
-        if "verdict" not in box:
+        box = await _follow(ctx, done, box, messages)
+        if "result" not in box:
             return _result(CheckOutcome(state="running", attempt_id=box["attempt_id"]))
-        return _result(CheckOutcome(state="done", attempt_id=box["attempt_id"], verdict=box["verdict"]))
+        return _result(CheckOutcome(state="done", attempt_id=box["attempt_id"], verdict=box["result"]))
+
+    @mcp.tool()
+    async def profile_kernel(
+        workload_id: Annotated[str, Field(description="The JAXBench id the kernel implements")],
+        source: Annotated[str, Field(description="Python source defining workload(*inputs)")],
+        ctx: Context,
+        targets: Annotated[list[str] | None, Field(description="TPU generations: v4, v5e, v5p, v6e, 7x")] = None,
+    ) -> Annotated[CallToolResult, ProfileOutcome]:
+        """How fast a correct kernel is, next to the XLA baseline and the expert kernel: measured on a TPU host, a
+        labelled static estimate (bundle schedule, HBM traffic, grid overhead; bottleneck named) on a CPU host.
+        The kernel is checked first; a failing check comes back instead of a profile."""
+        messages: list[str] = []
+        try:
+            done, box = bench.in_background(bench.profile_kernel, workload_id, source, targets, on_progress=messages.append)
+        except _AGENT_ERRORS as exc:
+            raise _agent_error(exc) from exc
+        box = await _follow(ctx, done, box, messages)
+        if "result" not in box:
+            return _result(ProfileOutcome(state="running", attempt_id=box["attempt_id"]))
+        return _result(ProfileOutcome(state="done", attempt_id=box["attempt_id"], profile=box["result"]))
 
     @mcp.tool()
     def list_attempts(

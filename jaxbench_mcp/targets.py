@@ -145,6 +145,34 @@ def _topology_device(generation: str):
     return topologies.get_topology_desc(topology, "tpu").devices[0]
 
 
+_CHIP_DEVICE_KIND = {"v4": "TPU v4", "v5e": "TPU v5 lite", "v5p": "TPU v5", "v6e": "TPU v6 lite", "7x": "TPU7x"}
+
+
+def chip_context(generation: str):
+    """Trace as if on `generation`: kernels that ask for chip facts while tracing (emit_pipeline,
+    rank-1 blocks, gathers) otherwise fail on a CPU host with "Unsupported TPU device kind: cpu"."""
+    import jax
+
+    device = jax.sharding.AbstractDevice(device_kind=_CHIP_DEVICE_KIND[check_generation(generation)], num_cores=1, platform="tpu")
+    return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device))
+
+
+def interpret_on_cpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[int], generation: str, params):
+    """Run `fn(*args)` in TPU interpret mode on the CPU, traced as if on `generation`."""
+    import jax
+    from jax.experimental.pallas import tpu as pltpu
+
+    try:
+        with pltpu.force_tpu_interpret_mode(params):
+            with chip_context(generation):
+                traced = jax.jit(fn, static_argnums=tuple(static_argnums)).trace(*args)
+            compiled = traced.lower(lowering_platforms=("cpu",)).compile(device_assignment=(jax.devices("cpu")[0],))
+            return jax.block_until_ready(compiled(*[a for i, a in enumerate(args) if i not in static_argnums]))
+    except BaseException:
+        pltpu.reset_tpu_interpret_mode_state()  # interpret mode keeps state that a failed run leaves behind
+        raise
+
+
 def lower_for_tpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[int] = (), generation: str | None = None):
     """Lower `fn(*args)` for TPU. Array args are ShapeDtypeStructs; static ones are Python values.
 
@@ -160,7 +188,9 @@ def lower_for_tpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[in
             a if i in static_argnums else jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
             for i, a in enumerate(args)
         ]
-        return jax.jit(fn, static_argnums=tuple(static_argnums)).lower(*args)
+        # Pinning the outputs too keeps the lowering on the TPU even when the function ignores its inputs.
+        with chip_context(generation):
+            return jax.jit(fn, static_argnums=tuple(static_argnums), out_shardings=sharding).lower(*args)
     traced = jax.jit(fn, static_argnums=tuple(static_argnums)).trace(*args)
     return traced.lower(lowering_platforms=("tpu",))
 

@@ -150,6 +150,47 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
     return kernels, callbacks
 
 
+def kernel_traffic(jaxpr) -> list[dict]:
+    """Per pallas_call: grid steps and the HBM bytes its BlockSpecs move over the whole grid.
+
+    Index maps are evaluated at every grid point (vectorised); a block is fetched again whenever its
+    index changes between consecutive steps. Blocks whose index maps read scalar-prefetch operands,
+    or that stay in HBM for manual DMA, cannot be followed statically: they count once per step
+    (or once in all, for pl.ANY) and the kernel is marked inexact.
+    """
+    import jax
+    import numpy as np
+
+    from jaxbench_mcp.profiling import block_traffic
+
+    results = []
+    for eqn in _walk_eqns(jaxpr):
+        if eqn.primitive.name != "pallas_call":
+            continue
+        mapping = eqn.params["grid_mapping"]
+        grid = [g if isinstance(g, int) else 1 for g in mapping.grid]
+        steps = int(np.prod(grid, dtype=np.int64)) if grid else 1
+        points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
+        total, exact = 0, True
+        for bm in mapping.block_mappings:
+            shape = [_block_dim(d) or 1 for d in bm.block_shape]
+            block_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
+            whole = int(np.prod(bm.array_aval.shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
+            if "ANY" in str(getattr(bm.transformed_block_aval, "memory_space", "")).upper():
+                total, exact = total + whole, False
+                continue
+            if mapping.num_index_operands or not grid:
+                total += block_bytes * steps
+                exact = exact and not mapping.num_index_operands
+                continue
+            closed = bm.index_map_jaxpr
+            evaluate = jax.vmap(lambda *idx: jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *idx))
+            indices = np.stack([np.asarray(x) for x in evaluate(*points)], axis=1)
+            total += block_traffic(indices, block_bytes)
+        results.append({"steps": steps, "hbm_bytes": total, "exact": exact})
+    return results
+
+
 def _full_args(workload, size: str):
     from jaxbench_mcp.workloads import abstract_inputs
 
@@ -222,8 +263,7 @@ def run_job(job: dict, report: Reporter, workdir: Path) -> None:
         try:
             if job["interpret"]:
                 params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed % (2**31))
-                with pltpu.force_tpu_interpret_mode(params):
-                    out = jax.block_until_ready(jitted(*inputs))
+                out = targets.interpret_on_cpu(fn, inputs, static, job["targets"][0] if job["targets"] else targets.DEFAULT_CPU_TARGET, params)
             else:
                 out = jax.block_until_ready(jitted(*inputs))
             leaves = jax.tree_util.tree_leaves(out)
@@ -239,6 +279,51 @@ def run_job(job: dict, report: Reporter, workdir: Path) -> None:
                     output={"path": path.name, "shape": list(first.shape), "dtype": str(first.dtype), "leaves": len(leaves)})
 
 
+def profile_job(job: dict, report: Reporter, workdir: Path) -> None:
+    """Load, trace and compile the candidate for each target, keeping libtpu's schedule dumps."""
+    import jax
+
+    from jaxbench_mcp import profiling, targets, workloads
+
+    w = workloads.get_workload(job["workload_id"])
+    static = tuple(w.static_argnums)
+    module, failure = load_candidate(workdir / "candidate.py")
+    if failure:
+        report.send(event="stage", stage="load", state="failed", error_class=failure[0], text=failure[1])
+        return
+    closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, "full"))
+    report.send(event="stage", stage="trace", state="done", traffic=kernel_traffic(closed.jaxpr))
+    dump_root = Path(job["dump_dir"])
+    for generation in job["targets"]:
+        report.send(event="stage", stage="compile", state="start", target=generation)
+        t0 = time.perf_counter()
+        try:
+            targets.deviceless_compile(module.workload, _full_args(w, "full"), generation, static)
+        except Exception as exc:  # noqa: BLE001
+            report.send(event="stage", stage="compile", state="failed", target=generation, text=_error_text(exc))
+            continue
+        schedules = profiling.parse_dump(profiling.collect_dump(dump_root, generation))
+        report.send(event="stage", stage="compile", state="done", target=generation, seconds=time.perf_counter() - t0,
+                    schedules=[{"name": k.name, "bundles": k.bundles, "slot_use": k.slot_use} for k in schedules])
+
+
+def reference_job(job: dict, report: Reporter) -> None:
+    """Trusted work: the bundle calibration per target, and XLA's cost analysis of the baseline."""
+    from jaxbench_mcp import profiling, targets, workloads
+
+    w = workloads.get_workload(job["workload_id"])
+    dump_root = Path(job["dump_dir"])
+    for generation in job["targets"]:
+        fn, args = profiling.calibration_kernel()
+        targets.deviceless_compile(fn, args, generation)
+        calibration = profiling.parse_dump(profiling.collect_dump(dump_root, f"calibration-{generation}"))
+        compiled = targets.deviceless_compile(w.module.reference, _full_args(w, "full"), generation, w.static_argnums)
+        cost = compiled.cost_analysis() or {}
+        report.send(event="reference", target=generation, calibration_bundles=calibration[0].bundles if calibration else None,
+                    xla_flops=float(cost.get("flops", 0.0)), xla_bytes=float(cost.get("bytes accessed", 0.0)),
+                    xla_optimal_seconds=cost.get("optimal_seconds"))
+
+
 def main() -> None:
     event_fd, generation = int(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None)
     report = Reporter(event_fd)
@@ -250,8 +335,12 @@ def main() -> None:
         return
     job = json.loads(line)
     workdir = Path.cwd()
-    (workdir / "candidate.py").write_text(job.pop("source"))
-    run_job(job, report, workdir)
+    mode = job.get("mode", "check")
+    if mode == "reference":
+        reference_job(job, report)
+    else:
+        (workdir / "candidate.py").write_text(job.pop("source"))
+        (profile_job if mode == "profile" else run_job)(job, report, workdir)
     report.send(event="finished")
 
 

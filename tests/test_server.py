@@ -81,12 +81,20 @@ def test_check_kernel_reports_progress_and_a_verdict_then_list_attempts_has_it(b
         progress.append(message)
 
     source = (KERNELS / "good_rmsnorm.py").read_text()
-    result = call(bench, "check_kernel", {"workload_id": "12p_RMSNorm", "source": source, "seeds": 3}, on_progress)
+
+    async def go():
+        async with Client(build_server(bench)) as client:
+            checked = await client.call_tool("check_kernel", {"workload_id": "12p_RMSNorm", "source": source, "seeds": 3},
+                                             progress_callback=on_progress)
+            listed = await client.call_tool("list_attempts", {"attempt_id": checked.structured_content["attempt_id"]})
+            return checked, listed
+
+    result, listed = anyio.run(go)
     outcome = result.structured_content
     assert outcome["state"] == "done", result.content[0].text
     assert outcome["verdict"]["status"] == "correct", result.content[0].text
     assert len(outcome["verdict"]["seeds"]) == 3
     assert any("compile v6e: done" in m for m in progress) and any("run seed 2: done" in m for m in progress)
-    attempts = call(bench, "list_attempts", {"attempt_id": outcome["attempt_id"]}).structured_content
+    attempts = listed.structured_content
     assert attempts["detail"]["verdict"]["status"] == "correct"
     assert "== events ==" in attempts["detail"]["log_tail"]

@@ -5,10 +5,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 
-def _pick_block(dim):
-    block = 96
-    while dim % block:  # 96 never grows, so for dims not divisible by 96 this never ends
-        block = block
+def _pick_block(dim, target=384):
+    block = target
+    while dim % block:
+        block // 2  # meant `block //= 2`: the loop never makes progress (384 divides neither 512 nor 8192)
     return block
 
 

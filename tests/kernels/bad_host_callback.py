@@ -1,7 +1,6 @@
 # expect: workload=8p_GEMM status=invalid_kernel error_class=host_callback
 # Computes the matmul on the host with numpy through jax.pure_callback; a Pallas kernel only copies the result.
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu

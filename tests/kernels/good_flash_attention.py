@@ -10,7 +10,7 @@ from jax.experimental.pallas import tpu as pltpu
 BLOCK = 512  # query and key block (equal, so block j is needed by query block i iff j <= i)
 
 
-def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, scale, block):
+def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, scale):
     i, j = pl.program_id(2), pl.program_id(3)
 
     @pl.when(j == 0)
@@ -53,7 +53,7 @@ def workload(query, key, value):
     # Clamp to the diagonal: for j > i the block index does not change, so no DMA is issued.
     kv_spec = pl.BlockSpec((1, 1, block, D), lambda b, h, i, j: (b, h, jnp.minimum(i, j), 0))
     return pl.pallas_call(
-        functools.partial(_kernel, scale=D ** -0.5, block=block),
+        functools.partial(_kernel, scale=D ** -0.5),
         grid=(B, H, n, n),
         in_specs=[q_spec, kv_spec, kv_spec],
         out_specs=q_spec,

@@ -1,6 +1,5 @@
 # expect: workload=1p_Flash_Attention status=correct
 # Calls JAX's own Pallas flash attention (imported, not copied) with causal=True and block sizes chosen from the shape.
-import jax
 from jax.experimental.pallas.ops.tpu.flash_attention import BlockSizes, flash_attention
 
 

@@ -1,7 +1,5 @@
 # expect: workload=8p_GEMM status=correct
 # Tiled bf16 GEMM: (M, N, K) grid, f32 VMEM accumulator, K innermost and "arbitrary"; the profiling kernel.
-import functools
-
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl

@@ -1,0 +1,270 @@
+"""Real error messages -> error class, a one-line fix hint, and the doc sections that explain the fix.
+
+The catalog is an ordered list of entries (first match wins), each a regex over the message, the
+check stages where that message can appear, an ErrorClass from jaxbench_mcp.taxonomy, a hint and
+doc refs ("topic#anchor" in context_docs/). The patterns were written against messages provoked
+with the installed jax + libtpu (tests/test_error_catalog.py provokes each one for real).
+
+    classify(stage, message) -> Diagnosis       stage in load | trace | lower | compile | run
+    classify_exception(stage, exc) -> Diagnosis  same, from an exception (its chain included)
+    diagnosis_for(error_class) -> Diagnosis      when the checker decides the class itself
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from jaxbench_mcp.taxonomy import STATUS_OF, ErrorClass, Status
+
+STAGES = ("load", "trace", "lower", "compile", "run")
+
+# Where tracing- and lowering-time errors can surface: a checker that lowers (or compiles, which
+# lowers first) sees the trace-time errors of the kernel body too.
+_TRACE_ON = frozenset({"trace", "lower", "compile"})
+_LOWER_ON = frozenset({"lower", "compile"})
+# On a TPU host the first call compiles, so compile-time messages can also come from the run stage.
+_COMPILE_ON = frozenset({"compile", "run"})
+
+FALLBACK: dict[str, ErrorClass] = {
+    "load": ErrorClass.IMPORT_ERROR,
+    "trace": ErrorClass.TRACE_ERROR,
+    "lower": ErrorClass.LOWERING_OTHER,
+    "compile": ErrorClass.COMPILE_OTHER,
+    "run": ErrorClass.RUNTIME_EXCEPTION,
+}
+
+
+class Diagnosis(BaseModel):
+    error_class: ErrorClass
+    status: Status = Field(description="the verdict status this error class implies")
+    hint: str = Field(description="one line: what to change")
+    doc_refs: list[str] = Field(description="doc sections to read: read_docs(topic=ref)")
+    rule: str | None = Field(default=None, description="the catalog entry that matched; None for a class default")
+
+    def render(self) -> str:
+        return f"{self.error_class.value}: {self.hint} Read: {', '.join(self.doc_refs)}"
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    id: str
+    stages: frozenset[str]
+    pattern: re.Pattern
+    error_class: ErrorClass
+    hint: str
+    doc_refs: tuple[str, ...]
+
+    def diagnosis(self) -> Diagnosis:
+        return Diagnosis(error_class=self.error_class, status=STATUS_OF[self.error_class], hint=self.hint,
+                         doc_refs=list(self.doc_refs), rule=self.id)
+
+
+def _entry(id: str, stages, pattern: str, error_class: ErrorClass, hint: str, *refs: str) -> CatalogEntry:
+    stages = frozenset([stages] if isinstance(stages, str) else stages)
+    assert stages <= set(STAGES), stages
+    return CatalogEntry(id, stages, re.compile(pattern, re.S), error_class, hint, refs)
+
+
+E = ErrorClass
+_PALLAS_MODULE_ATTR = r"module 'jax\.experimental\.pallas(?:\.tpu)?' has no attribute"
+
+CATALOG: tuple[CatalogEntry, ...] = (
+    # ---- load ----------------------------------------------------------------------------------
+    _entry("syntax", "load", r"\b(?:SyntaxError|IndentationError|TabError)\b|invalid syntax",
+           E.SYNTAX_ERROR, "The file does not parse: fix the reported line (plain Python only, no markdown fences).",
+           "errors#syntax-error"),
+    _entry("missing-workload", "load",
+           r"has no attribute '?workload'?|\bworkload\b[^\n]{0,60}\b(?:not (?:defined|found|callable)|missing)"
+           r"|(?:no|missing|does not define)[^\n]{0,40}\bworkload\b",
+           E.MISSING_WORKLOAD, "Define a top-level function workload(*inputs) taking the arrays create_inputs returns.",
+           "errors#missing-workload"),
+    _entry("renamed-api-load", "load", _PALLAS_MODULE_ATTR,
+           E.IMPORT_ERROR, "A Pallas name that no longer exists (renamed or removed): use the current name.",
+           "api-changes#renamed", "errors#import-error"),
+    _entry("import", "load", r"ModuleNotFoundError|ImportError|No module named|cannot import name",
+           E.IMPORT_ERROR, "Import only jax, numpy and the standard library, with current jax names.",
+           "errors#import-error", "api-changes#renamed"),
+    # ---- trace (the kernel body and the wrapper are traced) -------------------------------------
+    _entry("traced-control-flow", _TRACE_ON,
+           r"TracerBoolConversionError|TracerIntegerConversionError|ConcretizationTypeError|TracerArrayConversionError"
+           r"|Attempted boolean conversion of traced array|__index__\(\) method was called on traced array",
+           E.TRACED_CONTROL_FLOW,
+           "Python if/for/int() on a traced value: use pl.when / jax.lax.cond, jax.lax.fori_loop, or jnp.where.",
+           "errors#traced-control-flow", "programming-model#pallas-call"),
+    _entry("renamed-api", _TRACE_ON, _PALLAS_MODULE_ATTR,
+           E.TRACE_ERROR, "A Pallas name that no longer exists (renamed or removed): use the current name.",
+           "api-changes#renamed", "errors#trace-error"),
+    _entry("store-shape", _TRACE_ON, r"Invalid shape for `?swap`?",
+           E.TRACE_ERROR, "The stored value's shape differs from the ref: keepdims=True, broadcast, or fix the block shape.",
+           "errors#trace-error", "programming-model#refs"),
+    _entry("store-dtype", _TRACE_ON, r"Invalid dtype for `?swap`?",
+           E.TRACE_ERROR, "Cast before storing: o_ref[...] = value.astype(o_ref.dtype).",
+           "errors#trace-error", "programming-model#refs"),
+    _entry("index-map-arity", _TRACE_ON,
+           r"Index map function .{0,200}must return \d+ values|missing \d+ required positional argument"
+           r"|takes \d+ positional arguments? but \d+ (?:were|was) given",
+           E.TRACE_ERROR,
+           "Arity mismatch: index maps take the grid indices (+ prefetch refs) and return one index per block dim; "
+           "the kernel takes one ref per input, output and scratch.",
+           "errors#trace-error", "programming-model#grid-and-blockspec"),
+    _entry("spec-pytree", _TRACE_ON, r"Pytree for `?(?:in|out)_specs`? and",
+           E.TRACE_ERROR, "in_specs/out_specs must mirror the inputs and out_shape pytrees one to one.",
+           "errors#trace-error", "programming-model#multiple-outputs"),
+    _entry("captured-constants", _TRACE_ON, r"captures constants",
+           E.TRACE_ERROR, "The kernel closes over an array constant: pass it as an input instead.",
+           "errors#trace-error", "supported-ops#not-supported"),
+    _entry("static-out-of-bounds", _TRACE_ON, r"Out of bound slice",
+           E.OUT_OF_BOUNDS, "A static slice runs past the ref's end: fix the pl.ds start/size or the block shape.",
+           "errors#out-of-bounds", "programming-model#refs"),
+    # ---- lower for TPU ---------------------------------------------------------------------------
+    _entry("block-8-128", _LOWER_ON,
+           r"divisible by 8 and 128|rank 1 block shapes|supports in memory space ANY only blocks"
+           r"|All block dimensions must be Elements|only blocks of rank >= 1",
+           E.BLOCK_SHAPE_TILING,
+           "Block's last two dims must be multiples of (8, 128) (16/32 rows for bf16/int8) or the full array dims.",
+           "errors#block-shape-tiling", "blockspec-tiling#rule-8-128"),
+    _entry("buffer-count", _LOWER_ON, r"Only single \(1\) and double \(2\) buffering are supported",
+           E.LOWERING_OTHER, "pl.Buffered(n) at the top level allows n = 1 or 2; deeper buffering needs emit_pipeline.",
+           "errors#lowering-other", "pipelining#buffered"),
+    _entry("no-tpu-device-kind", _TRACE_ON | _LOWER_ON, r"Unsupported TPU device kind",
+           E.LOWERING_OTHER,
+           "Something asked for the TPU chip while tracing on a CPU host (emit_pipeline, 1-D blocks, get_tpu_info): "
+           "use grid BlockSpecs / 2-D blocks, or trace under an abstract TPU mesh.",
+           "errors#lowering-other", "debugging#no-tpu-host"),
+    _entry("unsupported-op", _LOWER_ON,
+           r"Unimplemented primitive in Pallas TPU lowering|Only take_along_axis-like gathers"
+           r"|Not implemented: Only vector<i16> and vector<i32>|Unsupported cast|64-bit types are not supported"
+           r"|'tpu\.iota' op result|Unsupported (?:dot|conv) precision|NotImplementedError|Not implemented:",
+           E.UNSUPPORTED_OP,
+           "This operation does not lower inside a TPU kernel: rewrite it (int32 iota, cast int8 to int32, "
+           "ref slicing with pl.ds, sort/cumsum outside).",
+           "errors#unsupported-op", "supported-ops#not-supported"),
+    _entry("verification", _LOWER_ON, r"internal verification error",
+           E.LOWERING_OTHER, "Mosaic rejected the IR of one op (named in the details): change that op's dtype or shape.",
+           "errors#lowering-other", "supported-ops#what-lowers"),
+    # ---- compile for a TPU generation ------------------------------------------------------------
+    _entry("vmem", _COMPILE_ON,
+           r"memory space vmem|space=vmem|scoped vmem limit|CompileTimeScopedVmemOom|vmem capacity",
+           E.VMEM_OVERFLOW,
+           "Blocks x 2 buffers + scratch exceed VMEM: shrink blocks or raise CompilerParams(vmem_limit_bytes) "
+           "within the chip's VMEM.",
+           "errors#vmem-overflow", "performance#vmem-limit", "memory-spaces#vmem-accounting"),
+    _entry("smem", _COMPILE_ON, r"memory space smem|space=smem",
+           E.COMPILE_OTHER, "SMEM (1 MiB) overflow: flatten 2-D scalar tables (they pad to 128 columns) and keep them small.",
+           "errors#compile-other", "memory-spaces#smem"),
+    _entry("core-parallel", _COMPILE_ON, r"Core-parallel dimension",
+           E.COMPILE_OTHER, "A CORE_PARALLEL axis is longer than the number of cores: use \"parallel\" instead.",
+           "errors#compile-other", "dimension-semantics#core-parallel"),
+    _entry("mosaic", _COMPILE_ON, r"Mosaic failed to compile TPU kernel",
+           E.COMPILE_OTHER, "Mosaic rejected the kernel: the detail line names the operation to change.",
+           "errors#compile-other", "supported-ops#what-lowers"),
+    # ---- run -------------------------------------------------------------------------------------
+    _entry("race", "run", r"RACE DETECTED",
+           E.RACE_DETECTED,
+           "Unordered accesses to one buffer: wait on DMAs before reading, rotate slots, label reductions \"arbitrary\".",
+           "errors#race-detected", "debugging#race-detector", "manual-dma#async-copy"),
+    _entry("out-of-bounds", "run", r"Out-of-bounds (?:block index|read|write)|out of bounds|Out of bound slice",
+           E.OUT_OF_BOUNDS,
+           "An index map or dynamic slice points past the array: index maps return block indices; mask cdiv edges.",
+           "errors#out-of-bounds", "blockspec-tiling#edge-blocks"),
+    _entry("device-oom", "run", r"RESOURCE_EXHAUSTED.{0,200}(?:[Oo]ut of memory|hbm)|Out of memory while trying to allocate",
+           E.RUNTIME_EXCEPTION, "Device memory exhausted at run time: avoid materialising large intermediates in HBM.",
+           "errors#runtime-exception", "performance#when-xla-wins"),
+    _entry("semaphore", "run", r"[Ss]emaphore",
+           E.RUNTIME_EXCEPTION, "A DMA or semaphore was left unbalanced: wait on every started copy exactly once.",
+           "errors#runtime-exception", "manual-dma#async-copy"),
+)
+
+# Default hint and doc refs for every class (used when the checker decides the class itself, and
+# as the fallback of classify).
+CLASS_INFO: dict[ErrorClass, tuple[str, tuple[str, ...]]] = {
+    E.SYNTAX_ERROR: ("The file does not parse: fix the reported line.", ("errors#syntax-error",)),
+    E.IMPORT_ERROR: ("Importing the candidate failed: check imports and current jax names; no work at import time.",
+                     ("errors#import-error", "api-changes#renamed")),
+    E.MISSING_WORKLOAD: ("Define a top-level function workload(*inputs).", ("errors#missing-workload",)),
+    E.HOST_CALLBACK: ("Remove host callbacks (pure_callback, io_callback, jax.debug.*) from the workload.",
+                      ("errors#host-callback", "debugging#interpret-mode")),
+    E.TRACE_ERROR: ("Tracing failed: shapes, dtypes or pytrees of refs, specs and values do not fit.",
+                    ("errors#trace-error", "programming-model#grid-and-blockspec")),
+    E.TRACED_CONTROL_FLOW: ("Python control flow on a traced value: use pl.when, lax.cond, lax.fori_loop or jnp.where.",
+                            ("errors#traced-control-flow", "programming-model#pallas-call")),
+    E.BLOCK_SHAPE_TILING: ("Block dims must be multiples of (8, 128) or equal the array dims.",
+                           ("errors#block-shape-tiling", "blockspec-tiling#rule-8-128")),
+    E.UNSUPPORTED_OP: ("An operation does not lower inside a TPU kernel: rewrite it with supported ops.",
+                       ("errors#unsupported-op", "supported-ops#not-supported")),
+    E.LOWERING_OTHER: ("Lowering for TPU failed: read the innermost message, it names the primitive and line.",
+                       ("errors#lowering-other", "supported-ops#what-lowers")),
+    E.VMEM_OVERFLOW: ("The kernel needs more VMEM than allowed: shrink blocks or raise vmem_limit_bytes.",
+                      ("errors#vmem-overflow", "performance#vmem-limit")),
+    E.COMPILE_OTHER: ("XLA/Mosaic rejected the kernel at compile time: the detail line names the operation.",
+                      ("errors#compile-other", "supported-ops#what-lowers")),
+    E.OUT_OF_BOUNDS: ("A read or write outside an array: fix index maps (block indices) or clamp dynamic starts.",
+                      ("errors#out-of-bounds", "blockspec-tiling#edge-blocks")),
+    E.RACE_DETECTED: ("Unordered accesses to one buffer: wait before reading DMA targets; check parallel labels.",
+                      ("errors#race-detected", "debugging#race-detector")),
+    E.RUNTIME_EXCEPTION: ("The kernel raised while running: read the innermost error.",
+                          ("errors#runtime-exception", "debugging#interpret-mode")),
+    E.STAGE_TIMEOUT: ("A stage ran out of time: endless loop, too many interpret-mode grid steps, or huge unrolled loops.",
+                      ("errors#stage-timeout", "performance#block-size-vmem")),
+    E.KILLED_BY_SIGNAL: ("The process crashed inside jax/XLA/libtpu: check manual DMA shapes and semaphore pairing.",
+                         ("errors#killed-by-signal", "manual-dma#async-copy")),
+    E.EXITED: ("The candidate exited the process: remove sys.exit/os._exit and top-level scripts.", ("errors#exited",)),
+    E.MEMORY_LIMIT: ("Host memory limit exceeded: do not materialise huge arrays; keep intermediates tiled in kernels.",
+                     ("errors#memory-limit",)),
+    E.SHAPE_MISMATCH: ("Output shape differs from the reference: reshape/transpose/slice back to the reference's shape.",
+                       ("errors#shape-mismatch",)),
+    E.DTYPE_MISMATCH: ("Output dtype differs from the reference: cast the result to the reference dtype.",
+                       ("errors#dtype-mismatch",)),
+    E.NAN_OUTPUT: ("NaN/Inf in the output: initialise accumulators under pl.when, mask edge blocks, subtract the max before exp.",
+                   ("errors#nan-output", "accumulation#init-under-when", "blockspec-tiling#edge-blocks")),
+    E.WRONG_VALUES: ("Values beyond tolerance: check index maps, reduction-axis semantics, masks, f32 accumulation.",
+                     ("errors#wrong-values", "debugging#wrong-values", "accumulation#f32-accumulators")),
+    E.NO_PALLAS_CALL: ("No pallas_call in the workload: implement the hot part as a Pallas kernel.",
+                       ("errors#no-pallas-call", "programming-model#pallas-call")),
+}
+
+
+def diagnosis_for(error_class: ErrorClass | str) -> Diagnosis:
+    cls = ErrorClass(error_class)
+    hint, refs = CLASS_INFO[cls]
+    return Diagnosis(error_class=cls, status=STATUS_OF[cls], hint=hint, doc_refs=list(refs))
+
+
+def _check_stage(stage: str) -> str:
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; one of {', '.join(STAGES)}")
+    return stage
+
+
+def match(stage: str, message: str) -> CatalogEntry | None:
+    """The first catalog entry for `stage` whose pattern occurs in `message`."""
+    _check_stage(stage)
+    for entry in CATALOG:
+        if stage in entry.stages and entry.pattern.search(message or ""):
+            return entry
+    return None
+
+
+def classify(stage: str, message: str) -> Diagnosis:
+    """The diagnosis for an error `message` raised at `stage`; the stage's generic class when no entry matches."""
+    entry = match(stage, message)
+    if entry is not None:
+        return entry.diagnosis()
+    return diagnosis_for(FALLBACK[stage])
+
+
+def exception_text(exc: BaseException) -> str:
+    """'Type: message' for an exception and its causes (jax often wraps the informative one)."""
+    parts, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        parts.append(f"{type(exc).__name__}: {exc}")
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(parts)
+
+
+def classify_exception(stage: str, exc: BaseException) -> Diagnosis:
+    return classify(stage, exception_text(exc))

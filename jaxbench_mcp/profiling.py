@@ -1,0 +1,259 @@
+"""Static performance estimates of Pallas kernels on a CPU host with libtpu (clearly labelled: estimates).
+
+The model, per kernel and TPU generation:
+  compute  = bundles in the kernel's final schedule (libtpu's own bundle dump) x grid steps x seconds per
+             bundle; seconds per bundle is calibrated per generation so that a large, ideal bf16 matmul
+             tile runs at the chip's peak (from pltpu.get_tpu_info_for_chip)
+  memory   = the HBM bytes its BlockSpecs move (a block is re-fetched whenever its block index changes
+             between consecutive grid steps) / HBM bandwidth
+  overhead = grid steps x STEP_OVERHEAD_S (the pipeline's fixed cost per grid step)
+  estimate = max(compute, memory) + overhead; the largest term names the bottleneck.
+The XLA baseline is estimated from XLA's own cost analysis: max(FLOPs / peak, bytes accessed / bandwidth).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from jaxbench_mcp import targets
+
+# A widely quoted figure for the fixed cost of one Pallas TPU grid step (DMA issue/wait, bookkeeping).
+STEP_OVERHEAD_S = 0.35e-6
+# The calibration tile: one grid step of a (T, T) x (T, T) bf16 matmul with a float32 result.
+CALIBRATION_TILE = 1024
+DUMP_FLAG = "--xla_jf_dump_to="
+_SCHEDULE_SUFFIX = "-schedule-analysis_final_bundles.txt"
+_UTILIZATION_SUFFIX = "-final_hlo-static-per-bundle-utilization.txt"
+# Programs of XLA's own in a dump, as opposed to Mosaic kernels.
+_XLA_PROGRAMS = re.compile(r"^\d+-(TLP|<late-[a-z]+>)-")
+
+
+@dataclass(frozen=True)
+class KernelSchedule:
+    name: str
+    bundles: int
+    slot_use: dict[str, float]  # average use of each slot kind per bundle, as a fraction of its capacity
+
+
+def _parse_utilization(path: Path) -> dict[str, float]:
+    lines = path.read_text().splitlines()
+    try:
+        header = lines.index("== CAPACTIY:") if "== CAPACTIY:" in lines else lines.index("== CAPACITY:")
+    except ValueError:
+        return {}
+    names = [n.strip() for n in lines[header + 1].split(",")]
+    capacity = [int(c) for c in lines[header + 2].split()]
+    totals, rows = [0] * len(names), 0
+    for line in lines[header + 4:]:
+        cells = line.split()
+        if len(cells) != len(names):
+            continue
+        rows += 1
+        totals = [t + int(c) for t, c in zip(totals, cells)]
+    if rows == 0:
+        return {}
+    return {n: round(t / (rows * cap), 4) for n, t, cap in zip(names, totals, capacity) if cap}
+
+
+def parse_dump(directory: Path) -> list[KernelSchedule]:
+    """The Mosaic kernels that libtpu scheduled, in compile order, from an --xla_jf_dump_to folder."""
+    schedules = []
+    for path in sorted(directory.glob(f"*{_SCHEDULE_SUFFIX}"), key=lambda p: int(p.name.split("-", 1)[0])):
+        if _XLA_PROGRAMS.match(path.name):
+            continue
+        match = re.search(r"total scheduled bundles:\s+(\d+)", path.read_text())
+        if not match:
+            continue
+        stem = path.name.split("-", 1)[1].rsplit("-", 2)[0]  # "<id>-<name>-NN-schedule..." -> name
+        stem = re.sub(r"-\d+$", "", stem)
+        utilization = next(directory.glob(f"{path.name.split('-', 1)[0]}-*{_UTILIZATION_SUFFIX}"), None)
+        schedules.append(KernelSchedule(name=stem, bundles=int(match.group(1)),
+                                        slot_use=_parse_utilization(utilization) if utilization else {}))
+    return schedules
+
+
+def collect_dump(dump_root: Path, generation: str) -> Path:
+    """Move what libtpu dumped since the last call into a folder of its own for this generation."""
+    target = dump_root / f"target-{generation}"
+    target.mkdir(parents=True, exist_ok=True)
+    for path in list(dump_root.iterdir()):
+        if path.is_file():
+            shutil.move(str(path), target / path.name)
+    return target
+
+
+def calibration_kernel():
+    """A function and its abstract args: one grid step of an ideal bf16 MXU matmul tile."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    t = CALIBRATION_TILE
+
+    def body(a_ref, b_ref, o_ref):
+        o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+    def matmul(a, b):
+        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((t, t), jnp.float32))(a, b)
+
+    args = [jax.ShapeDtypeStruct((t, t), jnp.bfloat16)] * 2
+    return matmul, args
+
+
+def seconds_per_bundle(generation: str, calibration_bundles: int) -> float:
+    ideal = 2 * CALIBRATION_TILE**3 / targets.chip_facts(generation).peak_bf16_flops
+    return ideal / calibration_bundles
+
+
+def block_traffic(block_indices, block_bytes: int) -> int:
+    """HBM bytes a pipelined BlockSpec moves: a fetch at the first step and at every index change."""
+    import numpy as np
+
+    idx = np.asarray(block_indices)
+    if idx.ndim == 1:
+        idx = idx[:, None]
+    changes = 1 + int(np.any(idx[1:] != idx[:-1], axis=1).sum()) if len(idx) else 0
+    return changes * block_bytes
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+
+    @property
+    def estimate_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.overhead_s
+
+
+def kernel_cost(bundles: int, steps: int, hbm_bytes: float, generation: str, spb: float) -> KernelCost:
+    return KernelCost(compute_s=bundles * steps * spb, memory_s=hbm_bytes / targets.chip_facts(generation).hbm_bytes_per_second,
+                      overhead_s=steps * STEP_OVERHEAD_S)
+
+
+def bottleneck(cost: KernelCost, slot_use: dict[str, float]) -> str:
+    if cost.overhead_s >= max(cost.compute_s, cost.memory_s):
+        return "grid-step-overhead-bound"
+    if cost.memory_s >= cost.compute_s:
+        return "memory-bound"
+    vector = max((slot_use.get(k, 0.0) for k in ("VALU", "XLU", "EUP", "VLOAD", "VSTORE")), default=0.0)
+    return "MXU-bound" if slot_use.get("MXU", 0.0) >= vector else "vector-unit-bound"
+
+
+def xla_estimate_s(flops: float, bytes_accessed: float, generation: str) -> tuple[float, str]:
+    seconds, bound = targets.roofline_seconds(flops, bytes_accessed, generation)
+    return seconds, ("MXU-bound" if bound == "compute" else "memory-bound")
+
+
+# ---- orchestration: check first, then estimate candidate, XLA baseline and expert -------------
+
+ESTIMATE_LABEL = ("STATIC ESTIMATE from a deviceless compile on a CPU host (libtpu's bundle schedule x grid, BlockSpec "
+                  "HBM traffic, per-step overhead): not a measurement; use it to rank variants, not to quote times")
+
+
+def _run_worker_job(checker, job: dict, on_event=None):
+    from jaxbench_mcp.jobs import Worker
+
+    worker = Worker(None, checker.tier, checker.limits, dump_schedules=True)
+    if not worker.wait_ready():
+        worker.kill()
+        raise RuntimeError("a profiling worker failed to start")
+    job["dump_dir"] = str(worker.dump_dir)
+    return checker.queue.run(lambda: worker.run(job, on_event or (lambda _e: None)))
+
+
+_REFERENCE_CACHE: dict[tuple, dict] = {}
+
+
+def reference_estimates(checker, workload_id: str, generations: list[str]) -> dict[str, dict]:
+    """Per generation: the bundle calibration and XLA's cost analysis of the baseline (cached)."""
+    import jax
+
+    missing = [g for g in generations if (workload_id, g, jax.__version__) not in _REFERENCE_CACHE]
+    if missing:
+        outcome = _run_worker_job(checker, {"mode": "reference", "workload_id": workload_id, "targets": missing})
+        for e in outcome.events:
+            if e.get("event") == "reference":
+                _REFERENCE_CACHE[(workload_id, e["target"], jax.__version__)] = e
+        outcome.cleanup()
+    return {g: _REFERENCE_CACHE.get((workload_id, g, jax.__version__), {}) for g in generations}
+
+
+def estimate_source(checker, workload_id: str, source: str, generations: list[str], spb: dict[str, float]):
+    """Compile a kernel file for each generation with schedule dumps; a KernelEstimate list per generation."""
+    from jaxbench_mcp.models import KernelEstimate
+
+    outcome = _run_worker_job(checker, {"mode": "profile", "workload_id": workload_id, "source": source, "targets": generations})
+    traffic = next((e["traffic"] for e in outcome.events if e.get("stage") == "trace"), [])
+    results: dict[str, list | str] = {}
+    for e in outcome.events:
+        if e.get("stage") != "compile" or e.get("state") == "start":
+            continue
+        if e["state"] == "failed":
+            results[e["target"]] = "compile failed: " + e["text"].strip().splitlines()[-1][:300]
+            continue
+        kernels = []
+        for k, (schedule, flow) in enumerate(zip(e["schedules"], traffic)):
+            cost = kernel_cost(schedule["bundles"], flow["steps"], flow["hbm_bytes"], e["target"], spb[e["target"]])
+            kernels.append(KernelEstimate(
+                name=f"{k}:{schedule['name']}", grid_steps=flow["steps"], bundles_per_step=schedule["bundles"],
+                slot_use=schedule["slot_use"], hbm_bytes=flow["hbm_bytes"], hbm_bytes_exact=flow["exact"],
+                compute_us=cost.compute_s * 1e6, memory_us=cost.memory_s * 1e6, overhead_us=cost.overhead_s * 1e6,
+                estimate_us=cost.estimate_s * 1e6, bottleneck=bottleneck(cost, schedule["slot_use"])))
+        results[e["target"]] = kernels
+    outcome.cleanup()
+    return results
+
+
+def profile(checker, workload_id: str, source: str, generations: list[str], verdict):
+    """Estimates for a kernel that passed its check, next to the XLA baseline and the expert kernel."""
+    from jaxbench_mcp import expert_refs, workloads
+    from jaxbench_mcp.models import Profile, TargetEstimate
+
+    w = workloads.get_workload(workload_id)
+    roofline_bytes = sum(a.tensor.nbytes for a in w.input_specs("full") if a.tensor) + sum(t.nbytes for t in w.output_specs("full"))
+    kind = "static estimate" if checker.tier is targets.Tier.CPU_LIBTPU else "roofline only"
+    label = ESTIMATE_LABEL if kind == "static estimate" else "roofline lower bound only: this host has no libtpu to compile for TPU"
+    result = Profile(workload_id=w.id, tier=str(checker.tier), kind=kind, label=label, verdict=verdict)
+    if verdict.status != "correct":
+        return result
+    if checker.tier is not targets.Tier.CPU_LIBTPU:
+        for g in generations or list(targets.GENERATIONS):
+            result.targets.append(TargetEstimate(target=g, candidate_us=None, xla_baseline_us=None,
+                                                 roofline_us=targets.roofline_seconds(w.flops("full"), roofline_bytes, g)[0] * 1e6))
+        return result
+    refs = reference_estimates(checker, w.id, generations)
+    spb = {g: seconds_per_bundle(g, refs[g]["calibration_bundles"]) for g in generations}
+    candidate = estimate_source(checker, w.id, source, generations, spb)
+    expert_module = expert_refs.expert_module(w.id)
+    expert = (estimate_source(checker, w.id, Path(expert_module.__file__).read_text(), generations, spb)
+              if expert_module is not None else {})
+    for g in generations:
+        roofline = targets.roofline_seconds(w.flops("full"), roofline_bytes, g)[0] * 1e6
+        ref = refs[g]
+        xla = ref.get("xla_optimal_seconds") or xla_estimate_s(ref["xla_flops"], ref["xla_bytes"], g)[0]
+        entry = TargetEstimate(target=g, candidate_us=None, xla_baseline_us=xla * 1e6, roofline_us=roofline)
+        kernels = candidate.get(g)
+        if isinstance(kernels, str) or not kernels:
+            entry.error = kernels if isinstance(kernels, str) else "no Pallas kernel schedule found in the compile dump"
+            result.targets.append(entry)
+            continue
+        entry.kernels = kernels
+        entry.candidate_us = sum(k.estimate_us for k in kernels)
+        entry.bottleneck = max(kernels, key=lambda k: k.estimate_us).bottleneck
+        entry.speedup_vs_xla = entry.xla_baseline_us / entry.candidate_us
+        expert_kernels = expert.get(g)
+        if isinstance(expert_kernels, list) and expert_kernels:
+            entry.expert_us = sum(k.estimate_us for k in expert_kernels)
+            entry.speedup_vs_expert = entry.expert_us / entry.candidate_us
+        if entry.candidate_us < roofline:
+            entry.flags.append(f"the estimate ({entry.candidate_us:,.1f} us) is below the roofline bound ({roofline:,.1f} us): "
+                               "implausible, so the model missed work here; do not read it as a win")
+        if any(not k.hbm_bytes_exact for k in kernels):
+            entry.flags.append("HBM traffic is approximate: some blocks use scalar prefetch or manual DMA")
+        result.targets.append(entry)
+    return result

@@ -1,0 +1,97 @@
+"""The expert reference kernels in tokamax_refs/: each one passes the full check ladder.
+
+Every module found by jaxbench_mcp.expert_refs is checked exactly as a candidate would be: traced,
+lowered and deviceless-compiled at FULL size for v5e and v6e, then run in TPU interpret mode at
+SMALL size on three hidden seeds and compared with the float32/float64 truth.
+"""
+
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from jaxbench_mcp import expert_refs, workloads
+from jaxbench_mcp.assets import asset_dir
+from jaxbench_mcp.checking import Checker
+
+REFS_DIR = asset_dir("tokamax_refs")
+CHECK_TARGETS = ["v5e", "v6e"]
+# The workloads for which JAXBench ships a hand-optimized Pallas version (optimized.py).
+JAXBENCH_EXPERTS = {
+    "1p_Flash_Attention", "2p_GQA_Attention", "3p_MLA_Attention", "4p_Sparse_Attention",
+    "6p_Paged_Attention", "7p_Ragged_Paged_Attention", "8p_GEMM", "11p_Megablox_GMM",
+}
+_WORKLOAD_ID = re.compile(r'^WORKLOAD_ID\s*=\s*"([^"]+)"', re.M)
+
+
+def _ids_declared_in_files() -> set[str]:
+    """The workload ids tokamax_refs/ declares, read from the files themselves (not via expert_refs)."""
+    ids = set()
+    for path in sorted(REFS_DIR.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        match = _WORKLOAD_ID.search(path.read_text())
+        assert match, f"{path.name} declares no WORKLOAD_ID"
+        ids.add(match.group(1))
+    return ids
+
+
+def _expert_ids() -> list[str]:
+    return [w.id for w in workloads.all_workloads() if expert_refs.expert_module(w.id) is not None]
+
+
+def _module(workload_id: str):
+    module = expert_refs.expert_module(workload_id)
+    if getattr(module, "REQUIRES", None) == "tokamax":
+        pytest.importorskip("tokamax")
+    return module
+
+
+def test_every_jaxbench_expert_kernel_has_a_module():
+    assert JAXBENCH_EXPERTS <= set(_expert_ids())
+
+
+def test_has_expert_reference_is_true_exactly_for_the_workloads_with_a_module():
+    declared = _ids_declared_in_files()
+    assert declared == set(_expert_ids())
+    for w in workloads.all_workloads():
+        assert workloads.get_workload(w.id).has_expert_reference is (w.id in declared), w.id
+    assert {w.id for w in workloads.select(has_expert=True)} == declared
+
+
+@pytest.mark.parametrize("workload_id", _expert_ids())
+def test_module_follows_the_expert_contract(workload_id):
+    module = _module(workload_id)
+    w = workloads.get_workload(workload_id)
+    assert isinstance(module.SOURCE, str) and module.SOURCE.strip()
+    assert set(module.BLOCKS) == {"full", "small"}
+    for blocks in module.BLOCKS.values():
+        assert dataclasses.is_dataclass(blocks) and type(blocks).__dataclass_params__.frozen
+    params = inspect.signature(module.workload).parameters.values()
+    assert [p.kind for p in params] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * len(w.input_names)
+    assert getattr(module, "REQUIRES", None) in (None, "tokamax")
+
+
+@pytest.fixture(scope="module")
+def checker():
+    shared = Checker(spares=1, slots=1)
+    shared.start()
+    yield shared
+    shared.close()
+
+
+@pytest.mark.parametrize("workload_id", _expert_ids())
+def test_expert_reference_passes_the_check_ladder(checker, workload_id):
+    module = _module(workload_id)
+    source = Path(module.__file__).read_text()
+    verdict, outcome = checker.check(workload_id, source, targets_=CHECK_TARGETS)
+    try:
+        assert verdict.status == "correct", verdict.summary()
+        assert [c.target for c in verdict.compiles] == CHECK_TARGETS and all(c.ok for c in verdict.compiles)
+        assert len(verdict.seeds) == 3 and all(s.passed for s in verdict.seeds), verdict.summary()
+        assert verdict.pallas_calls >= 1
+    finally:
+        if outcome is not None:
+            outcome.cleanup()
