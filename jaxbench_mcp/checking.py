@@ -227,7 +227,7 @@ class Checker:
         worker = self.pool.take()
         if not worker.wait_ready():
             worker.kill()
-            raise RuntimeError(f"a checker worker failed to start; its stderr ends with:\n{worker._tail('stderr.log')[-2000:]}")
+            raise RuntimeError(f"a checker worker failed to start; its stderr ends with:\n{worker.tail('stderr.log')[-2000:]}")
         return worker.run(job, on_event)
 
     # ---- turning the worker's events into a verdict ----

@@ -154,7 +154,7 @@ class Worker:
             pass
         self.process.wait()
 
-    def _tail(self, name: str) -> str:
+    def tail(self, name: str) -> str:
         path = self.workdir / name
         with open(path, "rb") as f:
             f.seek(max(0, path.stat().st_size - _LOG_TAIL_BYTES))
@@ -170,6 +170,7 @@ class Worker:
         except BrokenPipeError:
             pass
         stage, deadline = "load", time.monotonic() + self.limits.load
+        next_memory_check = 0.0
         while True:
             events = self._read_events(0.05)
             if events is None:
@@ -183,9 +184,11 @@ class Worker:
             if time.monotonic() > deadline:
                 outcome.killed_for = f"timeout:{stage}"
                 break
-            if _group_rss_bytes(self.process.pid) > self.limits.memory_bytes:
-                outcome.killed_for = "memory"
-                break
+            if time.monotonic() >= next_memory_check:  # a /proc scan costs ~ms: not every 50 ms
+                next_memory_check = time.monotonic() + 0.2
+                if _group_rss_bytes(self.process.pid) > self.limits.memory_bytes:
+                    outcome.killed_for = "memory"
+                    break
         if outcome.killed_for:
             self.kill()
         else:
@@ -197,7 +200,7 @@ class Worker:
         self._stderr.close()
         self._events.close()
         outcome.returncode = self.process.returncode
-        outcome.stdout_tail, outcome.stderr_tail = self._tail("stdout.log"), self._tail("stderr.log")
+        outcome.stdout_tail, outcome.stderr_tail = self.tail("stdout.log"), self.tail("stderr.log")
         outcome.seconds = time.monotonic() - t0
         return outcome
 

@@ -15,6 +15,7 @@ import pytest
 from jaxbench_mcp import expert_refs, workloads
 from jaxbench_mcp.assets import asset_dir
 from jaxbench_mcp.checking import Checker
+from jaxbench_mcp.targets import Tier
 
 REFS_DIR = asset_dir("tokamax_refs")
 CHECK_TARGETS = ["v5e", "v6e"]
@@ -22,6 +23,34 @@ CHECK_TARGETS = ["v5e", "v6e"]
 JAXBENCH_EXPERTS = {
     "1p_Flash_Attention", "2p_GQA_Attention", "3p_MLA_Attention", "4p_Sparse_Attention",
     "6p_Paged_Attention", "7p_Ragged_Paged_Attention", "8p_GEMM", "11p_Megablox_GMM",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownLimit:
+    """A module that cannot get 'correct' here for a reason outside the module, pinned exactly."""
+
+    error_class: str
+    message_fragment: str
+    reason: str
+    only_without_tpu: bool  # True: the limit is interpret mode's, so a TPU host checks it normally
+
+
+KNOWN_LIMITS = {
+    "7p_Ragged_Paged_Attention": KnownLimit(
+        error_class="runtime_exception",
+        message_fragment="'ReshapeTransform' object has no attribute 'indices'",
+        reason="jax's TPU interpret mode cannot load through ref.reshape views, which the ragged paged "
+               "attention kernel uses on its VMEM scratch; it compiles for v5e and v6e but cannot run on a CPU host",
+        only_without_tpu=True,
+    ),
+    "13p_Cross_Entropy": KnownLimit(
+        error_class="no_pallas_call",
+        message_fragment="no pallas_call",
+        reason="tokamax's kernel is a pl.kernel (traced as `mpmd_map`), which the checker's Pallas detection "
+               "(worker.describe_kernels) does not count; it compiles and matches the truth on every seed",
+        only_without_tpu=False,
+    ),
 }
 _WORKLOAD_ID = re.compile(r'^WORKLOAD_ID\s*=\s*"([^"]+)"', re.M)
 
@@ -87,11 +116,19 @@ def test_expert_reference_passes_the_check_ladder(checker, workload_id):
     module = _module(workload_id)
     source = Path(module.__file__).read_text()
     verdict, outcome = checker.check(workload_id, source, targets_=CHECK_TARGETS)
-    try:
-        assert verdict.status == "correct", verdict.summary()
-        assert [c.target for c in verdict.compiles] == CHECK_TARGETS and all(c.ok for c in verdict.compiles)
-        assert len(verdict.seeds) == 3 and all(s.passed for s in verdict.seeds), verdict.summary()
-        assert verdict.pallas_calls >= 1
-    finally:
-        if outcome is not None:
-            outcome.cleanup()
+    if outcome is not None:
+        outcome.cleanup()
+    compiled = [c.target for c in verdict.compiles if c.ok]
+    limit = KNOWN_LIMITS.get(workload_id)
+    if limit and not (limit.only_without_tpu and checker.tier is Tier.TPU):
+        # The documented failure and nothing else: every other rung of the ladder still passes.
+        assert verdict.status != "correct", f"{workload_id} now passes: remove it from KNOWN_LIMITS"
+        assert verdict.error_class == limit.error_class and limit.message_fragment in verdict.message, verdict.summary()
+        assert compiled == CHECK_TARGETS, verdict.summary()
+        if limit.error_class == "no_pallas_call":
+            assert len(verdict.seeds) == 3 and all(s.passed for s in verdict.seeds), verdict.summary()
+        pytest.xfail(limit.reason)
+    assert verdict.status == "correct", verdict.summary()
+    assert compiled == CHECK_TARGETS, verdict.summary()
+    assert len(verdict.seeds) == 3 and all(s.passed for s in verdict.seeds), verdict.summary()
+    assert verdict.pallas_calls >= 1

@@ -4,6 +4,9 @@ tokamax.linear_softmax_cross_entropy_loss(x, labels, w, reduction="mean") comput
 mean_t(logsumexp(x_t @ W) - (x_t @ W)[label_t]) without materialising the (T, V) logits: a Pallas
 Mosaic TPU kernel tiles T, H and V and keeps an online log-sum-exp in float32. JAXBench has no
 optimized version of this workload. tokamax is imported lazily, inside workload().
+
+The kernel is written with pl.kernel (a TensorCoreMesh kernel), which jax 0.12 traces as an
+`mpmd_map` primitive, not as a `pallas_call`.
 """
 
 import contextlib
