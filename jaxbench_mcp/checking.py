@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -54,13 +55,32 @@ def _first_leaf(out):
 
 
 @functools.lru_cache(maxsize=256)
+def inputs_for(workload_id: str, size: str, seed: int) -> tuple:
+    """The inputs for a hidden seed, built here: the worker gets the arrays, never the seed."""
+    return workloads.get_workload(workload_id).create_inputs(size, seed=seed)
+
+
+def write_inputs(inputs: tuple, directory: Path, prefix: str) -> list[dict]:
+    """Inputs as raw files plus shape/dtype; static Python values travel in the description."""
+    described = []
+    for i, x in enumerate(inputs):
+        if not hasattr(x, "shape"):
+            described.append({"static": x})
+            continue
+        path = directory / f"{prefix}_{i}.bin"
+        path.write_bytes(np.asarray(x).tobytes())
+        described.append({"file": path.name, "shape": list(x.shape), "dtype": str(x.dtype)})
+    return described
+
+
+@functools.lru_cache(maxsize=256)
 def truth_for(workload_id: str, size: str, seed: int) -> Truth:
     """The truth, the native baseline and the calibrated tolerance for one (workload, size, seed)."""
     import jax
     import jax.numpy as jnp
 
     w = workloads.get_workload(workload_id)
-    inputs = w.create_inputs(size, seed=seed)
+    inputs = inputs_for(workload_id, size, seed)
     baseline = _first_leaf(w.jitted_reference()(*inputs))
     wide = jnp.float64 if baseline.dtype == np.float32 or baseline.dtype == np.float64 else jnp.float32
     with jax.enable_x64(wide == jnp.float64):
@@ -204,7 +224,9 @@ class Checker:
             raise ValueError(f"seeds must be between 1 and {len(self._seeds)}")
         hidden = self._seeds[:seeds]
         job = {"workload_id": w.id, "source": source, "targets": chosen, "size": run_size, "seeds": hidden,
-               "interpret": self.tier is not targets.Tier.TPU}
+               "interpret": self.tier is not targets.Tier.TPU,
+               # Orders in which interpret mode visits "parallel" grid axes: fresh for every check.
+               "shuffle_seeds": [secrets.randbelow(2**31) for _ in hidden]}
         progress = on_progress or (lambda _msg: None)
 
         def on_event(event: dict) -> None:
@@ -217,7 +239,7 @@ class Checker:
         # The truth is needed only after the run; compute it meanwhile, on the server's side.
         truth = threading.Thread(target=lambda: [truth_for(w.id, run_size, s) for s in hidden], daemon=True)
         truth.start()
-        outcome = self.queue.run(lambda: self._run_in_worker(job, on_event))
+        outcome = self.queue.run(lambda: self._run_in_worker(dict(job), on_event))
         truth.join()
         verdict = self._verdict(w, job, outcome, require_pallas, progress)
         verdict.total_seconds = time.monotonic() - started
@@ -225,6 +247,9 @@ class Checker:
 
     def _run_in_worker(self, job: dict, on_event: Callable[[dict], None]) -> RunOutcome:
         worker = self.pool.take()
+        seeds = job.pop("seeds")
+        job["inputs"] = [write_inputs(inputs_for(job["workload_id"], job["size"], seed), worker.workdir, f"input_{k}")
+                         for k, seed in enumerate(seeds)]
         if not worker.wait_ready():
             worker.kill()
             raise RuntimeError(f"a checker worker failed to start; its stderr ends with:\n{worker.tail('stderr.log')[-2000:]}")

@@ -181,6 +181,8 @@ class Worker:
                 if event.get("event") == "stage" and event.get("state") == "start":
                     stage = event["stage"]
                     deadline = time.monotonic() + self.limits.for_stage(stage)
+            if outcome.finished:
+                break
             if time.monotonic() > deadline:
                 outcome.killed_for = f"timeout:{stage}"
                 break
@@ -189,7 +191,8 @@ class Worker:
                 if _group_rss_bytes(self.process.pid) > self.limits.memory_bytes:
                     outcome.killed_for = "memory"
                     break
-        if outcome.killed_for:
+        if outcome.killed_for or outcome.finished:
+            # A finished worker has said all it will; its interpreter teardown is not worth waiting for.
             self.kill()
         else:
             try:

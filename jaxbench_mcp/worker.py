@@ -191,6 +191,18 @@ def kernel_traffic(jaxpr) -> list[dict]:
     return results
 
 
+def read_inputs(described: list[dict], workdir: Path) -> tuple:
+    """The inputs the parent wrote for one hidden seed (the seed itself never reaches this process)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    return tuple(
+        d["static"] if "static" in d else
+        jnp.asarray(np.frombuffer((workdir / d["file"]).read_bytes(), dtype=jnp.dtype(d["dtype"])).reshape(d["shape"]))
+        for d in described
+    )
+
+
 def _full_args(workload, size: str):
     from jaxbench_mcp.workloads import abstract_inputs
 
@@ -254,15 +266,14 @@ def run_job(job: dict, report: Reporter, workdir: Path) -> None:
                         seconds=time.perf_counter() - t0, text=_error_text(exc))
             return
 
-    run_size = job["size"]
     jitted = jax.jit(fn, static_argnums=static)
-    for index, seed in enumerate(job["seeds"]):
+    for index, described in enumerate(job["inputs"]):
         report.send(event="stage", stage="run", state="start", seed_index=index)
         t0 = time.perf_counter()
-        inputs = w.create_inputs(run_size, seed=seed)
+        inputs = read_inputs(described, workdir)
         try:
             if job["interpret"]:
-                params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed % (2**31))
+                params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=job["shuffle_seeds"][index])
                 out = targets.interpret_on_cpu(fn, inputs, static, job["targets"][0] if job["targets"] else targets.DEFAULT_CPU_TARGET, params)
             else:
                 out = jax.block_until_ready(jitted(*inputs))
