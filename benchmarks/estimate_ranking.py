@@ -61,7 +61,7 @@ def main() -> None:
     for blocks in GEMM_BLOCKS:
         us, note = estimate(checker, "8p_GEMM", gemm_source(*blocks), g, spb)
         if us is None:
-            print(f"{str(blocks):<22} {'impossible':>12} {'':>11}  {note[:90]}")
+            print(f"{str(blocks):<22} {'no estimate':>12} {'':>11}  {note[:110]}")
         else:
             print(f"{str(blocks):<22} {us:>10,.0f}us {us / roof:>10.2f}x  {note}")
 
@@ -71,7 +71,7 @@ def main() -> None:
     for name, path in (("JAX flash attention", ROOT / "tests/kernels/good_flash_attention_jax.py"),
                        ("naive full-row attention", ROOT / "benchmarks/kernels/naive_attention.py")):
         us, note = estimate(checker, "1p_Flash_Attention", path.read_text(), g, spb_1p)
-        print(f"{name:<26} " + (f"{us:>10,.0f}us {us / roof:>6.2f}x roofline  {note}" if us else f"impossible: {note[:90]}"))
+        print(f"{name:<26} " + (f"{us:>10,.0f}us {us / roof:>6.2f}x roofline  {note}" if us else f"no estimate: {note[:110]}"))
 
 
 if __name__ == "__main__":

@@ -180,6 +180,8 @@ def _vmem_estimate(kernel: dict) -> int:
 
     total = kernel["scratch_bytes"]
     for block in kernel["blocks"]:
+        if block["in_hbm"]:
+            continue
         n = int(np.prod([d or 1 for d in block["block_shape"]], dtype=np.int64))
         total += 2 * n * jnp.dtype(block["dtype"]).itemsize
     return int(total)

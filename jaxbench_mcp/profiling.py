@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from jaxbench_mcp import targets
+from jaxbench_mcp import error_catalog, targets
 
 # A widely quoted figure for the fixed cost of one Pallas TPU grid step (DMA issue/wait, bookkeeping).
 STEP_OVERHEAD_S = 0.35e-6
@@ -194,7 +194,9 @@ def estimate_source(checker, workload_id: str, source: str, generations: list[st
         if e.get("stage") != "compile" or e.get("state") == "start":
             continue
         if e["state"] == "failed":
-            results[e["target"]] = "compile failed: " + e["text"].strip().splitlines()[-1][:300]
+            diagnosis = error_catalog.classify("compile", e["text"])
+            decisive = [line for line in e["text"].splitlines() if "memory" in line.lower() or "error" in line.lower()]
+            results[e["target"]] = f"compile failed ({diagnosis.error_class}): " + (decisive or e["text"].strip().splitlines())[-1][:300]
             continue
         kernels = []
         for k, (schedule, flow) in enumerate(zip(e["schedules"], traffic)):
@@ -205,6 +207,10 @@ def estimate_source(checker, workload_id: str, source: str, generations: list[st
                 compute_us=cost.compute_s * 1e6, memory_us=cost.memory_s * 1e6, overhead_us=cost.overhead_s * 1e6,
                 estimate_us=cost.estimate_s * 1e6, bottleneck=bottleneck(cost, schedule["slot_use"])))
         results[e["target"]] = kernels
+    for generation in generations:
+        if generation not in results:
+            why = outcome.killed_for or f"exit status {outcome.returncode}"
+            results[generation] = f"no estimate: the profiling worker stopped before compiling for {generation} ({why})"
     outcome.cleanup()
     return results
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 _HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
+# pl.kernel (and core_map) kernels trace to these primitives instead of pallas_call.
+_MESH_KERNELS = {"mpmd_map", "core_map"}
 
 
 class Reporter:
@@ -106,6 +108,12 @@ def _block_dim(dim) -> int | None:
     return dim if isinstance(dim, int) else getattr(dim, "block_size", None)
 
 
+def _stays_in_hbm(block_mapping) -> bool:
+    """A block with memory_space=pl.ANY (or HBM) is not pipelined into VMEM: the kernel DMAs it by hand."""
+    space = str(getattr(block_mapping.transformed_block_aval, "memory_space", "")).upper()
+    return "ANY" in space or "HBM" in space
+
+
 def _nbytes(aval) -> int:
     """Bytes of a scratch buffer; semaphores and other non-array scratch count as 0."""
     import numpy as np
@@ -123,6 +131,10 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
         name = eqn.primitive.name
         if name in _HOST_CALLBACKS:
             callbacks.append(name)
+        if name in _MESH_KERNELS:
+            kernels.append({"name": name, "grid": [], "blocks": [], "num_scalar_prefetch": 0, "num_scratch": 0,
+                            "scratch_bytes": 0, "dimension_semantics": []})
+            continue
         if name != "pallas_call":
             continue
         mapping = eqn.params["grid_mapping"]
@@ -138,6 +150,7 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
                         "block_shape": [_block_dim(d) for d in bm.block_shape],
                         "array_shape": list(bm.array_aval.shape),
                         "dtype": str(bm.array_aval.dtype),
+                        "in_hbm": _stays_in_hbm(bm),
                     }
                     for bm in mapping.block_mappings
                 ],
@@ -176,7 +189,7 @@ def kernel_traffic(jaxpr) -> list[dict]:
             shape = [_block_dim(d) or 1 for d in bm.block_shape]
             block_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
             whole = int(np.prod(bm.array_aval.shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
-            if "ANY" in str(getattr(bm.transformed_block_aval, "memory_space", "")).upper():
+            if _stays_in_hbm(bm):
                 total, exact = total + whole, False
                 continue
             if mapping.num_index_operands or not grid:

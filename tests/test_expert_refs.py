@@ -44,13 +44,6 @@ KNOWN_LIMITS = {
                "attention kernel uses on its VMEM scratch; it compiles for v5e and v6e but cannot run on a CPU host",
         only_without_tpu=True,
     ),
-    "13p_Cross_Entropy": KnownLimit(
-        error_class="no_pallas_call",
-        message_fragment="no pallas_call",
-        reason="tokamax's kernel is a pl.kernel (traced as `mpmd_map`), which the checker's Pallas detection "
-               "(worker.describe_kernels) does not count; it compiles and matches the truth on every seed",
-        only_without_tpu=False,
-    ),
 }
 _WORKLOAD_ID = re.compile(r'^WORKLOAD_ID\s*=\s*"([^"]+)"', re.M)
 
