@@ -35,8 +35,6 @@ def get_workload(workload_id: str, size: str = "small") -> WorkloadSpec:
 
 
 def _log_text(outcome) -> str:
-    if outcome is None:
-        return ""
     events = "\n".join(json.dumps(e) for e in outcome.events)
     return f"== events ==\n{events}\n== stdout ==\n{outcome.stdout_tail}\n== stderr ==\n{outcome.stderr_tail}"
 
@@ -68,7 +66,7 @@ class JaxBench:
             jax_version=jax.__version__,
             jaxlib_version=jaxlib.__version__,
             libtpu_version=targets.libtpu_version(),
-            attached_tpu=None,
+            attached_tpu=targets.attached_generation() if tier is targets.Tier.TPU else None,
             compile_targets=targets.compile_targets(tier),
             default_target=self.checker.default_target,
             workloads=len(workloads.all_workloads()),
@@ -92,8 +90,7 @@ class JaxBench:
         verdict.attempt_id = attempt_id
         self.store.finish(attempt_id, verdict.status, verdict.error_class, verdict.model_dump(mode="json"),
                           _log_text(outcome), verdict.total_seconds)
-        if outcome is not None:
-            outcome.cleanup()
+        outcome.cleanup()
         return verdict
 
     def profile_kernel(self, workload_id: str, source: str, targets_: list[str] | str | None = None,

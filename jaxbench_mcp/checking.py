@@ -194,13 +194,15 @@ class Checker:
                  slots: int | None = None):
         self.tier = tier or targets.detect_tier()
         self.limits = limits or Limits()
-        self.default_target = targets.DEFAULT_CPU_TARGET if self.tier is targets.Tier.CPU_LIBTPU else None
+        self.default_target = (targets.DEFAULT_CPU_TARGET if self.tier is targets.Tier.CPU_LIBTPU
+                                else targets.attached_generation())
         self.queue = JobQueue(slots or default_slots(self.tier))
-        self.pool = WorkerPool(self.default_target, self.tier, self.limits, spares if spares is not None else self.queue.slots)
+        if spares is None:
+            # Only one process can hold a TPU: there, the next worker starts when the last one is done.
+            spares = 0 if self.tier is targets.Tier.TPU else self.queue.slots
+        self.pool = WorkerPool(self.default_target if self.tier is targets.Tier.CPU_LIBTPU else None, self.tier, self.limits, spares)
         # Hidden seeds: drawn once per checker from the OS, never 42, never shown to the candidate.
         self._seeds = [secrets.randbelow(2**31 - 1) + 43 for _ in range(16)]
-        self._attempts = 0
-        self._lock = threading.Lock()
 
     def start(self) -> None:
         self.pool.fill()
@@ -213,7 +215,7 @@ class Checker:
 
     def check(self, workload_id: str, source: str, targets_: list[str] | None = None, size: str | None = None,
               seeds: int = DEFAULT_SEEDS, require_pallas: bool = True,
-              on_progress: Callable[[str], None] | None = None) -> tuple[Verdict, RunOutcome | None]:
+              on_progress: Callable[[str], None] | None = None) -> tuple[Verdict, RunOutcome]:
         started = time.monotonic()
         w = workloads.get_workload(workload_id)
         chosen = targets.parse_targets(targets_) if targets_ else self.default_targets()

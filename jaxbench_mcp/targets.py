@@ -34,10 +34,6 @@ _GENERATIONS: dict[str, tuple[str, str]] = {
 GENERATIONS = tuple(_GENERATIONS)
 DEFAULT_CPU_TARGET = "v6e"
 
-# device_kind strings that jax reports on a TPU host -> our generation names.
-_DEVICE_KINDS = {"TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5": "v5p", "TPU v5p": "v5p",
-                 "TPU v6 lite": "v6e", "TPU v6e": "v6e", "TPU7x": "7x"}
-
 
 class UnknownTarget(ValueError):
     pass
@@ -121,8 +117,15 @@ def detect_tier() -> Tier:
     return Tier.TPU if tpu_device_files() else Tier.CPU_LIBTPU
 
 
-def generation_of_device_kind(device_kind: str) -> str | None:
-    return _DEVICE_KINDS.get(device_kind)
+_ACCELERATOR_PREFIXES = (("v5litepod", "v5e"), ("v5e", "v5e"), ("v5p", "v5p"), ("v6e", "v6e"), ("v4", "v4"), ("tpu7x", "7x"), ("v7x", "7x"))
+
+
+def attached_generation() -> str | None:
+    """The attached TPU's generation, read without touching the device (the VM's accelerator type)."""
+    if detect_tier() is not Tier.TPU:
+        return None
+    accelerator = os.environ.get("TPU_ACCELERATOR_TYPE", "").lower()
+    return next((gen for prefix, gen in _ACCELERATOR_PREFIXES if accelerator.startswith(prefix)), None)
 
 
 def compile_targets(tier: Tier) -> list[str]:
@@ -155,6 +158,19 @@ def chip_context(generation: str):
 
     device = jax.sharding.AbstractDevice(device_kind=_CHIP_DEVICE_KIND[check_generation(generation)], num_cores=1, platform="tpu")
     return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device))
+
+
+def chip_facts_visible(fallback: str = DEFAULT_CPU_TARGET):
+    """Nothing on a TPU host; elsewhere chip_context(fallback), for kernels that ask for chip facts."""
+    import contextlib
+
+    from jax.experimental.pallas import tpu as pltpu
+
+    try:
+        pltpu.get_tpu_info()
+        return contextlib.nullcontext()
+    except ValueError:
+        return chip_context(fallback)
 
 
 def interpret_on_cpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[int], generation: str, params):

@@ -60,8 +60,9 @@ def warm_up(generation: str | None) -> None:
     x = jnp.zeros((8, 128), jnp.float32)
     if generation is not None:
         targets.deviceless_compile(f, [jax.ShapeDtypeStruct(x.shape, x.dtype)], generation)
-    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
-        jax.block_until_ready(jax.jit(f)(x))
+    if os.environ.get("JAX_PLATFORMS") == "cpu":  # on a TPU host, touching the device now would hold it
+        with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+            jax.block_until_ready(jax.jit(f)(x))
 
 
 # ---- stages -----------------------------------------------------------------------------------
@@ -243,8 +244,10 @@ def run_job(job: dict, report: Reporter, workdir: Path) -> None:
 
     report.send(event="stage", stage="trace", state="start")
     t0 = time.perf_counter()
+    chip = job["targets"][0] if job["targets"] else targets.DEFAULT_CPU_TARGET
     try:
-        closed = jax.make_jaxpr(fn, static_argnums=static)(*_full_args(w, "full"))
+        with targets.chip_context(chip):
+            closed = jax.make_jaxpr(fn, static_argnums=static)(*_full_args(w, "full"))
         kernels, callbacks = describe_kernels(closed.jaxpr)
         out_avals = [{"shape": list(a.shape), "dtype": str(a.dtype)} for a in closed.out_avals]
     except Exception as exc:  # noqa: BLE001
@@ -287,7 +290,7 @@ def run_job(job: dict, report: Reporter, workdir: Path) -> None:
         try:
             if job["interpret"]:
                 params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=job["shuffle_seeds"][index])
-                out = targets.interpret_on_cpu(fn, inputs, static, job["targets"][0] if job["targets"] else targets.DEFAULT_CPU_TARGET, params)
+                out = targets.interpret_on_cpu(fn, inputs, static, chip, params)
             else:
                 out = jax.block_until_ready(jitted(*inputs))
             leaves = jax.tree_util.tree_leaves(out)
@@ -315,7 +318,8 @@ def profile_job(job: dict, report: Reporter, workdir: Path) -> None:
     if failure:
         report.send(event="stage", stage="load", state="failed", error_class=failure[0], text=failure[1])
         return
-    closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, "full"))
+    with targets.chip_context(job["targets"][0]):
+        closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, "full"))
     report.send(event="stage", stage="trace", state="done", traffic=kernel_traffic(closed.jaxpr))
     dump_root = Path(job["dump_dir"])
     for generation in job["targets"]:

@@ -11,20 +11,14 @@ ref.reshape / ref.bitcast, and the interpreter's loads reject a ReshapeTransform
 TPU it compiles but cannot be run.
 """
 
-import contextlib
 import dataclasses
 
-import jax
-from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ragged_paged_attention
+
+from jaxbench_mcp.targets import chip_facts_visible
 
 WORKLOAD_ID = "7p_Ragged_Paged_Attention"
 SOURCE = "jax.experimental.pallas.ops.tpu.ragged_paged_attention"
-
-# The kernel's Mosaic lowering (lax.sign) asks pltpu.get_tpu_info() for the chip generation, which
-# needs a TPU device or an abstract mesh naming one. On a host without a TPU it is told this chip;
-# v5e and v6e lower the same way here (only "generation >= 4" is asked).
-FALLBACK_DEVICE_KIND = "TPU v6 lite"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,19 +45,10 @@ def _blocks_for(pages_per_seq: int) -> Blocks:
     return BLOCKS["small"]
 
 
-def _tpu_facts_available() -> contextlib.AbstractContextManager:
-    try:
-        pltpu.get_tpu_info()
-        return contextlib.nullcontext()
-    except ValueError:
-        device = jax.sharding.AbstractDevice(device_kind=FALLBACK_DEVICE_KIND, num_cores=1, platform="tpu")
-        return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("chip",), abstract_device=device))
-
-
 def workload(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
     head_dim = queries.shape[-1]
     b = _blocks_for(page_indices.shape[1])
-    with _tpu_facts_available():
+    with chip_facts_visible():
         return ragged_paged_attention(
             queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
             sm_scale=head_dim**-0.5,

@@ -9,18 +9,13 @@ The kernel is written with pl.kernel (a TensorCoreMesh kernel), which jax 0.12 t
 `mpmd_map` primitive, not as a `pallas_call`.
 """
 
-import contextlib
 import dataclasses
+
+from jaxbench_mcp.targets import chip_facts_visible
 
 WORKLOAD_ID = "13p_Cross_Entropy"
 SOURCE = "tokamax.linear_softmax_cross_entropy_loss (implementation='mosaic_tpu')"
 REQUIRES = "tokamax"
-
-# tokamax reads the chip's facts (lane count, VMEM size) from pltpu.get_tpu_info(), which needs a
-# TPU device or an abstract mesh naming one. On a host without a TPU (deviceless compiles,
-# interpret-mode runs) the kernel is configured as for this chip; v5e and v6e have the same lane
-# and sublane counts and 128 MiB of VMEM, so the configuration is the same for both.
-FALLBACK_DEVICE_KIND = "TPU v6 lite"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,18 +40,6 @@ def _blocks_for(tokens: int, hidden: int, vocab: int) -> Blocks:
     return BLOCKS["small"]
 
 
-def _tpu_facts_available() -> contextlib.AbstractContextManager:
-    import jax
-    from jax.experimental.pallas import tpu as pltpu
-
-    try:
-        pltpu.get_tpu_info()
-        return contextlib.nullcontext()
-    except ValueError:
-        device = jax.sharding.AbstractDevice(device_kind=FALLBACK_DEVICE_KIND, num_cores=1, platform="tpu")
-        return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("chip",), abstract_device=device))
-
-
 def workload(hidden, weight, labels):
     from tokamax._src.ops.linear_softmax_cross_entropy_loss import pallas_mosaic_tpu
 
@@ -65,5 +48,5 @@ def workload(hidden, weight, labels):
                                       v_block_size=b.v_block_size)
     # bypass_device_check: tokamax refuses a CPU default device (deviceless compiles, interpret runs).
     op = pallas_mosaic_tpu.PallasMosaicTpuLinearSoftmaxCrossEntropyLoss(config=config, bypass_device_check=True)
-    with _tpu_facts_available():
+    with chip_facts_visible():
         return op(hidden, labels, weight, reduction="mean")

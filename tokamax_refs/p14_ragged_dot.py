@@ -6,16 +6,13 @@ group_sizes = [M/G] * G and tokamax's grouped-matmul kernel multiplies each grou
 this workload. tokamax is imported lazily, inside workload().
 """
 
-import contextlib
 import dataclasses
+
+from jaxbench_mcp.targets import chip_facts_visible
 
 WORKLOAD_ID = "14p_Ragged_Dot"
 SOURCE = "tokamax.ragged_dot (implementation='mosaic_tpu': PallasMosaicTpuRaggedDot)"
 REQUIRES = "tokamax"
-
-# tokamax reads the chip's facts from pltpu.get_tpu_info(), which needs a TPU device or an abstract
-# mesh naming one; on a host without a TPU (deviceless compiles, interpret runs) it is told this one.
-FALLBACK_DEVICE_KIND = "TPU v6 lite"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,18 +39,6 @@ def _blocks_for(rows_per_group: int, k: int, n: int) -> Blocks:
     return BLOCKS["small"]
 
 
-def _tpu_facts_available() -> contextlib.AbstractContextManager:
-    import jax
-    from jax.experimental.pallas import tpu as pltpu
-
-    try:
-        pltpu.get_tpu_info()
-        return contextlib.nullcontext()
-    except ValueError:
-        device = jax.sharding.AbstractDevice(device_kind=FALLBACK_DEVICE_KIND, num_cores=1, platform="tpu")
-        return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("chip",), abstract_device=device))
-
-
 def workload(x, weights):
     import jax.numpy as jnp
     from tokamax._src.ops.ragged_dot import pallas_mosaic_tpu
@@ -65,6 +50,6 @@ def workload(x, weights):
     # bypass_device_check: tokamax refuses a CPU default device (deviceless compiles, interpret runs).
     op = pallas_mosaic_tpu.PallasMosaicTpuRaggedDot(config=config, bypass_device_check=True)
     group_sizes = jnp.full((groups,), rows, dtype=jnp.int32)
-    with _tpu_facts_available():
+    with chip_facts_visible():
         out = op(x.reshape(groups * rows, k), weights, group_sizes=group_sizes, preferred_element_type=x.dtype)
     return out.reshape(groups, rows, n)

@@ -19,7 +19,6 @@ def _rows_per_chunk(out_h, width):
 
 
 def _kernel(x_ref, w_ref, cb_ref, b_ref, o_ref, *, ksize, width, rows):
-    cin = x_ref.shape[1]
     out_h = o_ref.shape[2] // width
     n_chunks = out_h // rows
     span = (rows + ksize - 1) * width  # input positions a chunk reads
