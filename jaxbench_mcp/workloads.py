@@ -10,7 +10,8 @@ A workload module is data-like. It declares, at module level:
   STATIC_ARGNUMS   positions of inputs that are Python values used as shapes (optional)
   NOTES            defects of the original benchmark and other caveats (optional)
   DEGENERATE_OUTPUT  True when JAXBench's output is (near) constant, so a constant kernel passes
-  create_inputs(*, seed, **size)  the inputs, bit-exact with JAXBench for seed 42
+  create_inputs(*, seed, **size)  the inputs, bit-exact with JAXBench for seed 42 (keys from
+                                  seeding.jaxbench_key, draws with seeding.normal / seeding.uniform)
   reference(*inputs)              JAXBench's baseline semantics
   flops(**size)                   the FLOP count JAXBench reports
 

@@ -15,8 +15,8 @@ from jaxbench_mcp import docs, error_catalog
 from jaxbench_mcp.error_catalog import Diagnosis, classify, classify_exception, diagnosis_for
 from jaxbench_mcp.taxonomy import STATUS_OF, ErrorClass
 
-jax = pytest.importorskip("jax")
-jnp = jax.numpy
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 from jax.experimental import pallas as pl  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 

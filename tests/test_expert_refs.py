@@ -109,8 +109,7 @@ def test_expert_reference_passes_the_check_ladder(checker, workload_id):
     module = _module(workload_id)
     source = Path(module.__file__).read_text()
     verdict, outcome = checker.check(workload_id, source, targets_=CHECK_TARGETS)
-    if outcome is not None:
-        outcome.cleanup()
+    outcome.cleanup()
     compiled = [c.target for c in verdict.compiles if c.ok]
     limit = KNOWN_LIMITS.get(workload_id)
     if limit and not (limit.only_without_tpu and checker.tier is Tier.TPU):

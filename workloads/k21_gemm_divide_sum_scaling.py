@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "21k_Gemm_Divide_Sum_Scaling"
 MODEL = "KernelBench level 2, problem 14 (14_Gemm_Divide_Sum_Scaling)"
@@ -37,8 +37,8 @@ SCALING_FACTOR = 1.5
 
 def create_inputs(*, seed, batch_size, input_size, hidden_size, dtype=jnp.bfloat16):
     k_x, k_w = jax.random.split(jaxbench_key(seed, 0), 2)
-    x = jax.random.uniform(k_x, (batch_size, input_size), dtype=dtype)
-    weight = jax.random.normal(k_w, (hidden_size, input_size), dtype=dtype)
+    x = uniform(k_x, (batch_size, input_size), dtype=dtype)
+    weight = normal(k_w, (hidden_size, input_size), dtype=dtype)
     return x, weight
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "22k_Conv2d_InstanceNorm_Divide"
 MODEL = "KernelBench level 2, problem 17 (17_Conv2d_InstanceNorm_Divide)"
@@ -26,10 +26,10 @@ DIVIDE_BY = 2.0
 
 
 def create_inputs(*, seed, batch_size, in_channels, out_channels, kernel_size, height, width, dtype=jnp.bfloat16):
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_channels, height, width), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_channels, height, width), dtype=dtype)
     k_w, k_cb = jax.random.split(jaxbench_key(seed, 0xBADC0DE), 2)
-    weight = jax.random.normal(k_w, (out_channels, in_channels, kernel_size, kernel_size), dtype=dtype) * 0.02
-    conv_bias = jax.random.normal(k_cb, (out_channels,), dtype=dtype) * 0.02
+    weight = normal(k_w, (out_channels, in_channels, kernel_size, kernel_size), dtype=dtype) * 0.02
+    conv_bias = normal(k_cb, (out_channels,), dtype=dtype) * 0.02
     in_weight = jnp.ones((out_channels,), dtype=dtype)
     in_bias = jnp.zeros((out_channels,), dtype=dtype)
     return x, weight, conv_bias, in_weight, in_bias

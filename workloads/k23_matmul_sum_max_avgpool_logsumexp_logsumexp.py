@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "23k_Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp"
 MODEL = "KernelBench level 2, problem 18 (18_Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp)"
@@ -29,10 +29,10 @@ NOTES = (
 
 
 def create_inputs(*, seed, batch_size, in_features, out_features, dtype=jnp.bfloat16):
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
     k_w, k_b = jax.random.split(jaxbench_key(seed, 0xBADC0DE), 2)
-    weight = jax.random.normal(k_w, (out_features, in_features), dtype=dtype) * 0.02
-    bias = jax.random.normal(k_b, (out_features,), dtype=dtype) * 0.02
+    weight = normal(k_w, (out_features, in_features), dtype=dtype) * 0.02
+    bias = normal(k_b, (out_features,), dtype=dtype) * 0.02
     return x, weight, bias
 
 

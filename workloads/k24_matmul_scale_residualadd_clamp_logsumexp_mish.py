@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "24k_Matmul_Scale_ResidualAdd_Clamp_LogSumExp_Mish"
 MODEL = "KernelBench level 2, problem 22 (22_Matmul_Scale_ResidualAdd_Clamp_LogSumExp_Mish)"
@@ -30,10 +30,10 @@ CLAMP_MAX = 10.0
 
 
 def create_inputs(*, seed, batch_size, input_size, hidden_size, dtype=jnp.bfloat16):
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, input_size), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, input_size), dtype=dtype)
     k_w, k_b = jax.random.split(jaxbench_key(seed, 42), 2)
-    weight = jax.random.normal(k_w, (hidden_size, input_size), dtype=dtype) * 0.02
-    bias = jax.random.normal(k_b, (hidden_size,), dtype=dtype) * 0.02
+    weight = normal(k_w, (hidden_size, input_size), dtype=dtype) * 0.02
+    bias = normal(k_b, (hidden_size,), dtype=dtype) * 0.02
     return x, weight, bias
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "25k_Conv3d_GroupNorm_Mean"
 MODEL = "KernelBench level 2, problem 23 (23_Conv3d_GroupNorm_Mean)"
@@ -37,12 +37,12 @@ EPS = 1e-5
 def create_inputs(*, seed, batch_size, in_channels, out_channels, kernel_size, num_groups, D, H, W, dtype=jnp.bfloat16):
     if num_groups != NUM_GROUPS:
         raise ValueError(f"the reference hard-codes {NUM_GROUPS} groups, got num_groups={num_groups}")
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_channels, D, H, W), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_channels, D, H, W), dtype=dtype)
     k_w, k_cb, k_beta = jax.random.split(jaxbench_key(seed, 42), 3)
-    weight = jax.random.normal(k_w, (out_channels, in_channels) + (kernel_size,) * 3, dtype=dtype) * 0.02
-    conv_bias = jax.random.normal(k_cb, (out_channels,), dtype=dtype) * 0.02
+    weight = normal(k_w, (out_channels, in_channels) + (kernel_size,) * 3, dtype=dtype) * 0.02
+    conv_bias = normal(k_cb, (out_channels,), dtype=dtype) * 0.02
     gamma = jnp.ones((out_channels,), dtype=dtype)
-    beta = jax.random.normal(k_beta, (out_channels,), dtype=dtype) * 0.02
+    beta = normal(k_beta, (out_channels,), dtype=dtype) * 0.02
     return x, weight, conv_bias, gamma, beta
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "26k_BMM_InstanceNorm_Sum_ResidualAdd_Multiply"
 MODEL = "KernelBench level 2, problem 28 (28_BMM_InstanceNorm_Sum_ResidualAdd_Multiply)"
@@ -30,13 +30,13 @@ EPS = 1e-5
 
 def create_inputs(*, seed, batch_size, in_features, out_features, dtype=jnp.bfloat16):
     k_x, k_y = jax.random.split(jaxbench_key(seed, 0), 2)
-    x = jax.random.uniform(k_x, (batch_size, in_features), dtype=dtype)
-    y = jax.random.uniform(k_y, (batch_size, out_features), dtype=dtype)
+    x = uniform(k_x, (batch_size, in_features), dtype=dtype)
+    y = uniform(k_y, (batch_size, out_features), dtype=dtype)
     k_w, k_b, k_ib = jax.random.split(jaxbench_key(seed, 42), 3)
-    bmm_weight = jax.random.normal(k_w, (out_features, in_features), dtype=dtype) * 0.02
-    bmm_bias = jax.random.normal(k_b, (out_features,), dtype=dtype) * 0.02
+    bmm_weight = normal(k_w, (out_features, in_features), dtype=dtype) * 0.02
+    bmm_bias = normal(k_b, (out_features,), dtype=dtype) * 0.02
     in_weight = jnp.ones((out_features,), dtype=dtype)
-    in_bias = jax.random.normal(k_ib, (out_features,), dtype=dtype) * 0.02
+    in_bias = normal(k_ib, (out_features,), dtype=dtype) * 0.02
     return x, y, bmm_weight, bmm_bias, in_weight, in_bias
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "28k_ConvTranspose3d_LayerNorm_GELU_Scaling"
 MODEL = "KernelBench level 2, problem 34 (34_ConvTranspose3d_LayerNorm_GELU_Scaling)"
@@ -47,8 +47,8 @@ def create_inputs(*, seed, batch_size, in_channels, out_channels, kernel_size, s
     if (stride, padding) != (STRIDE, PADDING):
         raise ValueError(f"the reference hard-codes stride={STRIDE}, padding={PADDING}")
     k_x, k_w = jax.random.split(jaxbench_key(seed, 0), 2)
-    x = jax.random.uniform(k_x, (batch_size, in_channels, D, H, W), dtype=dtype)
-    conv_weight = jax.random.normal(k_w, (in_channels, out_channels) + (kernel_size,) * 3, dtype=dtype)
+    x = uniform(k_x, (batch_size, in_channels, D, H, W), dtype=dtype)
+    conv_weight = normal(k_w, (in_channels, out_channels) + (kernel_size,) * 3, dtype=dtype)
     conv_bias = jnp.zeros((out_channels,), dtype=dtype)
     ln_weight = jnp.ones((out_channels,), dtype=dtype)
     ln_bias = jnp.zeros((out_channels,), dtype=dtype)

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "29k_Matmul_Swish_Sum_GroupNorm"
 MODEL = "KernelBench level 2, problem 37 (37_Matmul_Swish_Sum_GroupNorm)"
@@ -32,10 +32,10 @@ EPS = 1e-5
 def create_inputs(*, seed, batch_size, in_features, out_features, num_groups, dtype=jnp.bfloat16):
     if out_features != num_groups * GROUP_SIZE:
         raise ValueError(f"groups of {GROUP_SIZE} features: out_features must equal {GROUP_SIZE} * num_groups")
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
     k_w, k_b = jax.random.split(jaxbench_key(seed, 0xBADC0DE), 2)
-    weight = jax.random.normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
-    bias = jax.random.normal(k_b, (out_features,), dtype=dtype) * 0.02
+    weight = normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
+    bias = normal(k_b, (out_features,), dtype=dtype) * 0.02
     gn_weight = jnp.ones((out_features,), dtype=dtype)
     gn_bias = jnp.zeros((out_features,), dtype=dtype)
     return x, weight, bias, gn_weight, gn_bias

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "31k_Gemm_BatchNorm_GELU_ReLU"
 MODEL = "KernelBench level 2, problem 41 (41_Gemm_BatchNorm_GELU_ReLU)"
@@ -32,9 +32,9 @@ EPS = 1e-5
 
 def create_inputs(*, seed, batch_size, in_features, out_features, dtype=jnp.bfloat16):
     k_x, k_w, k_b = jax.random.split(jaxbench_key(seed, 0), 3)
-    x = jax.random.uniform(k_x, (batch_size, in_features), dtype=dtype)
-    gemm_weight = jax.random.normal(k_w, (out_features, in_features), dtype=dtype)
-    gemm_bias = jax.random.normal(k_b, (out_features,), dtype=dtype)
+    x = uniform(k_x, (batch_size, in_features), dtype=dtype)
+    gemm_weight = normal(k_w, (out_features, in_features), dtype=dtype)
+    gemm_bias = normal(k_b, (out_features,), dtype=dtype)
     bn_weight = jnp.ones((out_features,), dtype=dtype)
     bn_bias = jnp.zeros((out_features,), dtype=dtype)
     return x, gemm_weight, gemm_bias, bn_weight, bn_bias

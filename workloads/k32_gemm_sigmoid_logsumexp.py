@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "32k_Gemm_Sigmoid_LogSumExp"
 MODEL = "KernelBench level 2, problem 45 (45_Gemm_Sigmoid_LogSumExp)"
@@ -29,12 +29,12 @@ DEGENERATE_OUTPUT = True
 
 
 def create_inputs(*, seed, batch_size, input_size, hidden_size, output_size, dtype=jnp.bfloat16):
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, input_size), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, input_size), dtype=dtype)
     k_w1, k_b1, k_w2, k_b2 = jax.random.split(jaxbench_key(seed, 42), 4)
-    w1 = jax.random.normal(k_w1, (hidden_size, input_size), dtype=dtype) * 0.02
-    b1 = jax.random.normal(k_b1, (hidden_size,), dtype=dtype) * 0.02
-    w2 = jax.random.normal(k_w2, (output_size, hidden_size), dtype=dtype) * 0.02
-    b2 = jax.random.normal(k_b2, (output_size,), dtype=dtype) * 0.02
+    w1 = normal(k_w1, (hidden_size, input_size), dtype=dtype) * 0.02
+    b1 = normal(k_b1, (hidden_size,), dtype=dtype) * 0.02
+    w2 = normal(k_w2, (output_size, hidden_size), dtype=dtype) * 0.02
+    b2 = normal(k_b2, (output_size,), dtype=dtype) * 0.02
     return x, w1, b1, w2, b2
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "33k_Conv3d_Mish_Tanh"
 MODEL = "KernelBench level 2, problem 47 (47_Conv3d_Mish_Tanh)"
@@ -26,10 +26,10 @@ NOTES = (
 
 
 def create_inputs(*, seed, batch_size, in_channels, out_channels, kernel_size, D, H, W, dtype=jnp.bfloat16):
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_channels, D, H, W), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_channels, D, H, W), dtype=dtype)
     k_w, k_b = jax.random.split(jaxbench_key(seed, 0xBADC0DE), 2)
-    weight = jax.random.normal(k_w, (out_channels, in_channels) + (kernel_size,) * 3, dtype=dtype) * 0.02
-    bias = jax.random.normal(k_b, (out_channels,), dtype=dtype) * 0.02
+    weight = normal(k_w, (out_channels, in_channels) + (kernel_size,) * 3, dtype=dtype) * 0.02
+    bias = normal(k_b, (out_channels,), dtype=dtype) * 0.02
     return x, weight, bias
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "34k_Conv2d_Activation_BatchNorm"
 MODEL = "KernelBench level 2, problem 52 (52_Conv2d_Activation_BatchNorm)"
@@ -34,9 +34,9 @@ EPS = 1e-5
 
 def create_inputs(*, seed, batch_size, in_channels, out_channels, kernel_size, height, width, dtype=jnp.bfloat16):
     k_x, k_w, k_b = jax.random.split(jaxbench_key(seed, 0), 3)
-    x = jax.random.uniform(k_x, (batch_size, in_channels, height, width), dtype=dtype)
-    conv_weight = jax.random.normal(k_w, (out_channels, in_channels, kernel_size, kernel_size), dtype=dtype)
-    conv_bias = jax.random.normal(k_b, (out_channels,), dtype=dtype)
+    x = uniform(k_x, (batch_size, in_channels, height, width), dtype=dtype)
+    conv_weight = normal(k_w, (out_channels, in_channels, kernel_size, kernel_size), dtype=dtype)
+    conv_bias = normal(k_b, (out_channels,), dtype=dtype)
     bn_weight = jnp.ones((out_channels,), dtype=dtype)
     bn_bias = jnp.zeros((out_channels,), dtype=dtype)
     return x, conv_weight, conv_bias, bn_weight, bn_bias

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "36k_Matmul_Sigmoid_Sum"
 MODEL = "KernelBench level 2, problem 56 (56_Matmul_Sigmoid_Sum)"
@@ -32,10 +32,10 @@ NOTES = (
 
 
 def create_inputs(*, seed, batch_size, input_size, hidden_size, dtype=jnp.bfloat16):
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, input_size), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, input_size), dtype=dtype)
     k_w, k_b = jax.random.split(jaxbench_key(seed, 42), 2)
-    weight = jax.random.normal(k_w, (input_size, hidden_size), dtype=dtype) * 0.02
-    bias = jax.random.normal(k_b, (hidden_size,), dtype=dtype) * 0.02
+    weight = normal(k_w, (input_size, hidden_size), dtype=dtype) * 0.02
+    bias = normal(k_b, (hidden_size,), dtype=dtype) * 0.02
     return x, weight, bias
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "39k_Conv2d_GELU_GlobalAvgPool"
 MODEL = "KernelBench level 2, problem 67 (67_Conv2d_GELU_GlobalAvgPool)"
@@ -26,10 +26,10 @@ NOTES = (
 
 
 def create_inputs(*, seed, batch_size, in_channels, out_channels, kernel_size, height, width, dtype=jnp.bfloat16):
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_channels, height, width), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_channels, height, width), dtype=dtype)
     k_w, k_b = jax.random.split(jaxbench_key(seed, 0xBADC0DE), 2)
-    weight = jax.random.normal(k_w, (out_channels, in_channels, kernel_size, kernel_size), dtype=dtype) * 0.02
-    bias = jax.random.normal(k_b, (out_channels,), dtype=dtype) * 0.02
+    weight = normal(k_w, (out_channels, in_channels, kernel_size, kernel_size), dtype=dtype) * 0.02
+    bias = normal(k_b, (out_channels,), dtype=dtype) * 0.02
     return x, weight, bias
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "40k_Gemm_GroupNorm_Min_BiasAdd"
 MODEL = "KernelBench level 2, problem 75 (75_Gemm_GroupNorm_Min_BiasAdd)"
@@ -39,13 +39,13 @@ GROUP_SIZE = 16
 def create_inputs(*, seed, batch_size, in_features, out_features, num_groups, dtype=jnp.bfloat16):
     if out_features != num_groups * GROUP_SIZE:
         raise ValueError(f"groups of {GROUP_SIZE} features: out_features must equal {GROUP_SIZE} * num_groups")
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
     k_w, k_lb, k_b = jax.random.split(jaxbench_key(seed, 0xBADC0DE), 3)
-    weight = jax.random.normal(k_w, (out_features, in_features), dtype=dtype) * 0.02
-    linear_bias = jax.random.normal(k_lb, (out_features,), dtype=dtype) * 0.02
+    weight = normal(k_w, (out_features, in_features), dtype=dtype) * 0.02
+    linear_bias = normal(k_lb, (out_features,), dtype=dtype) * 0.02
     gn_weight = jnp.ones((out_features,), dtype=dtype)
     gn_bias = jnp.zeros((out_features,), dtype=dtype)
-    bias = jax.random.normal(k_b, (1, out_features, 1, 1), dtype=dtype) * 0.02
+    bias = normal(k_b, (1, out_features, 1, 1), dtype=dtype) * 0.02
     return x, weight, linear_bias, gn_weight, gn_bias, bias
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "42k_Gemm_Max_Subtract_GELU"
 MODEL = "KernelBench level 2, problem 80 (80_Gemm_Max_Subtract_GELU)"
@@ -34,9 +34,9 @@ NOTES = (
 
 def create_inputs(*, seed, batch_size, in_features, out_features, dtype=jnp.bfloat16):
     k_x, k_w, k_b = jax.random.split(jaxbench_key(seed, 0), 3)
-    x = jax.random.uniform(k_x, (batch_size, in_features), dtype=dtype)
-    weight = jax.random.normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
-    bias = jax.random.normal(k_b, (out_features,), dtype=dtype) * 0.02
+    x = uniform(k_x, (batch_size, in_features), dtype=dtype)
+    weight = normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
+    bias = normal(k_b, (out_features,), dtype=dtype) * 0.02
     return x, weight, bias
 
 

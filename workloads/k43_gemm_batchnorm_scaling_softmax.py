@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "43k_Gemm_BatchNorm_Scaling_Softmax"
 MODEL = "KernelBench level 2, problem 84 (84_Gemm_BatchNorm_Scaling_Softmax)"
@@ -34,12 +34,12 @@ BN_EPS = 1e-5
 
 
 def create_inputs(*, seed, batch_size, in_features, out_features, dtype=jnp.bfloat16):
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
     k_w, k_b, k_bn = jax.random.split(jaxbench_key(seed, 42), 3)
-    weight = jax.random.normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
-    bias = jax.random.normal(k_b, (out_features,), dtype=dtype) * 0.02
+    weight = normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
+    bias = normal(k_b, (out_features,), dtype=dtype) * 0.02
     bn_scale = jnp.ones((out_features,), dtype=dtype)
-    bn_bias = jax.random.normal(k_bn, (out_features,), dtype=dtype) * 0.02
+    bn_bias = normal(k_bn, (out_features,), dtype=dtype) * 0.02
     bn_mean = jnp.zeros((out_features,), dtype=dtype)
     bn_var = jnp.ones((out_features,), dtype=dtype)
     scale = jnp.ones((1,), dtype=dtype)

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "45k_Gemm_GroupNorm_Swish_Multiply_Swish"
 MODEL = "KernelBench level 2, problem 88 (88_Gemm_GroupNorm_Swish_Multiply_Swish)"
@@ -37,13 +37,13 @@ GROUP_SIZE = 32
 def create_inputs(*, seed, batch_size, in_features, out_features, num_groups, dtype=jnp.bfloat16):
     if out_features != num_groups * GROUP_SIZE:
         raise ValueError(f"groups of {GROUP_SIZE} features: out_features must equal {GROUP_SIZE} * num_groups")
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
     k_w, k_b, k_m = jax.random.split(jaxbench_key(seed, 42), 3)
-    gemm_weight = jax.random.normal(k_w, (out_features, in_features), dtype=dtype) * 0.02
-    gemm_bias = jax.random.normal(k_b, (out_features,), dtype=dtype) * 0.02
+    gemm_weight = normal(k_w, (out_features, in_features), dtype=dtype) * 0.02
+    gemm_bias = normal(k_b, (out_features,), dtype=dtype) * 0.02
     gn_weight = jnp.ones((out_features,), dtype=dtype)
     gn_bias = jnp.zeros((out_features,), dtype=dtype)
-    multiply_weight = jax.random.normal(k_m, (out_features,), dtype=dtype)
+    multiply_weight = normal(k_m, (out_features,), dtype=dtype)
     return x, gemm_weight, gemm_bias, gn_weight, gn_bias, multiply_weight
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "46k_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp"
 MODEL = "KernelBench level 2, problem 92 (92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp)"
@@ -48,10 +48,10 @@ def create_inputs(
 ):
     if out_channels != groups * CHANNELS_PER_GROUP:
         raise ValueError(f"groups of {CHANNELS_PER_GROUP} channels: out_channels must be {CHANNELS_PER_GROUP} * groups")
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_channels, height, width), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_channels, height, width), dtype=dtype)
     k_w, k_b = jax.random.split(jaxbench_key(seed, 42), 2)
-    conv_weight = jax.random.normal(k_w, (out_channels, in_channels, kernel_size, kernel_size), dtype=dtype) * 0.02
-    conv_bias = jax.random.normal(k_b, (out_channels,), dtype=dtype) * 0.02
+    conv_weight = normal(k_w, (out_channels, in_channels, kernel_size, kernel_size), dtype=dtype) * 0.02
+    conv_bias = normal(k_b, (out_channels,), dtype=dtype) * 0.02
     gn_weight = jnp.ones((out_channels,), dtype=dtype)
     gn_bias = jnp.zeros((out_channels,), dtype=dtype)
     return x, conv_weight, conv_bias, gn_weight, gn_bias

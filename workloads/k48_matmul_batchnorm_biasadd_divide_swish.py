@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "48k_Matmul_BatchNorm_BiasAdd_Divide_Swish"
 MODEL = "KernelBench level 2, problem 97 (97_Matmul_BatchNorm_BiasAdd_Divide_Swish)"
@@ -35,15 +35,15 @@ DIVIDE_VALUE = 1.0
 
 
 def create_inputs(*, seed, batch_size, in_features, out_features, dtype=jnp.bfloat16):
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
     k_w, k_lb, k_b = jax.random.split(jaxbench_key(seed, 0xBADC0DE), 3)
-    weight = jax.random.normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
-    linear_bias = jax.random.normal(k_lb, (out_features,), dtype=dtype) * 0.02
+    weight = normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
+    linear_bias = normal(k_lb, (out_features,), dtype=dtype) * 0.02
     bn_scale = jnp.ones((out_features,), dtype=dtype)
     bn_bias = jnp.zeros((out_features,), dtype=dtype)
     bn_mean = jnp.zeros((out_features,), dtype=dtype)
     bn_var = jnp.ones((out_features,), dtype=dtype)
-    bias = jax.random.normal(k_b, (1,), dtype=dtype) * 0.02
+    bias = normal(k_b, (1,), dtype=dtype) * 0.02
     return x, weight, linear_bias, bn_scale, bn_bias, bn_mean, bn_var, bias
 
 

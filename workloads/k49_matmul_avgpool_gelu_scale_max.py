@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal, uniform
 
 ID = "49k_Matmul_AvgPool_GELU_Scale_Max"
 MODEL = "KernelBench level 2, problem 98 (98_Matmul_AvgPool_GELU_Scale_Max)"
@@ -40,10 +40,10 @@ POOL = 16
 def create_inputs(*, seed, batch_size, in_features, out_features, pool_kernel_size, dtype=jnp.bfloat16):
     if pool_kernel_size != POOL:
         raise ValueError(f"the reference pools with a window of {POOL}, got pool_kernel_size={pool_kernel_size}")
-    x = jax.random.uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
+    x = uniform(jaxbench_key(seed, 0), (batch_size, in_features), dtype=dtype)
     k_w, k_b = jax.random.split(jaxbench_key(seed, 0xBADC0DE), 2)
-    weight = jax.random.normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
-    bias = jax.random.normal(k_b, (out_features,), dtype=dtype) * 0.02
+    weight = normal(k_w, (in_features, out_features), dtype=dtype) * 0.02
+    bias = normal(k_b, (out_features,), dtype=dtype) * 0.02
     return x, weight, bias
 
 

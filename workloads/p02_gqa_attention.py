@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "2p_GQA_Attention"
 MODEL = "Llama-3.1-405B"
@@ -33,9 +33,9 @@ MASK_FILL = -1e9
 
 def create_inputs(*, seed, batch, seq_len, num_query_heads, num_kv_heads, head_dim):
     k_q, k_k, k_v = jax.random.split(jaxbench_key(seed, 42), 3)
-    query = jax.random.normal(k_q, (batch, seq_len, num_query_heads, head_dim), dtype=jnp.bfloat16)
-    key = jax.random.normal(k_k, (batch, seq_len, num_kv_heads, head_dim), dtype=jnp.bfloat16)
-    value = jax.random.normal(k_v, (batch, seq_len, num_kv_heads, head_dim), dtype=jnp.bfloat16)
+    query = normal(k_q, (batch, seq_len, num_query_heads, head_dim), dtype=jnp.bfloat16)
+    key = normal(k_k, (batch, seq_len, num_kv_heads, head_dim), dtype=jnp.bfloat16)
+    value = normal(k_v, (batch, seq_len, num_kv_heads, head_dim), dtype=jnp.bfloat16)
     return query, key, value
 
 

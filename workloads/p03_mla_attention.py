@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "3p_MLA_Attention"
 MODEL = "DeepSeek-V3-671B"
@@ -57,9 +57,9 @@ def create_inputs(*, seed, batch, seq_len, emb_dim, num_heads, q_lora_rank, kv_l
     keys = jax.random.split(jaxbench_key(seed, 42), 8)  # JAXBench splits 8 and uses the first 7
 
     def weight(k, shape):
-        return jax.random.normal(k, shape, dtype=jnp.bfloat16) * 0.02
+        return normal(k, shape, dtype=jnp.bfloat16) * 0.02
 
-    x = jax.random.normal(keys[0], (batch, seq_len, emb_dim), dtype=jnp.bfloat16)
+    x = normal(keys[0], (batch, seq_len, emb_dim), dtype=jnp.bfloat16)
     q_down = weight(keys[1], (emb_dim, q_lora_rank))
     q_up = weight(keys[2], (q_lora_rank, num_heads * (qk_nope_head_dim + qk_rope_head_dim)))
     kv_down = weight(keys[3], (emb_dim, kv_lora_rank + qk_rope_head_dim))

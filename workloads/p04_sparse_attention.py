@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "4p_Sparse_Attention"
 MODEL = "Llama-3.1-70B"
@@ -35,9 +35,9 @@ MASK_FILL = -1e30
 
 def create_inputs(*, seed, batch, seq_len, num_query_heads, num_kv_heads, head_dim):
     k_q, k_k, k_v = jax.random.split(jaxbench_key(seed, 42), 3)
-    q = jax.random.normal(k_q, (batch, num_query_heads, seq_len, head_dim), dtype=jnp.bfloat16) * head_dim**-0.5
-    k = jax.random.normal(k_k, (batch, num_kv_heads, seq_len, head_dim), dtype=jnp.bfloat16) * 0.02
-    v = jax.random.normal(k_v, (batch, num_kv_heads, seq_len, head_dim), dtype=jnp.bfloat16) * 0.02
+    q = normal(k_q, (batch, num_query_heads, seq_len, head_dim), dtype=jnp.bfloat16) * head_dim**-0.5
+    k = normal(k_k, (batch, num_kv_heads, seq_len, head_dim), dtype=jnp.bfloat16) * 0.02
+    v = normal(k_v, (batch, num_kv_heads, seq_len, head_dim), dtype=jnp.bfloat16) * 0.02
     return q, k, v
 
 

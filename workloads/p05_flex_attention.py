@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "5p_Flex_Attention"
 MODEL = "Llama-3.1-70B"
@@ -33,10 +33,10 @@ MASK_FILL = -1e30
 def create_inputs(*, seed, batch, seq_len, num_heads, head_dim):
     k_q, k_k, k_v, k_b = jax.random.split(jaxbench_key(seed, 42), 4)
     shape = (batch, num_heads, seq_len, head_dim)
-    q = jax.random.normal(k_q, shape, dtype=jnp.bfloat16)
-    k = jax.random.normal(k_k, shape, dtype=jnp.bfloat16) * 0.02
-    v = jax.random.normal(k_v, shape, dtype=jnp.bfloat16) * 0.02
-    rel_pos_bias = jax.random.normal(k_b, (num_heads, seq_len, seq_len), dtype=jnp.bfloat16) * 0.01
+    q = normal(k_q, shape, dtype=jnp.bfloat16)
+    k = normal(k_k, shape, dtype=jnp.bfloat16) * 0.02
+    v = normal(k_v, shape, dtype=jnp.bfloat16) * 0.02
+    rel_pos_bias = normal(k_b, (num_heads, seq_len, seq_len), dtype=jnp.bfloat16) * 0.01
     return q, k, v, rel_pos_bias
 
 

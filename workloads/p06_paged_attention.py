@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "6p_Paged_Attention"
 MODEL = "Llama-3.1-70B"
@@ -50,9 +50,9 @@ def create_inputs(*, seed, num_seqs, max_seq_len, num_query_heads, num_kv_heads,
     keys = jax.random.split(jaxbench_key(seed, 42), 5)  # JAXBench splits 5 and uses the first 3
     total_pages = num_seqs * pages_per_seq
     page_shape = (total_pages, page_size, num_kv_heads, head_dim)
-    queries = jax.random.normal(keys[0], (num_seqs, num_query_heads, head_dim), dtype=jnp.bfloat16)
-    k_pages = jax.random.normal(keys[1], page_shape, dtype=jnp.bfloat16) * 0.02
-    v_pages = jax.random.normal(keys[2], page_shape, dtype=jnp.bfloat16) * 0.02
+    queries = normal(keys[0], (num_seqs, num_query_heads, head_dim), dtype=jnp.bfloat16)
+    k_pages = normal(keys[1], page_shape, dtype=jnp.bfloat16) * 0.02
+    v_pages = normal(keys[2], page_shape, dtype=jnp.bfloat16) * 0.02
     kv_lens = jnp.full((num_seqs,), max_seq_len, dtype=jnp.int32)
     page_indices = jnp.arange(total_pages, dtype=jnp.int32).reshape(num_seqs, pages_per_seq)
     cu_q_lens = jnp.arange(num_seqs + 1, dtype=jnp.int32)

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "7p_Ragged_Paged_Attention"
 MODEL = "Llama-3.1-70B"
@@ -63,8 +63,8 @@ def create_inputs(*, seed, max_num_batched_tokens, max_num_seqs, num_q_heads, nu
         raise ValueError("the active query lengths exceed the token budget")
     k_q, k_kv, k_perm = jax.random.split(jaxbench_key(seed, 42), 3)
     total_pages = max_num_seqs * pages_per_seq
-    queries = jax.random.normal(k_q, (max_num_batched_tokens, num_q_heads, head_dim), dtype=jnp.bfloat16)
-    kv_pages = jax.random.normal(k_kv, (total_pages, page_size, 2 * num_kv_heads, head_dim), dtype=jnp.bfloat16)
+    queries = normal(k_q, (max_num_batched_tokens, num_q_heads, head_dim), dtype=jnp.bfloat16)
+    kv_pages = normal(k_kv, (total_pages, page_size, 2 * num_kv_heads, head_dim), dtype=jnp.bfloat16)
     idle = max_num_seqs - NUM_ACTIVE_SEQS
     kv_lens = jnp.array(tuple(ACTIVE_KV_LENS) + (0,) * idle, dtype=jnp.int32)
     starts = jnp.cumsum(jnp.array((0,) + tuple(ACTIVE_Q_LENS), dtype=jnp.int32))

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "8p_GEMM"
 MODEL = "Llama-3.1-70B"
@@ -22,8 +22,8 @@ INPUT_NAMES = ("A", "B")
 
 def create_inputs(*, seed, M, K, N):
     k_a, k_b = jax.random.split(jaxbench_key(seed, 42), 2)
-    a = jax.random.normal(k_a, (M, K), dtype=jnp.bfloat16)
-    b = jax.random.normal(k_b, (K, N), dtype=jnp.bfloat16) * 0.02
+    a = normal(k_a, (M, K), dtype=jnp.bfloat16)
+    b = normal(k_b, (K, N), dtype=jnp.bfloat16) * 0.02
     return a, b
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "9p_SwiGLU_MLP"
 MODEL = "Llama-3.1-70B"
@@ -32,10 +32,10 @@ DEGENERATE_OUTPUT = False
 
 def create_inputs(*, seed, batch, seq_len, emb_dim, mlp_dim):
     k_x, k_gate, k_up, k_down = jax.random.split(jaxbench_key(seed, 42), 4)
-    x = jax.random.normal(k_x, (batch, seq_len, emb_dim), dtype=jnp.bfloat16)
-    gate_kernel = jax.random.normal(k_gate, (emb_dim, mlp_dim), dtype=jnp.bfloat16) * 0.02
-    up_kernel = jax.random.normal(k_up, (emb_dim, mlp_dim), dtype=jnp.bfloat16) * 0.02
-    down_kernel = jax.random.normal(k_down, (mlp_dim, emb_dim), dtype=jnp.bfloat16) * 0.02
+    x = normal(k_x, (batch, seq_len, emb_dim), dtype=jnp.bfloat16)
+    gate_kernel = normal(k_gate, (emb_dim, mlp_dim), dtype=jnp.bfloat16) * 0.02
+    up_kernel = normal(k_up, (emb_dim, mlp_dim), dtype=jnp.bfloat16) * 0.02
+    down_kernel = normal(k_down, (mlp_dim, emb_dim), dtype=jnp.bfloat16) * 0.02
     return x, gate_kernel, up_kernel, down_kernel
 
 

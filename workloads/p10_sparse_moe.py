@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "10p_Sparse_MoE"
 MODEL = "Mixtral-8x7B"
@@ -46,11 +46,11 @@ def create_inputs(*, seed, batch, seq_len, emb_dim, mlp_dim, num_experts, num_ex
         raise ValueError(f"the reference routes to {NUM_EXPERTS_PER_TOK} experts per token")
     keys = jax.random.split(jaxbench_key(seed, 42), 5)
     bf16 = jnp.bfloat16
-    x = jax.random.normal(keys[0], (batch, seq_len, emb_dim), dtype=bf16)
-    router_weights = jax.random.normal(keys[1], (emb_dim, num_experts), dtype=bf16) * 0.02
-    gate = jax.random.normal(keys[2], (num_experts, emb_dim, mlp_dim), dtype=bf16) * 0.02
-    up = jax.random.normal(keys[3], (num_experts, emb_dim, mlp_dim), dtype=bf16) * 0.02
-    down = jax.random.normal(keys[4], (num_experts, mlp_dim, emb_dim), dtype=bf16) * 0.02
+    x = normal(keys[0], (batch, seq_len, emb_dim), dtype=bf16)
+    router_weights = normal(keys[1], (emb_dim, num_experts), dtype=bf16) * 0.02
+    gate = normal(keys[2], (num_experts, emb_dim, mlp_dim), dtype=bf16) * 0.02
+    up = normal(keys[3], (num_experts, emb_dim, mlp_dim), dtype=bf16) * 0.02
+    down = normal(keys[4], (num_experts, mlp_dim, emb_dim), dtype=bf16) * 0.02
     return x, router_weights, gate, up, down
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "11p_Megablox_GMM"
 MODEL = "Qwen3-235B-A22B"
@@ -54,8 +54,8 @@ DEGENERATE_OUTPUT = False
 def create_inputs(*, seed, num_experts, num_experts_per_tok, emb_dim, moe_mlp_dim, seq_len):
     rows = seq_len * num_experts_per_tok
     k_lhs, k_rhs = jax.random.split(jaxbench_key(seed, 42), 2)
-    lhs = jax.random.normal(k_lhs, (rows, emb_dim), dtype=jnp.bfloat16)
-    rhs = jax.random.normal(k_rhs, (num_experts, emb_dim, moe_mlp_dim), dtype=jnp.bfloat16) * 0.02
+    lhs = normal(k_lhs, (rows, emb_dim), dtype=jnp.bfloat16)
+    rhs = normal(k_rhs, (num_experts, emb_dim, moe_mlp_dim), dtype=jnp.bfloat16) * 0.02
     max_expert_size = rows // num_experts
     group_sizes = jnp.full((num_experts,), max_expert_size, dtype=jnp.int32)
     return lhs, rhs, group_sizes, max_expert_size

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "12p_RMSNorm"
 MODEL = "Llama-3.1-70B"
@@ -31,8 +31,8 @@ DEGENERATE_OUTPUT = False
 
 def create_inputs(*, seed, batch, seq_len, emb_dim):
     k_x, k_scale = jax.random.split(jaxbench_key(seed, 42), 2)
-    x = jax.random.normal(k_x, (batch, seq_len, emb_dim), dtype=jnp.bfloat16)
-    scale = jax.random.normal(k_scale, (emb_dim,), dtype=jnp.bfloat16) * 0.1 + 1.0
+    x = normal(k_x, (batch, seq_len, emb_dim), dtype=jnp.bfloat16)
+    scale = normal(k_scale, (emb_dim,), dtype=jnp.bfloat16) * 0.1 + 1.0
     return x, scale
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "13p_Cross_Entropy"
 MODEL = "Llama-3.1-8B"
@@ -37,8 +37,8 @@ DEGENERATE_OUTPUT = True
 
 def create_inputs(*, seed, batch_tokens, hidden_dim, vocab_size):
     k_hidden, k_weight, k_labels = jax.random.split(jaxbench_key(seed, 42), 3)
-    hidden = jax.random.normal(k_hidden, (batch_tokens, hidden_dim), dtype=jnp.bfloat16)
-    weight = jax.random.normal(k_weight, (hidden_dim, vocab_size), dtype=jnp.bfloat16) * 0.02
+    hidden = normal(k_hidden, (batch_tokens, hidden_dim), dtype=jnp.bfloat16)
+    weight = normal(k_weight, (hidden_dim, vocab_size), dtype=jnp.bfloat16) * 0.02
     labels = jax.random.randint(k_labels, (batch_tokens,), 0, vocab_size, dtype=jnp.int32)
     return hidden, weight, labels
 

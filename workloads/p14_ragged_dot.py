@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "14p_Ragged_Dot"
 MODEL = "Mixtral-8x7B"
@@ -31,8 +31,8 @@ DEGENERATE_OUTPUT = False
 
 def create_inputs(*, seed, num_groups, M, K, N):
     k_x, k_w = jax.random.split(jaxbench_key(seed, 42), 2)
-    x = jax.random.normal(k_x, (num_groups, M // num_groups, K), dtype=jnp.bfloat16)
-    weights = jax.random.normal(k_w, (num_groups, K, N), dtype=jnp.bfloat16) * 0.02
+    x = normal(k_x, (num_groups, M // num_groups, K), dtype=jnp.bfloat16)
+    weights = normal(k_w, (num_groups, K, N), dtype=jnp.bfloat16) * 0.02
     return x, weights
 
 

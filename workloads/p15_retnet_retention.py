@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "15p_RetNet_Retention"
 MODEL = "RetNet-6.7B"
@@ -34,9 +34,9 @@ DEGENERATE_OUTPUT = False
 def create_inputs(*, seed, batch, seq_len, num_heads, head_dim):
     k_q, k_k, k_v = jax.random.split(jaxbench_key(seed, 42), 3)
     shape = (batch, num_heads, seq_len, head_dim)
-    query = jax.random.normal(k_q, shape, dtype=jnp.bfloat16)
-    key = jax.random.normal(k_k, shape, dtype=jnp.bfloat16)
-    value = jax.random.normal(k_v, shape, dtype=jnp.bfloat16)
+    query = normal(k_q, shape, dtype=jnp.bfloat16)
+    key = normal(k_k, shape, dtype=jnp.bfloat16)
+    value = normal(k_v, shape, dtype=jnp.bfloat16)
     return query, key, value
 
 

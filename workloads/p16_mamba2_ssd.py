@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "16p_Mamba2_SSD"
 MODEL = "Mamba-2-2.7B"
@@ -38,10 +38,10 @@ DEGENERATE_OUTPUT = False
 def create_inputs(*, seed, batch, seq_len, num_heads, head_dim):
     keys = jax.random.split(jaxbench_key(seed, 42), 5)
     shape = (batch, num_heads, seq_len, head_dim)
-    query = jax.random.normal(keys[0], shape, dtype=jnp.bfloat16)
-    key = jax.random.normal(keys[1], shape, dtype=jnp.bfloat16)
-    value = jax.random.normal(keys[2], shape, dtype=jnp.bfloat16)
-    A_log = jax.random.normal(keys[3], (batch, num_heads, seq_len), dtype=jnp.float32) * 0.5 - 4.0
+    query = normal(keys[0], shape, dtype=jnp.bfloat16)
+    key = normal(keys[1], shape, dtype=jnp.bfloat16)
+    value = normal(keys[2], shape, dtype=jnp.bfloat16)
+    A_log = normal(keys[3], (batch, num_heads, seq_len), dtype=jnp.float32) * 0.5 - 4.0
     return query, key, value, A_log
 
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp.seeding import jaxbench_key
+from jaxbench_mcp.seeding import jaxbench_key, normal
 
 ID = "17p_Triangle_Multiplication"
 MODEL = "AlphaFold2"
@@ -38,13 +38,13 @@ DEGENERATE_OUTPUT = False
 def create_inputs(*, seed, N, C):
     keys = jax.random.split(jaxbench_key(seed, 42), 9)  # JAXBench splits 9 keys and uses 8
     bf16 = jnp.bfloat16
-    pair_act = jax.random.normal(keys[0], (N, N, C), dtype=bf16)
+    pair_act = normal(keys[0], (N, N, C), dtype=bf16)
     mask = jnp.ones((N, N, 1), dtype=bf16)
     left_proj_w, right_proj_w, left_gate_w, right_gate_w = (
-        jax.random.normal(k, (C, C), dtype=bf16) * 0.02 for k in keys[1:5])
-    center_scale = jax.random.normal(keys[5], (C,), dtype=bf16) * 0.1 + 1.0
-    out_proj_w = jax.random.normal(keys[6], (C, C), dtype=bf16) * 0.02
-    out_gate_w = jax.random.normal(keys[7], (C, C), dtype=bf16) * 0.02
+        normal(k, (C, C), dtype=bf16) * 0.02 for k in keys[1:5])
+    center_scale = normal(keys[5], (C,), dtype=bf16) * 0.1 + 1.0
+    out_proj_w = normal(keys[6], (C, C), dtype=bf16) * 0.02
+    out_gate_w = normal(keys[7], (C, C), dtype=bf16) * 0.02
     return (pair_act, mask, left_proj_w, right_proj_w, left_gate_w, right_gate_w, center_scale,
             out_proj_w, out_gate_w)
 
