@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
-    import jax
     from jax.experimental.pallas import tpu as pltpu
 
     from jaxbench_mcp import targets, workloads
@@ -36,10 +35,9 @@ def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
     inputs = [w.create_inputs("small", seed=s) for s in seeds]  # input creation is not part of the timed work
     t0 = time.perf_counter()
     targets.deviceless_compile(module.workload, workloads.abstract_inputs(w, "full"), "v6e", w.static_argnums)
-    fn = jax.jit(module.workload, static_argnums=w.static_argnums)
     for seed, args in zip(seeds, inputs):
-        with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)):
-            jax.block_until_ready(fn(*args))
+        params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)
+        targets.interpret_on_cpu(module.workload, args, w.static_argnums, "v6e", params)
     return time.perf_counter() - t0
 
 

@@ -41,7 +41,8 @@ def _limit_files(max_file_bytes: int) -> None:
 
 
 def warm_up(generation: str | None) -> None:
-    """Pay the one-off costs (jax import, libtpu init, first compile, interpret machinery) up front."""
+    """Pay the one-off costs up front: jax import, libtpu init, and the first trace, lowering, compile and
+    interpret run of a kernel that uses what most kernels use (a grid, scratch, pl.when, a dot)."""
     import jax
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
@@ -51,18 +52,31 @@ def warm_up(generation: str | None) -> None:
 
     workloads.all_workloads()
 
-    def copy(x_ref, o_ref):
-        o_ref[...] = x_ref[...]
+    def body(a_ref, b_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    def f(x):
-        return pl.pallas_call(copy, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+        acc_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
-    x = jnp.zeros((8, 128), jnp.float32)
+    def f(a, b):
+        return pl.pallas_call(
+            body, grid=(2, 2), out_shape=jax.ShapeDtypeStruct((256, 128), a.dtype),
+            in_specs=[pl.BlockSpec((128, 128), lambda i, k: (i, k)), pl.BlockSpec((128, 128), lambda i, k: (k, 0))],
+            out_specs=pl.BlockSpec((128, 128), lambda i, k: (i, 0)), scratch_shapes=[pltpu.VMEM((128, 128), jnp.float32)],
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+        )(a, b)
+
+    args = (jnp.ones((256, 256), jnp.bfloat16), jnp.ones((256, 128), jnp.bfloat16))
+    chip = generation or targets.DEFAULT_CPU_TARGET
+    with targets.chip_context(chip):
+        jax.make_jaxpr(f)(*args)
     if generation is not None:
-        targets.deviceless_compile(f, [jax.ShapeDtypeStruct(x.shape, x.dtype)], generation)
+        targets.deviceless_compile(f, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args], generation)
     if os.environ.get("JAX_PLATFORMS") == "cpu":  # on a TPU host, touching the device now would hold it
-        with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
-            jax.block_until_ready(jax.jit(f)(x))
+        params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=0)
+        targets.interpret_on_cpu(f, args, (), chip, params)
 
 
 # ---- stages -----------------------------------------------------------------------------------
