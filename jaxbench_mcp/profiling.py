@@ -223,7 +223,11 @@ def profile(checker, workload_id: str, source: str, generations: list[str], verd
     w = workloads.get_workload(workload_id)
     roofline_bytes = sum(a.tensor.nbytes for a in w.input_specs("full") if a.tensor) + sum(t.nbytes for t in w.output_specs("full"))
     kind = "static estimate" if checker.tier is targets.Tier.CPU_LIBTPU else "roofline only"
-    label = ESTIMATE_LABEL if kind == "static estimate" else "roofline lower bound only: this host has no libtpu to compile for TPU"
+    label = {
+        targets.Tier.CPU_LIBTPU: ESTIMATE_LABEL,
+        targets.Tier.CPU: "roofline lower bound only: this host has no libtpu to compile for TPU",
+        targets.Tier.TPU: "roofline lower bound only: measuring device time on a TPU host is not implemented yet",
+    }[checker.tier]
     result = Profile(workload_id=w.id, tier=str(checker.tier), kind=kind, label=label, verdict=verdict)
     if verdict.status != "correct":
         return result

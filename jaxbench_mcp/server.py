@@ -178,8 +178,10 @@ def build_server(bench: api.JaxBench) -> MCPServer:
 
     @mcp.resource("jaxbench://docs/{topic}", mime_type="text/markdown")
     def docs_resource(topic: str) -> str:
-        """A documentation topic."""
-        return docs.read_docs(topic=topic, page_chars=10**9).text
+        """A documentation topic, whole."""
+        first = docs.read_docs(topic=topic, page_chars=docs.MAX_PAGE_CHARS)
+        rest = [docs.read_docs(topic=topic, page=n, page_chars=docs.MAX_PAGE_CHARS).text for n in range(2, first.pages + 1)]
+        return "\n".join([first.text, *rest])
 
     @mcp.prompt()
     def optimize_workload(workload_id: str) -> str:

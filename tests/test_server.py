@@ -98,3 +98,17 @@ def test_check_kernel_reports_progress_and_a_verdict_then_list_attempts_has_it(b
     attempts = listed.structured_content
     assert attempts["detail"]["verdict"]["status"] == "correct"
     assert "== events ==" in attempts["detail"]["log_tail"]
+
+
+def test_workload_specs_and_doc_topics_are_resources(bench):
+    async def go():
+        async with Client(build_server(bench)) as client:
+            templates = await client.list_resource_templates()
+            spec = await client.read_resource("jaxbench://workloads/8p_GEMM")
+            topic = await client.read_resource("jaxbench://docs/blockspec-tiling")
+            return templates, spec, topic
+
+    templates, spec, topic = anyio.run(go)
+    assert {t.uri_template for t in templates.resource_templates} == {"jaxbench://workloads/{workload_id}", "jaxbench://docs/{topic}"}
+    assert "[8192, 28672] bfloat16" in spec.contents[0].text and "[512, 1792] bfloat16" in spec.contents[0].text
+    assert "(8, 128)" in topic.contents[0].text
