@@ -34,8 +34,16 @@ def _result(model: Any) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text_of(model))], structured_content=model.model_dump(mode="json"))
 
 
-async def _follow(ctx: Context, done, box: dict, messages: list[str]) -> dict:
-    """Relay progress until the job ends or the call's time budget is spent."""
+def _agent_error(exc: Exception) -> ToolError:
+    """A mistake the agent can fix: the message says what to do instead."""
+    return ToolError(str(exc))
+
+
+async def _run_long(ctx: Context, method, *args, **kwargs) -> tuple[int, Any]:
+    """Run a check or profile on a thread, relaying its progress, until it ends or the call's time budget is
+    spent. Returns (attempt id, result), the result None while the job is still running."""
+    messages: list[str] = []
+    done, box = method.__self__.in_background(method, *args, on_progress=messages.append, **kwargs)
     sent, deadline = 0, time.monotonic() + CALL_BUDGET_SECONDS
     while not done.is_set() and time.monotonic() < deadline:
         await anyio.sleep(0.1)
@@ -47,11 +55,7 @@ async def _follow(ctx: Context, done, box: dict, messages: list[str]) -> dict:
         if isinstance(exc, _AGENT_ERRORS):
             raise _agent_error(exc) from exc
         raise exc
-    return box
-
-
-def _agent_error(exc: Exception) -> ToolError:
-    return ToolError(str(exc))
+    return box["attempt_id"], box.get("result")
 
 
 def build_server(bench: api.JaxBench) -> MCPServer:
@@ -129,15 +133,8 @@ def build_server(bench: api.JaxBench) -> MCPServer:
         """Compile and check a candidate kernel: load, trace, lower for TPU, compile for the target generations at full
         size, run on hidden seeds, compare with a float32-or-better truth. Returns a verdict with the decisive error
         lines, a fix hint and the doc sections to read."""
-        messages: list[str] = []
-        try:
-            done, box = bench.in_background(bench.check_kernel, workload_id, source, targets, size, seeds, on_progress=messages.append)
-        except _AGENT_ERRORS as exc:
-            raise _agent_error(exc) from exc
-        box = await _follow(ctx, done, box, messages)
-        if "result" not in box:
-            return _result(CheckOutcome(state="running", attempt_id=box["attempt_id"]))
-        return _result(CheckOutcome(state="done", attempt_id=box["attempt_id"], verdict=box["result"]))
+        attempt_id, verdict = await _run_long(ctx, bench.check_kernel, workload_id, source, targets, size, seeds)
+        return _result(CheckOutcome(state="done" if verdict else "running", attempt_id=attempt_id, verdict=verdict))
 
     @mcp.tool()
     async def profile_kernel(
@@ -146,18 +143,11 @@ def build_server(bench: api.JaxBench) -> MCPServer:
         ctx: Context,
         targets: Annotated[list[str] | None, Field(description="TPU generations: v4, v5e, v5p, v6e, 7x")] = None,
     ) -> Annotated[CallToolResult, ProfileOutcome]:
-        """How fast a correct kernel is, next to the XLA baseline and the expert kernel: measured on a TPU host, a
-        labelled static estimate (bundle schedule, HBM traffic, grid overhead; bottleneck named) on a CPU host.
-        The kernel is checked first; a failing check comes back instead of a profile."""
-        messages: list[str] = []
-        try:
-            done, box = bench.in_background(bench.profile_kernel, workload_id, source, targets, on_progress=messages.append)
-        except _AGENT_ERRORS as exc:
-            raise _agent_error(exc) from exc
-        box = await _follow(ctx, done, box, messages)
-        if "result" not in box:
-            return _result(ProfileOutcome(state="running", attempt_id=box["attempt_id"]))
-        return _result(ProfileOutcome(state="done", attempt_id=box["attempt_id"], profile=box["result"]))
+        """How fast a correct kernel is, next to the XLA baseline and the expert kernel: on a CPU host with libtpu a
+        labelled static estimate (bundle schedule, HBM traffic, grid overhead; bottleneck named); elsewhere the
+        roofline bound only. The kernel is checked first; a failing check comes back instead of a profile."""
+        attempt_id, profile = await _run_long(ctx, bench.profile_kernel, workload_id, source, targets)
+        return _result(ProfileOutcome(state="done" if profile else "running", attempt_id=attempt_id, profile=profile))
 
     @mcp.tool()
     def list_attempts(
