@@ -188,7 +188,7 @@ def estimate_source(checker, workload_id: str, source: str, generations: list[st
     from jaxbench_mcp.models import KernelEstimate
 
     outcome = _run_worker_job(checker, {"mode": "profile", "workload_id": workload_id, "source": source, "targets": generations})
-    traffic = next((e["traffic"] for e in outcome.events if e.get("stage") == "trace"), [])
+    traffic = next((e["traffic"] for e in outcome.events if e.get("stage") == "trace" and e.get("state") == "done"), [])
     results: dict[str, list | str] = {}
     for e in outcome.events:
         if e.get("stage") != "compile" or e.get("state") == "start":
@@ -237,6 +237,12 @@ def profile(checker, workload_id: str, source: str, generations: list[str], verd
                                                  roofline_us=targets.roofline_seconds(w.flops("full"), roofline_bytes, g)[0] * 1e6))
         return result
     refs = reference_estimates(checker, w.id, generations)
+    missing = [g for g in generations if not refs[g].get("calibration_bundles")]
+    for g in missing:
+        result.targets.append(TargetEstimate(target=g, candidate_us=None, xla_baseline_us=None, error=(
+            "no estimate: compiling the calibration kernel or the XLA baseline for this generation failed or timed out"),
+            roofline_us=targets.roofline_seconds(w.flops("full"), roofline_bytes, g)[0] * 1e6))
+    generations = [g for g in generations if g not in missing]
     spb = {g: seconds_per_bundle(g, refs[g]["calibration_bundles"]) for g in generations}
     candidate = estimate_source(checker, w.id, source, generations, spb)
     expert_module = expert_refs.expert_module(w.id)

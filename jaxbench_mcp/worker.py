@@ -332,6 +332,7 @@ def profile_job(job: dict, report: Reporter, workdir: Path) -> None:
     if failure:
         report.send(event="stage", stage="load", state="failed", error_class=failure[0], text=failure[1])
         return
+    report.send(event="stage", stage="trace", state="start")
     with targets.chip_context(job["targets"][0]):
         closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, "full"))
     report.send(event="stage", stage="trace", state="done", traffic=kernel_traffic(closed.jaxpr))
@@ -356,6 +357,7 @@ def reference_job(job: dict, report: Reporter) -> None:
     w = workloads.get_workload(job["workload_id"])
     dump_root = Path(job["dump_dir"])
     for generation in job["targets"]:
+        report.send(event="stage", stage="compile", state="start", target=generation)
         fn, args = profiling.calibration_kernel()
         targets.deviceless_compile(fn, args, generation)
         calibration = profiling.parse_dump(profiling.collect_dump(dump_root, f"calibration-{generation}"))
