@@ -332,6 +332,8 @@ class Checker:
             info = outputs.get(index)
             if info is None:
                 return (ErrorClass.EXITED, "the candidate's process stopped before producing every output", None)
+            if info["leaves"] != 1:
+                return (ErrorClass.SHAPE_MISMATCH, f"workload() returns {info['leaves']} arrays; this workload returns exactly one", None)
             candidate = np.load(outcome.workdir / info["path"], allow_pickle=False)
             t0 = time.monotonic()
             report, cls, message = compare(candidate, info["dtype"], truth_for(w.id, job["size"], seed), index)
