@@ -30,8 +30,9 @@ def list_workloads(tier: str | None = None, operator: str | None = None, has_exp
     return WorkloadList(count=len(chosen), workloads=[specs.summarize(w) for w in chosen])
 
 
-def get_workload(workload_id: str, size: str = "small") -> WorkloadSpec:
-    return specs.workload_spec(workloads.get_workload(workload_id), size)
+def get_workload(workload_id: str, size: str = "small", show_expert_source: bool = False) -> WorkloadSpec:
+    """The spec; the expert kernel's source only when asked (JAXBench hides it from the agent)."""
+    return specs.workload_spec(workloads.get_workload(workload_id), size, show_expert_source)
 
 
 def _log_text(outcome) -> str:

@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--show-expert-source", action="store_true",
+                   help="let get_workload return the expert kernel's source (hidden by default, as in JAXBench)")
 
     p = sub.add_parser("check", help="compile and check a candidate kernel (exit 0 only when correct)")
     p.add_argument("--workload", required=True, help="JAXBench id, e.g. 8p_GEMM")
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "serve":
             from jaxbench_mcp.server import build_server
 
-            server = build_server(api.JaxBench())
+            server = build_server(api.JaxBench(), show_expert_source=args.show_expert_source)
             if args.transport == "stdio":
                 server.run("stdio")
             else:

@@ -3,6 +3,7 @@
 import functools
 import importlib.util
 import sys
+from pathlib import Path
 from types import ModuleType
 
 from jaxbench_mcp.assets import asset_dir
@@ -29,3 +30,8 @@ def has_expert(workload_id: str) -> bool:
 
 def expert_module(workload_id: str) -> ModuleType | None:
     return _by_workload().get(workload_id)
+
+
+def expert_source(workload_id: str) -> str | None:
+    module = expert_module(workload_id)
+    return Path(module.__file__).read_text() if module is not None else None

@@ -80,6 +80,7 @@ class WorkloadSpec(BaseModel):
     degenerate_output: bool = Field(description="An all-zeros or constant output passes JAXBench's own check")
     has_expert_reference: bool
     reference_source: str
+    expert_source: str | None = Field(None, description="The expert kernel's source, only where the server shows it")
 
     def summary(self) -> str:
         s = self.size
@@ -101,6 +102,7 @@ class WorkloadSpec(BaseModel):
             *(["notes:", *[f"  - {n}" for n in self.notes]] if self.notes else []),
             "reference (JAXBench baseline semantics):",
             self.reference_source.rstrip(),
+            *(["expert kernel:", self.expert_source.rstrip()] if self.expert_source else []),
         ]
         return "\n".join(lines)
 

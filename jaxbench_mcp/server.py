@@ -58,7 +58,9 @@ async def _run_long(ctx: Context, method, *args, **kwargs) -> tuple[int, Any]:
     return box["attempt_id"], box.get("result")
 
 
-def build_server(bench: api.JaxBench) -> MCPServer:
+def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPServer:
+    """The MCP server; `show_expert_source` lets get_workload return the expert kernel's code (hidden by
+    default, as in JAXBench, so that agents write their own)."""
     @asynccontextmanager
     async def lifespan(_server):
         bench.start()
@@ -102,7 +104,7 @@ def build_server(bench: api.JaxBench) -> MCPServer:
     ) -> Annotated[CallToolResult, WorkloadSpec]:
         """What a workload must compute: math, inputs and output with shapes and dtypes, FLOPs, roofline bounds, reference code."""
         try:
-            return _result(api.get_workload(workload_id, size))
+            return _result(api.get_workload(workload_id, size, show_expert_source))
         except _AGENT_ERRORS as exc:
             raise _agent_error(exc) from exc
 
@@ -164,7 +166,7 @@ def build_server(bench: api.JaxBench) -> MCPServer:
     @mcp.resource("jaxbench://workloads/{workload_id}", mime_type="text/plain")
     def workload_resource(workload_id: str) -> str:
         """A workload's full specification at small and full size."""
-        return "\n\n".join(api.get_workload(workload_id, size).summary() for size in ("small", "full"))
+        return "\n\n".join(api.get_workload(workload_id, size, show_expert_source).summary() for size in ("small", "full"))
 
     @mcp.resource("jaxbench://docs/{topic}", mime_type="text/markdown")
     def docs_resource(topic: str) -> str:

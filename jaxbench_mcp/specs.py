@@ -1,6 +1,6 @@
 """Workload registry entries rendered as boundary models (what list/show/get_workload return)."""
 
-from jaxbench_mcp import targets
+from jaxbench_mcp import expert_refs, targets
 from jaxbench_mcp.models import RooflineBound, SizeSpec, StaticArg, Tensor, WorkloadSpec, WorkloadSummary
 from jaxbench_mcp.workloads import Workload
 
@@ -59,7 +59,7 @@ def size_spec(w: Workload, size: str) -> SizeSpec:
     )
 
 
-def workload_spec(w: Workload, size: str) -> WorkloadSpec:
+def workload_spec(w: Workload, size: str, show_expert_source: bool = False) -> WorkloadSpec:
     return WorkloadSpec(
         id=w.id,
         tier=w.tier,
@@ -73,4 +73,5 @@ def workload_spec(w: Workload, size: str) -> WorkloadSpec:
         degenerate_output=w.degenerate_output,
         has_expert_reference=w.has_expert_reference,
         reference_source=w.reference_source(),
+        expert_source=expert_refs.expert_source(w.id) if show_expert_source else None,
     )

@@ -112,3 +112,13 @@ def test_workload_specs_and_doc_topics_are_resources(bench):
     assert {t.uri_template for t in templates.resource_templates} == {"jaxbench://workloads/{workload_id}", "jaxbench://docs/{topic}"}
     assert "[8192, 28672] bfloat16" in spec.contents[0].text and "[512, 1792] bfloat16" in spec.contents[0].text
     assert "(8, 128)" in topic.contents[0].text
+
+
+def test_expert_source_is_hidden_unless_the_server_shows_it(bench):
+    async def go(show):
+        async with Client(build_server(bench, show_expert_source=show)) as client:
+            return (await client.call_tool("get_workload", {"workload_id": "8p_GEMM"})).structured_content
+
+    hidden, shown = anyio.run(go, False), anyio.run(go, True)
+    assert hidden["has_expert_reference"] and hidden["expert_source"] is None
+    assert "from jax.experimental.pallas.ops.tpu.matmul import matmul" in shown["expert_source"]
