@@ -132,6 +132,13 @@ class Workload:
         return expert_refs.has_expert(self.id)
 
 
+def _arrays_of_inputs(w: Workload, params: dict, seed, static_values: dict[int, Any]) -> list:
+    """create_inputs' arrays; its static Python values (used as shapes) are stored in `static_values`."""
+    inputs = w.module.create_inputs(seed=seed, **params)
+    static_values.update({i: inputs[i] for i in w.static_argnums})
+    return [x for i, x in enumerate(inputs) if i not in w.static_argnums]
+
+
 @functools.lru_cache(maxsize=None)
 def _jitted_create_inputs(workload_id: str, size: str) -> Callable[[int], tuple]:
     """create_inputs as one compiled program for every seed: eager jax.random compiles op by op."""
@@ -142,12 +149,7 @@ def _jitted_create_inputs(workload_id: str, size: str) -> Callable[[int], tuple]
     params = w.size_params(size)
     static_values: dict[int, Any] = {}
 
-    def dynamic_only(seed):
-        inputs = w.module.create_inputs(seed=seed, **params)
-        static_values.update({i: inputs[i] for i in w.static_argnums})
-        return [x for i, x in enumerate(inputs) if i not in w.static_argnums]
-
-    compiled = jax.jit(dynamic_only)
+    compiled = jax.jit(lambda seed: _arrays_of_inputs(w, params, seed, static_values))
 
     def create(seed: int) -> tuple:
         arrays = iter(compiled(jnp.uint32(seed)))
@@ -168,14 +170,8 @@ def _input_specs_cached(workload_id: str, size: str) -> tuple[ArgSpec, ...]:
     params = w.size_params(size)
     static_values: dict[int, Any] = {}
 
-    def dynamic_only():
-        inputs = w.module.create_inputs(seed=42, **params)
-        for i in w.static_argnums:
-            static_values[i] = inputs[i]
-        return [x for i, x in enumerate(inputs) if i not in w.static_argnums]
-
     # eval_shape traces create_inputs without allocating, so full size costs nothing.
-    shapes = iter(jax.eval_shape(dynamic_only))
+    shapes = iter(jax.eval_shape(lambda: _arrays_of_inputs(w, params, 42, static_values)))
     specs = []
     for i, name in enumerate(w.input_names):
         if i in w.static_argnums:
