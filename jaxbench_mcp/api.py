@@ -96,7 +96,8 @@ class JaxBench:
 
     def profile_kernel(self, workload_id: str, source: str, targets_: list[str] | str | None = None,
                        on_progress: Callable[[str], None] | None = None, on_attempt: Callable[[int], None] | None = None) -> Profile:
-        """Check first; a correct kernel is then estimated (CPU host) next to the XLA baseline and expert kernel."""
+        """Check first; a correct kernel is then measured (TPU host) or estimated (CPU host with libtpu) next to the
+        XLA baseline and the expert kernel."""
         w = workloads.get_workload(workload_id)
         chosen = targets.parse_targets(targets_) if targets_ else self.checker.default_targets()
         attempt_id = self.store.start("profile", w.id, source)
@@ -105,7 +106,8 @@ class JaxBench:
         progress = on_progress or (lambda _m: None)
         try:
             verdict = self.check_kernel(w.id, source, chosen or None, on_progress=on_progress)
-            progress("estimating" if verdict.status == "correct" else "not profiled: the check failed")
+            progress(("measuring" if self.checker.tier is targets.Tier.TPU else "estimating") if verdict.status == "correct"
+                     else "not profiled: the check failed")
             result = profiling.profile(self.checker, w.id, source, chosen, verdict)
         except Exception as exc:
             self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")

@@ -41,6 +41,7 @@ class Limits:
     lower: float = 60.0
     compile: float = 120.0
     run: float = 120.0
+    measure: float = 300.0  # TPU host: warm-up and timed runs of one kernel at full size
     memory_bytes: int = 6 * 2**30
     max_file_bytes: int = 512 * 2**20
 

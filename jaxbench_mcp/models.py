@@ -292,6 +292,9 @@ class KernelEstimate(BaseModel):
     slot_use: dict[str, float] = Field(description="Average use per bundle of each VLIW slot kind, as a fraction of capacity")
     hbm_bytes: int = Field(description="HBM bytes the BlockSpecs move over the grid, re-fetches included")
     hbm_bytes_exact: bool = Field(description="False when index maps depend on scalar prefetch or blocks stay in HBM")
+    executed_fraction: float = Field(1.0, description="Share of the body's code a grid step runs, averaged over the grid "
+                                                      "(pl.when branches skipped by program-id predicates)")
+    executed_fraction_exact: bool = Field(True, description="False when some predicate depends on data")
     compute_us: float
     memory_us: float
     overhead_us: float
@@ -299,14 +302,28 @@ class KernelEstimate(BaseModel):
     bottleneck: str
 
 
+class DeviceTiming(BaseModel):
+    median_us: float
+    min_us: float
+    spread_pct: float = Field(description="(max - min) / median over the timed runs")
+    iterations: int
+
+
 class TargetEstimate(BaseModel):
     target: str
-    candidate_us: float | None = Field(description="Estimated time of the candidate's Pallas kernels")
-    xla_baseline_us: float | None = Field(description="XLA's own cost-analysis estimate for the reference")
-    expert_us: float | None = Field(None, description="The same estimate for the expert kernel, if the workload has one")
+    kind: str = Field("static estimate", description="'measured', 'static estimate' or 'roofline only'")
+    candidate_us: float | None = Field(description="The candidate's time: the measured median, or the estimate of its Pallas kernels")
+    xla_baseline_us: float | None = Field(description="The XLA baseline: measured median, or XLA's own cost-analysis estimate")
+    expert_us: float | None = Field(None, description="The same for the expert kernel, if the workload has one")
     roofline_us: float = Field(description="Lower bound from FLOPs and the workload's input+output bytes")
     speedup_vs_xla: float | None = None
     speedup_vs_expert: float | None = None
+    tflops_per_s: float | None = Field(None, description="The workload's FLOPs over candidate_us")
+    hbm_gb_per_s: float | None = Field(None, description="The workload's input+output bytes over candidate_us")
+    roofline_pct: float | None = Field(None, description="roofline_us / candidate_us, in percent")
+    candidate_timing: DeviceTiming | None = None
+    xla_timing: DeviceTiming | None = None
+    expert_timing: DeviceTiming | None = None
     bottleneck: str | None = None
     kernels: list[KernelEstimate] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)
@@ -316,7 +333,7 @@ class TargetEstimate(BaseModel):
 class Profile(BaseModel):
     workload_id: str
     tier: str
-    kind: str = Field(description="'static estimate' on a CPU host with libtpu; 'roofline only' on a plain CPU host")
+    kind: str = Field(description="'measured' on a TPU host, 'static estimate' on a CPU host with libtpu, 'roofline only' on a plain CPU host")
     label: str
     verdict: Verdict = Field(description="The check that came first: only a correct kernel is profiled")
     targets: list[TargetEstimate] = Field(default_factory=list)
@@ -331,14 +348,21 @@ class Profile(BaseModel):
                 lines.append(f"{t.target}: {t.error}")
                 continue
             fmt = lambda v: f"{v:,.1f} us" if v is not None else "n/a"  # noqa: E731
+            approx = "" if t.kind == "measured" else "~"
             lines.append(
-                f"{t.target}: candidate ~{fmt(t.candidate_us)} | XLA baseline ~{fmt(t.xla_baseline_us)} | "
-                f"expert ~{fmt(t.expert_us)} | roofline >= {fmt(t.roofline_us)}; "
-                f"est. speedup vs XLA {t.speedup_vs_xla or 0:.2f}x" + (f", vs expert {t.speedup_vs_expert:.2f}x" if t.speedup_vs_expert else "")
-                + f"; bottleneck: {t.bottleneck}"
+                f"{t.target} ({t.kind}): candidate {approx}{fmt(t.candidate_us)} | XLA baseline {approx}{fmt(t.xla_baseline_us)} | "
+                f"expert {approx}{fmt(t.expert_us)} | roofline >= {fmt(t.roofline_us)}; "
+                f"speedup vs XLA {t.speedup_vs_xla or 0:.2f}x" + (f", vs expert {t.speedup_vs_expert:.2f}x" if t.speedup_vs_expert else "")
+                + (f"; {t.roofline_pct:.0f}% of roofline ({t.tflops_per_s:,.1f} TFLOP/s, {t.hbm_gb_per_s:,.0f} GB/s)" if t.roofline_pct else "")
+                + (f"; bottleneck: {t.bottleneck}" if t.bottleneck else "")
             )
+            for who, timing in (("candidate", t.candidate_timing), ("XLA", t.xla_timing), ("expert", t.expert_timing)):
+                if timing:
+                    lines.append(f"  {who}: median {timing.median_us:,.1f} us, min {timing.min_us:,.1f} us, "
+                                 f"spread {timing.spread_pct:.1f}% over {timing.iterations} runs")
             for k in t.kernels:
-                lines.append(f"  kernel {k.name}: {k.grid_steps} steps x {k.bundles_per_step} bundles; compute {k.compute_us:,.1f} us, "
+                lines.append(f"  kernel {k.name}: {k.grid_steps} steps x {k.bundles_per_step} bundles"
+                             + (f" x {k.executed_fraction:.2f} run" if k.executed_fraction < 1 else "") + "; compute {k.compute_us:,.1f} us, "
                              f"HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.0f} MiB{'' if k.hbm_bytes_exact else ', approx.'}), "
                              f"step overhead {k.overhead_us:,.1f} us -> {k.bottleneck}")
             lines += [f"  flag: {f}" for f in t.flags]

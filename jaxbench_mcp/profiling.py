@@ -1,9 +1,11 @@
-"""Static performance estimates of Pallas kernels on a CPU host with libtpu (clearly labelled: estimates).
+"""How fast a correct kernel is: measured on a TPU host (measuring.py), estimated on a CPU host with libtpu.
 
-The model, per kernel and TPU generation:
-  compute  = bundles in the kernel's final schedule (libtpu's own bundle dump) x grid steps x seconds per
-             bundle; seconds per bundle is calibrated per generation so that a large, ideal bf16 matmul
-             tile runs at the chip's peak (from pltpu.get_tpu_info_for_chip)
+The static estimate (always labelled as one), per kernel and TPU generation:
+  compute  = bundles in the kernel's final schedule (libtpu's own bundle dump) x grid steps x the share of
+             the body that runs per step (pl.when branches skipped by their program-id predicates, see
+             kernel_analysis.executed_fraction) x seconds per bundle; seconds per bundle is calibrated per
+             generation so that a large, ideal bf16 matmul tile runs at the chip's peak
+             (from pltpu.get_tpu_info_for_chip)
   memory   = the HBM bytes its BlockSpecs move (a block is re-fetched whenever its block index changes
              between consecutive grid steps) / HBM bandwidth
   overhead = grid steps x STEP_OVERHEAD_S (the pipeline's fixed cost per grid step)
@@ -18,10 +20,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from jaxbench_mcp import error_catalog, targets
+from jaxbench_mcp import error_catalog, measuring, targets
 
 # A widely quoted figure for the fixed cost of one Pallas TPU grid step (DMA issue/wait, bookkeeping).
 STEP_OVERHEAD_S = 0.35e-6
+# Measured runs that disagree by more than this (max - min over median) get a flag.
+NOISY_SPREAD_PCT = 20.0
 # The calibration tile: one grid step of a (T, T) x (T, T) bf16 matmul with a float32 result.
 CALIBRATION_TILE = 1024
 DUMP_FLAG = "--xla_jf_dump_to="
@@ -130,9 +134,10 @@ class KernelCost:
         return max(self.compute_s, self.memory_s) + self.overhead_s
 
 
-def kernel_cost(bundles: int, steps: int, hbm_bytes: float, generation: str, spb: float) -> KernelCost:
-    return KernelCost(compute_s=bundles * steps * spb, memory_s=hbm_bytes / targets.chip_facts(generation).hbm_bytes_per_second,
-                      overhead_s=steps * STEP_OVERHEAD_S)
+def kernel_cost(bundles: int, steps: int, hbm_bytes: float, generation: str, spb: float,
+                executed_fraction: float = 1.0) -> KernelCost:
+    return KernelCost(compute_s=bundles * steps * executed_fraction * spb,
+                      memory_s=hbm_bytes / targets.chip_facts(generation).hbm_bytes_per_second, overhead_s=steps * STEP_OVERHEAD_S)
 
 
 def bottleneck(cost: KernelCost, slot_use: dict[str, float]) -> str:
@@ -155,15 +160,16 @@ ESTIMATE_LABEL = ("STATIC ESTIMATE from a deviceless compile on a CPU host (libt
                   "HBM traffic, per-step overhead): not a measurement; use it to rank variants, not to quote times")
 
 
-def _run_worker_job(checker, job: dict, on_event=None):
+def _run_worker_job(checker, job: dict, dump_schedules: bool = True):
     from jaxbench_mcp.jobs import Worker
 
-    worker = Worker(None, checker.tier, checker.limits, dump_schedules=True)
+    worker = Worker(None, checker.tier, checker.limits, dump_schedules=dump_schedules)
     if not worker.wait_ready():
         worker.kill()
         raise RuntimeError("a profiling worker failed to start")
-    job["dump_dir"] = str(worker.dump_dir)
-    return checker.queue.run(lambda: worker.run(job, on_event or (lambda _e: None)))
+    if dump_schedules:
+        job["dump_dir"] = str(worker.dump_dir)
+    return checker.queue.run(lambda: worker.run(job, lambda _e: None))
 
 
 _REFERENCE_CACHE: dict[tuple, dict] = {}
@@ -200,10 +206,12 @@ def estimate_source(checker, workload_id: str, source: str, generations: list[st
             continue
         kernels = []
         for k, (schedule, flow) in enumerate(zip(e["schedules"], traffic)):
-            cost = kernel_cost(schedule["bundles"], flow["steps"], flow["hbm_bytes"], e["target"], spb[e["target"]])
+            cost = kernel_cost(schedule["bundles"], flow["steps"], flow["hbm_bytes"], e["target"], spb[e["target"]],
+                               flow["executed_fraction"])
             kernels.append(KernelEstimate(
                 name=f"{k}:{schedule['name']}", grid_steps=flow["steps"], bundles_per_step=schedule["bundles"],
                 slot_use=schedule["slot_use"], hbm_bytes=flow["hbm_bytes"], hbm_bytes_exact=flow["exact"],
+                executed_fraction=flow["executed_fraction"], executed_fraction_exact=flow["executed_fraction_exact"],
                 compute_us=cost.compute_s * 1e6, memory_us=cost.memory_s * 1e6, overhead_us=cost.overhead_s * 1e6,
                 estimate_us=cost.estimate_s * 1e6, bottleneck=bottleneck(cost, schedule["slot_use"])))
         results[e["target"]] = kernels
@@ -215,33 +223,80 @@ def estimate_source(checker, workload_id: str, source: str, generations: list[st
     return results
 
 
-def profile(checker, workload_id: str, source: str, generations: list[str], verdict):
-    """Estimates for a kernel that passed its check, next to the XLA baseline and the expert kernel."""
-    from jaxbench_mcp import expert_refs, workloads
-    from jaxbench_mcp.models import Profile, TargetEstimate
+MEASURED_LABEL = ("MEASURED device time on the attached {generation} from a jax profiler trace: median of {n} runs, each on "
+                  "fresh full-size inputs, after {warmup} warm-up runs")
+_MEASURED_CACHE: dict[tuple, object] = {}  # (workload, device generation, jax version, expert?) -> DeviceTiming
 
-    w = workloads.get_workload(workload_id)
-    roofline_bytes = sum(a.tensor.nbytes for a in w.input_specs("full") if a.tensor) + sum(t.nbytes for t in w.output_specs("full"))
-    kind = "static estimate" if checker.tier is targets.Tier.CPU_LIBTPU else "roofline only"
-    label = {
-        targets.Tier.CPU_LIBTPU: ESTIMATE_LABEL,
-        targets.Tier.CPU: "roofline lower bound only: this host has no libtpu to compile for TPU",
-        targets.Tier.TPU: "roofline lower bound only: measuring device time on a TPU host is not implemented yet",
-    }[checker.tier]
-    result = Profile(workload_id=w.id, tier=str(checker.tier), kind=kind, label=label, verdict=verdict)
-    if verdict.status != "correct":
-        return result
-    if checker.tier is not targets.Tier.CPU_LIBTPU:
-        for g in generations or list(targets.GENERATIONS):
-            result.targets.append(TargetEstimate(target=g, candidate_us=None, xla_baseline_us=None,
-                                                 roofline_us=targets.roofline_seconds(w.flops("full"), roofline_bytes, g)[0] * 1e6))
-        return result
+
+def measure_source(checker, workload_id: str, source: str | None, iterations: int = measuring.DEFAULT_ITERATIONS):
+    """TPU host: a DeviceTiming of a kernel file (None: the XLA baseline), or a string saying why there is none."""
+    from jaxbench_mcp.models import DeviceTiming
+
+    outcome = _run_worker_job(checker, {"mode": "measure", "workload_id": workload_id, "source": source,
+                                        "first_seed": 1_000, "iterations": iterations}, dump_schedules=False)
+    done = next((e for e in outcome.events if e.get("stage") == "measure" and e.get("state") == "done"), None)
+    failed = next((e for e in outcome.events if e.get("state") == "failed"), None)
+    outcome.cleanup()
+    if done is None:
+        why = failed["text"].strip().splitlines()[-1][:300] if failed else (outcome.killed_for or f"exit status {outcome.returncode}")
+        return f"not measured: {why}"
+    timing = measuring.Samples(tuple(done["samples_us"]))
+    return DeviceTiming(median_us=timing.median_us, min_us=timing.min_us, spread_pct=timing.spread_pct, iterations=len(timing.samples_us))
+
+
+def _cached_measurement(checker, workload_id: str, generation: str, expert_source: str | None):
+    import jax
+
+    key = (workload_id, generation, jax.__version__, expert_source is not None)
+    if key in _MEASURED_CACHE:
+        return _MEASURED_CACHE[key]
+    timing = measure_source(checker, workload_id, expert_source)
+    if not isinstance(timing, str):  # a failure (a timeout, say) is worth retrying next time
+        _MEASURED_CACHE[key] = timing
+    return timing
+
+
+def measured_target(checker, w, source: str, generation: str, roofline_us: float):
+    """The candidate, the XLA baseline and the expert kernel, each timed on the attached chip."""
+    from jaxbench_mcp import expert_refs
+    from jaxbench_mcp.models import TargetEstimate
+
+    entry = TargetEstimate(target=generation, kind="measured", candidate_us=None, xla_baseline_us=None, roofline_us=roofline_us)
+    candidate = measure_source(checker, w.id, source)
+    if isinstance(candidate, str):
+        entry.error = candidate
+        return entry
+    entry.candidate_timing, entry.candidate_us = candidate, candidate.median_us
+    xla = _cached_measurement(checker, w.id, generation, None)
+    if isinstance(xla, str):
+        entry.flags.append(f"XLA baseline {xla}")
+    else:
+        entry.xla_timing, entry.xla_baseline_us = xla, xla.median_us
+        entry.speedup_vs_xla = xla.median_us / candidate.median_us
+    expert_module = expert_refs.expert_module(w.id)
+    if expert_module is not None:
+        expert = _cached_measurement(checker, w.id, generation, Path(expert_module.__file__).read_text())
+        if isinstance(expert, str):
+            entry.flags.append(f"expert kernel {expert}")
+        else:
+            entry.expert_timing, entry.expert_us = expert, expert.median_us
+            entry.speedup_vs_expert = expert.median_us / candidate.median_us
+    if candidate.spread_pct > NOISY_SPREAD_PCT:
+        entry.flags.append(f"the runs disagree by {candidate.spread_pct:.0f}% (max - min over median): compare medians with care")
+    return entry
+
+
+def estimated_targets(checker, w, source: str, generations: list[str], roofline_us: dict[str, float]):
+    """Static estimates per generation (CPU host with libtpu, or the generations a TPU host is not)."""
+    from jaxbench_mcp import expert_refs
+    from jaxbench_mcp.models import TargetEstimate
+
+    entries = []
     refs = reference_estimates(checker, w.id, generations)
     missing = [g for g in generations if not refs[g].get("calibration_bundles")]
     for g in missing:
-        result.targets.append(TargetEstimate(target=g, candidate_us=None, xla_baseline_us=None, error=(
-            "no estimate: compiling the calibration kernel or the XLA baseline for this generation failed or timed out"),
-            roofline_us=targets.roofline_seconds(w.flops("full"), roofline_bytes, g)[0] * 1e6))
+        entries.append(TargetEstimate(target=g, candidate_us=None, xla_baseline_us=None, roofline_us=roofline_us[g], error=(
+            "no estimate: compiling the calibration kernel or the XLA baseline for this generation failed or timed out")))
     generations = [g for g in generations if g not in missing]
     spb = {g: seconds_per_bundle(g, refs[g]["calibration_bundles"]) for g in generations}
     candidate = estimate_source(checker, w.id, source, generations, spb)
@@ -249,14 +304,13 @@ def profile(checker, workload_id: str, source: str, generations: list[str], verd
     expert = (estimate_source(checker, w.id, Path(expert_module.__file__).read_text(), generations, spb)
               if expert_module is not None else {})
     for g in generations:
-        roofline = targets.roofline_seconds(w.flops("full"), roofline_bytes, g)[0] * 1e6
         ref = refs[g]
         xla = ref.get("xla_optimal_seconds") or xla_estimate_s(ref["xla_flops"], ref["xla_bytes"], g)[0]
-        entry = TargetEstimate(target=g, candidate_us=None, xla_baseline_us=xla * 1e6, roofline_us=roofline)
+        entry = TargetEstimate(target=g, candidate_us=None, xla_baseline_us=xla * 1e6, roofline_us=roofline_us[g])
+        entries.append(entry)
         kernels = candidate.get(g)
         if isinstance(kernels, str) or not kernels:
             entry.error = kernels if isinstance(kernels, str) else "no Pallas kernel schedule found in the compile dump"
-            result.targets.append(entry)
             continue
         entry.kernels = kernels
         entry.candidate_us = sum(k.estimate_us for k in kernels)
@@ -266,10 +320,56 @@ def profile(checker, workload_id: str, source: str, generations: list[str], verd
         if isinstance(expert_kernels, list) and expert_kernels:
             entry.expert_us = sum(k.estimate_us for k in expert_kernels)
             entry.speedup_vs_expert = entry.expert_us / entry.candidate_us
-        if entry.candidate_us < roofline:
-            entry.flags.append(f"the estimate ({entry.candidate_us:,.1f} us) is below the roofline bound ({roofline:,.1f} us): "
-                               "implausible, so the model missed work here; do not read it as a win")
         if any(not k.hbm_bytes_exact for k in kernels):
             entry.flags.append("HBM traffic is approximate: some blocks use scalar prefetch or manual DMA")
-        result.targets.append(entry)
+        if any(not k.executed_fraction_exact for k in kernels):
+            entry.flags.append("compute may be overestimated: a pl.when/cond predicate depends on data (a ref or scalar "
+                               "prefetch), so its most expensive branch is counted at every step")
+    return entries
+
+
+def profile(checker, workload_id: str, source: str, generations: list[str], verdict):
+    """How fast a kernel that passed its check is, next to the XLA baseline and the expert kernel.
+
+    TPU host: measured on the attached chip (other generations estimated). CPU host with libtpu: static
+    estimates. Plain CPU host: the roofline bound only.
+    """
+    from jaxbench_mcp import workloads
+    from jaxbench_mcp.models import Profile, TargetEstimate
+
+    w = workloads.get_workload(workload_id)
+    generations = generations or list(targets.GENERATIONS)
+    flops = w.flops("full")
+    io_bytes = sum(a.tensor.nbytes for a in w.input_specs("full") if a.tensor) + sum(t.nbytes for t in w.output_specs("full"))
+    roofline_us = {g: targets.roofline_seconds(flops, io_bytes, g)[0] * 1e6 for g in generations}
+    attached = targets.attached_generation() if checker.tier is targets.Tier.TPU else None
+    kind, label = {
+        targets.Tier.TPU: ("measured", MEASURED_LABEL.format(generation=attached, n=measuring.DEFAULT_ITERATIONS,
+                                                             warmup=measuring.WARMUP_RUNS)),
+        targets.Tier.CPU_LIBTPU: ("static estimate", ESTIMATE_LABEL),
+        targets.Tier.CPU: ("roofline only", "roofline lower bound only: this host has no libtpu to compile for TPU"),
+    }[checker.tier]
+    result = Profile(workload_id=w.id, tier=str(checker.tier), kind=kind, label=label, verdict=verdict)
+    if verdict.status != "correct":
+        return result
+    if checker.tier is targets.Tier.CPU:
+        result.targets = [TargetEstimate(target=g, kind="roofline only", candidate_us=None, xla_baseline_us=None,
+                                         roofline_us=roofline_us[g]) for g in generations]
+        return result
+    if attached in generations:
+        result.targets.append(measured_target(checker, w, source, attached, roofline_us[attached]))
+    estimated = [g for g in generations if g != attached]
+    if estimated:
+        result.targets += estimated_targets(checker, w, source, estimated, roofline_us)
+    for entry in result.targets:
+        if entry.candidate_us:
+            entry.tflops_per_s = flops / entry.candidate_us / 1e6
+            entry.hbm_gb_per_s = io_bytes / entry.candidate_us / 1e3
+            entry.roofline_pct = 100.0 * entry.roofline_us / entry.candidate_us
+            if entry.candidate_us < entry.roofline_us:
+                entry.flags.append(
+                    f"the candidate's time ({entry.candidate_us:,.1f} us) is below the roofline bound ({entry.roofline_us:,.1f} us): "
+                    + ("implausible for a real run: check that the kernel does all the work (e.g. it is not skipping blocks)"
+                       if entry.kind == "measured" else "implausible, so the model missed work here")
+                    + "; do not read it as a win")
     return result

@@ -145,9 +145,10 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
         ctx: Context,
         targets: Annotated[list[str] | None, Field(description="TPU generations: v4, v5e, v5p, v6e, 7x")] = None,
     ) -> Annotated[CallToolResult, ProfileOutcome]:
-        """How fast a correct kernel is, next to the XLA baseline and the expert kernel: on a CPU host with libtpu a
-        labelled static estimate (bundle schedule, HBM traffic, grid overhead; bottleneck named); elsewhere the
-        roofline bound only. The kernel is checked first; a failing check comes back instead of a profile."""
+        """How fast a correct kernel is, next to the XLA baseline and the expert kernel: on a TPU host measured device
+        time (median/min/spread, TFLOP/s, GB/s, % of roofline); on a CPU host with libtpu a labelled static estimate
+        (bundle schedule, HBM traffic, grid overhead; bottleneck named); elsewhere the roofline bound only. The
+        kernel is checked first; a failing check comes back instead of a profile."""
         attempt_id, profile = await _run_long(ctx, bench.profile_kernel, workload_id, source, targets)
         return _result(ProfileOutcome(state="done" if profile else "running", attempt_id=attempt_id, profile=profile))
 

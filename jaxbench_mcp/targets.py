@@ -178,6 +178,9 @@ def interpret_on_cpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence
     import jax
     from jax.experimental.pallas import tpu as pltpu
 
+    from jaxbench_mcp import interpret_transforms
+
+    interpret_transforms.install()  # loads through ref.reshape / ref.bitcast views
     try:
         with pltpu.force_tpu_interpret_mode(params):
             with chip_context(generation):

@@ -21,9 +21,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-_HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
-# pl.kernel (and core_map) kernels trace to these primitives instead of pallas_call.
-_MESH_KERNELS = {"mpmd_map", "core_map"}
 
 
 class Reporter:
@@ -108,117 +105,6 @@ def load_candidate(source_path: Path):
     return module, None
 
 
-def _walk_eqns(jaxpr):
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, (list, tuple)) else [param]:
-                inner = sub if hasattr(sub, "eqns") else getattr(sub, "jaxpr", None)
-                if hasattr(inner, "eqns"):
-                    yield from _walk_eqns(inner)
-
-
-def _block_dim(dim) -> int | None:
-    """A block dimension's size; None for a squeezed dimension."""
-    return dim if isinstance(dim, int) else getattr(dim, "block_size", None)
-
-
-def _stays_in_hbm(block_mapping) -> bool:
-    """A block with memory_space=pl.ANY (or HBM) is not pipelined into VMEM: the kernel DMAs it by hand."""
-    space = str(getattr(block_mapping.transformed_block_aval, "memory_space", "")).upper()
-    return "ANY" in space or "HBM" in space
-
-
-def _nbytes(aval) -> int:
-    """Bytes of a scratch buffer; semaphores and other non-array scratch count as 0."""
-    import numpy as np
-
-    try:
-        return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
-    except (TypeError, AttributeError):
-        return 0
-
-
-def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
-    """The pallas_calls in a jaxpr (grid, block shapes, semantics) and any host callbacks."""
-    kernels, callbacks = [], []
-    for eqn in _walk_eqns(jaxpr):
-        name = eqn.primitive.name
-        if name in _HOST_CALLBACKS:
-            callbacks.append(name)
-        if name in _MESH_KERNELS:
-            kernels.append({"name": name, "grid": [], "blocks": [], "num_scalar_prefetch": 0, "num_scratch": 0,
-                            "scratch_bytes": 0, "dimension_semantics": []})
-            continue
-        if name != "pallas_call":
-            continue
-        mapping = eqn.params["grid_mapping"]
-        kernel_jaxpr = eqn.params.get("jaxpr")
-        debug = getattr(kernel_jaxpr, "debug_info", None)
-        scratch_avals = [v.aval for v in kernel_jaxpr.invars[len(kernel_jaxpr.invars) - mapping.num_scratch_operands:]]
-        kernels.append(
-            {
-                "name": eqn.params.get("name") or getattr(debug, "func_name", None) or "kernel",
-                "grid": [g if isinstance(g, int) else str(g) for g in mapping.grid],
-                "blocks": [
-                    {
-                        "block_shape": [_block_dim(d) for d in bm.block_shape],
-                        "array_shape": list(bm.array_aval.shape),
-                        "dtype": str(bm.array_aval.dtype),
-                        "in_hbm": _stays_in_hbm(bm),
-                    }
-                    for bm in mapping.block_mappings
-                ],
-                "num_scalar_prefetch": int(mapping.num_index_operands),
-                "num_scratch": int(mapping.num_scratch_operands),
-                "scratch_bytes": sum(_nbytes(a) for a in scratch_avals),
-                "dimension_semantics": [str(d) for d in (getattr(eqn.params.get("compiler_params"), "dimension_semantics", None) or [])],
-            }
-        )
-    return kernels, callbacks
-
-
-def kernel_traffic(jaxpr) -> list[dict]:
-    """Per pallas_call: grid steps and the HBM bytes its BlockSpecs move over the whole grid.
-
-    Index maps are evaluated at every grid point (vectorised); a block is fetched again whenever its
-    index changes between consecutive steps. Blocks whose index maps read scalar-prefetch operands,
-    or that stay in HBM for manual DMA, cannot be followed statically: they count once per step
-    (or once in all, for pl.ANY) and the kernel is marked inexact.
-    """
-    import jax
-    import numpy as np
-
-    from jaxbench_mcp.profiling import block_traffic
-
-    results = []
-    for eqn in _walk_eqns(jaxpr):
-        if eqn.primitive.name != "pallas_call":
-            continue
-        mapping = eqn.params["grid_mapping"]
-        grid = [g if isinstance(g, int) else 1 for g in mapping.grid]
-        steps = int(np.prod(grid, dtype=np.int64)) if grid else 1
-        points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
-        total, exact = 0, True
-        for bm in mapping.block_mappings:
-            shape = [_block_dim(d) or 1 for d in bm.block_shape]
-            block_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
-            whole = int(np.prod(bm.array_aval.shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
-            if _stays_in_hbm(bm):
-                total, exact = total + whole, False
-                continue
-            if mapping.num_index_operands or not grid:
-                total += block_bytes * steps
-                exact = exact and not mapping.num_index_operands
-                continue
-            closed = bm.index_map_jaxpr
-            evaluate = jax.vmap(lambda *idx: jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *idx))
-            indices = np.stack([np.asarray(x) for x in evaluate(*points)], axis=1)
-            total += block_traffic(indices, block_bytes)
-        results.append({"steps": steps, "hbm_bytes": total, "exact": exact})
-    return results
-
-
 def read_inputs(described: list[dict], workdir: Path) -> tuple:
     """The inputs the parent wrote for one hidden seed (the seed itself never reaches this process)."""
     import jax.numpy as jnp
@@ -242,7 +128,7 @@ def run_job(job: dict, report: Reporter, workdir: Path) -> None:
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp import targets, workloads
+    from jaxbench_mcp import kernel_analysis, targets, workloads
 
     w = workloads.get_workload(job["workload_id"])
     static = tuple(w.static_argnums)
@@ -262,7 +148,7 @@ def run_job(job: dict, report: Reporter, workdir: Path) -> None:
     try:
         with targets.chip_context(chip):
             closed = jax.make_jaxpr(fn, static_argnums=static)(*_full_args(w, "full"))
-        kernels, callbacks = describe_kernels(closed.jaxpr)
+        kernels, callbacks = kernel_analysis.describe_kernels(closed.jaxpr)
         out_avals = [{"shape": list(a.shape), "dtype": str(a.dtype)} for a in closed.out_avals]
     except Exception as exc:  # noqa: BLE001
         report.send(event="stage", stage="trace", state="failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
@@ -324,7 +210,7 @@ def profile_job(job: dict, report: Reporter, workdir: Path) -> None:
     """Load, trace and compile the candidate for each target, keeping libtpu's schedule dumps."""
     import jax
 
-    from jaxbench_mcp import profiling, targets, workloads
+    from jaxbench_mcp import kernel_analysis, profiling, targets, workloads
 
     w = workloads.get_workload(job["workload_id"])
     static = tuple(w.static_argnums)
@@ -335,7 +221,7 @@ def profile_job(job: dict, report: Reporter, workdir: Path) -> None:
     report.send(event="stage", stage="trace", state="start")
     with targets.chip_context(job["targets"][0]):
         closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, "full"))
-    report.send(event="stage", stage="trace", state="done", traffic=kernel_traffic(closed.jaxpr))
+    report.send(event="stage", stage="trace", state="done", traffic=kernel_analysis.kernel_traffic(closed.jaxpr))
     dump_root = Path(job["dump_dir"])
     for generation in job["targets"]:
         report.send(event="stage", stage="compile", state="start", target=generation)
@@ -348,6 +234,33 @@ def profile_job(job: dict, report: Reporter, workdir: Path) -> None:
         schedules = profiling.parse_dump(profiling.collect_dump(dump_root, generation))
         report.send(event="stage", stage="compile", state="done", target=generation, seconds=time.perf_counter() - t0,
                     schedules=[{"name": k.name, "bundles": k.bundles, "slot_use": k.slot_use} for k in schedules])
+
+
+def measure_job(job: dict, report: Reporter, workdir: Path) -> None:
+    """TPU host: device time of a kernel file (or, with no source, the XLA baseline) on fresh full-size inputs."""
+    from jaxbench_mcp import measuring, workloads
+
+    w = workloads.get_workload(job["workload_id"])
+    fn = w.module.reference
+    if (workdir / "candidate.py").exists():
+        module, failure = load_candidate(workdir / "candidate.py")
+        if failure:
+            report.send(event="stage", stage="load", state="failed", error_class=failure[0], text=failure[1])
+            return
+        fn = module.workload
+    report.send(event="stage", stage="measure", state="start")
+    t0 = time.perf_counter()
+    try:
+        timing = measuring.time_on_device(fn, w.static_argnums, lambda i: w.create_inputs("full", job["first_seed"] + i),
+                                          job["iterations"])
+    except measuring.MeasurementError as exc:
+        report.send(event="stage", stage="measure", state="failed", seconds=time.perf_counter() - t0, text=str(exc))
+        return
+    except Exception as exc:  # noqa: BLE001
+        report.send(event="stage", stage="measure", state="failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
+        return
+    report.send(event="stage", stage="measure", state="done", seconds=time.perf_counter() - t0,
+                samples_us=list(timing.samples_us))
 
 
 def reference_job(job: dict, report: Reporter) -> None:
@@ -383,8 +296,9 @@ def main() -> None:
     if mode == "reference":
         reference_job(job, report)
     else:
-        (workdir / "candidate.py").write_text(job.pop("source"))
-        (profile_job if mode == "profile" else run_job)(job, report, workdir)
+        if job.get("source") is not None:  # a measure job without source times the XLA baseline
+            (workdir / "candidate.py").write_text(job.pop("source"))
+        {"profile": profile_job, "measure": measure_job, "check": run_job}[mode](job, report, workdir)
     report.send(event="finished")
 
 

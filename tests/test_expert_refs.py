@@ -15,7 +15,6 @@ import pytest
 from jaxbench_mcp import expert_refs, workloads
 from jaxbench_mcp.assets import asset_dir
 from jaxbench_mcp.checking import Checker
-from jaxbench_mcp.targets import Tier
 
 REFS_DIR = asset_dir("tokamax_refs")
 CHECK_TARGETS = ["v5e", "v6e"]
@@ -26,25 +25,6 @@ JAXBENCH_EXPERTS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class KnownLimit:
-    """A module that cannot get 'correct' here for a reason outside the module, pinned exactly."""
-
-    error_class: str
-    message_fragment: str
-    reason: str
-    only_without_tpu: bool  # True: the limit is interpret mode's, so a TPU host checks it normally
-
-
-KNOWN_LIMITS = {
-    "7p_Ragged_Paged_Attention": KnownLimit(
-        error_class="runtime_exception",
-        message_fragment="'ReshapeTransform' object has no attribute 'indices'",
-        reason="jax's TPU interpret mode cannot load through ref.reshape views, which the ragged paged "
-               "attention kernel uses on its VMEM scratch; it compiles for v5e and v6e but cannot run on a CPU host",
-        only_without_tpu=True,
-    ),
-}
 _WORKLOAD_ID = re.compile(r'^WORKLOAD_ID\s*=\s*"([^"]+)"', re.M)
 
 
@@ -111,15 +91,6 @@ def test_expert_reference_passes_the_check_ladder(checker, workload_id):
     verdict, outcome = checker.check(workload_id, source, targets_=CHECK_TARGETS)
     outcome.cleanup()
     compiled = [c.target for c in verdict.compiles if c.ok]
-    limit = KNOWN_LIMITS.get(workload_id)
-    if limit and not (limit.only_without_tpu and checker.tier is Tier.TPU):
-        # The documented failure and nothing else: every other rung of the ladder still passes.
-        assert verdict.status != "correct", f"{workload_id} now passes: remove it from KNOWN_LIMITS"
-        assert verdict.error_class == limit.error_class and limit.message_fragment in verdict.message, verdict.summary()
-        assert compiled == CHECK_TARGETS, verdict.summary()
-        if limit.error_class == "no_pallas_call":
-            assert len(verdict.seeds) == 3 and all(s.passed for s in verdict.seeds), verdict.summary()
-        pytest.xfail(limit.reason)
     assert verdict.status == "correct", verdict.summary()
     assert compiled == CHECK_TARGETS, verdict.summary()
     assert len(verdict.seeds) == 3 and all(s.passed for s in verdict.seeds), verdict.summary()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxbench_mcp import api, profiling
+from jaxbench_mcp import api, kernel_analysis, profiling
 from jaxbench_mcp.checking import Checker
 from jaxbench_mcp.store import Store
 
@@ -25,11 +25,68 @@ def test_block_traffic_counts_a_fetch_per_index_change():
     assert profiling.block_traffic(np.stack([i, j], 1), 10) == 6 * 10
 
 
+def _traffic_of_kernel(body, grid, in_specs=None, num_scalar_prefetch=0):
+    """kernel_traffic of one pallas_call copying a (512, 128) f32 array in (128, 128) blocks."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    block = pl.BlockSpec((128, 128), lambda *idx: (idx[0], 0))
+    spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=num_scalar_prefetch, grid=grid,
+                                        in_specs=in_specs or [block], out_specs=block)
+    args = ([jnp.zeros(1, jnp.int32)] if num_scalar_prefetch else []) + [jnp.zeros((512, 128), jnp.float32)]
+    call = pl.pallas_call(body, grid_spec=spec, out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32))
+    (kernel,) = kernel_analysis.kernel_traffic(jax.make_jaxpr(call)(*args).jaxpr)
+    return kernel
+
+
+def test_executed_fraction_follows_program_id_predicates():
+    from jax.experimental import pallas as pl
+
+    def unconditional(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    def first_step_only(x_ref, o_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            o_ref[...] = x_ref[...] * 2
+
+    def causal(x_ref, o_ref):
+        @pl.when(pl.program_id(1) <= pl.program_id(0))
+        def _():
+            o_ref[...] = x_ref[...] * 2
+
+    kernel = _traffic_of_kernel(unconditional, (4,))
+    assert kernel["executed_fraction"] == 1.0 and kernel["executed_fraction_exact"]
+    # All the work sits in the branch: one step in four runs it (the predicate's scalar ops weigh ~nothing).
+    kernel = _traffic_of_kernel(first_step_only, (4,))
+    assert abs(kernel["executed_fraction"] - 1 / 4) < 0.01 and kernel["executed_fraction_exact"]
+    # The lower triangle of a 4 x 4 grid, diagonal included: 10 of 16 steps.
+    kernel = _traffic_of_kernel(causal, (4, 4))
+    assert abs(kernel["executed_fraction"] - 10 / 16) < 0.01 and kernel["executed_fraction_exact"]
+
+
+def test_a_data_dependent_predicate_counts_its_branch_at_every_step():
+    from jax.experimental import pallas as pl
+
+    def skip_by_data(n_ref, x_ref, o_ref):
+        @pl.when(pl.program_id(0) < n_ref[0])
+        def _():
+            o_ref[...] = x_ref[...] * 2
+
+    block = pl.BlockSpec((128, 128), lambda i, n: (i, 0))
+    kernel = _traffic_of_kernel(skip_by_data, (4,), in_specs=[block], num_scalar_prefetch=1)
+    assert kernel["executed_fraction"] == 1.0 and not kernel["executed_fraction_exact"]
+
+
 def test_estimate_terms_and_bottleneck():
     cost = profiling.kernel_cost(bundles=1000, steps=10, hbm_bytes=0, generation="v6e", spb=1e-9)
     assert cost.compute_s == 1e-5 and cost.estimate_s == 1e-5 + 10 * profiling.STEP_OVERHEAD_S
     assert profiling.bottleneck(cost, {"MXU": 0.7, "VALU": 0.2}) == "MXU-bound"
     assert profiling.bottleneck(cost, {"MXU": 0.1, "VALU": 0.9}) == "vector-unit-bound"
+    half = profiling.kernel_cost(bundles=1000, steps=10, hbm_bytes=0, generation="v6e", spb=1e-9, executed_fraction=0.5)
+    assert half.compute_s == 0.5e-5
     tiny = profiling.kernel_cost(bundles=10, steps=10**6, hbm_bytes=1e6, generation="v6e", spb=1e-9)
     assert profiling.bottleneck(tiny, {}) == "grid-step-overhead-bound"
 

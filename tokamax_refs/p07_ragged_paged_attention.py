@@ -4,11 +4,6 @@ JAXBench's optimized.py calls ragged_paged_attention(q, kv_pages, kv_lens, page_
 num_seqs, sm_scale=D^-0.5) with num_kv_pages_per_block = 64, num_queries_per_block = 64 and a
 32 MiB VMEM limit; the kernel takes the workload's inputs exactly as they are. Imported from jax,
 not vendored.
-
-Known limit: jax's TPU interpret mode cannot run this kernel (it views its VMEM scratch through
-ref.reshape / ref.bitcast, and the interpreter's loads reject a ReshapeTransform with
-"AttributeError: 'ReshapeTransform' object has no attribute 'indices'"), so on a host without a
-TPU it compiles but cannot be run.
 """
 
 import dataclasses

@@ -1,0 +1,255 @@
+"""What a traced candidate contains: its Pallas kernels (grid, blocks, scratch), host callbacks, the HBM
+traffic of its BlockSpecs, and how much of each kernel body its pl.when conditions let run.
+
+Everything here reads a jaxpr; nothing runs the kernel.
+"""
+
+from __future__ import annotations
+
+_HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
+# pl.kernel (and core_map) kernels trace to these primitives instead of pallas_call.
+_MESH_KERNELS = {"mpmd_map", "core_map"}
+_INLINED_CALLS = {"jit", "pjit", "closed_call"}
+
+
+def _sub_jaxprs(eqn):
+    for param in eqn.params.values():
+        for sub in param if isinstance(param, (list, tuple)) else [param]:
+            inner = sub if hasattr(sub, "eqns") else getattr(sub, "jaxpr", None)
+            if hasattr(inner, "eqns"):
+                yield inner
+
+
+def _walk_eqns(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in _sub_jaxprs(eqn):
+            yield from _walk_eqns(sub)
+
+
+def _read(env: dict, var):
+    from jax.extend.core import Literal
+
+    return var.val if isinstance(var, Literal) else env[var]
+
+
+def _run_eqns(eqns, env: dict, grid_index=(), grid=()) -> None:
+    """eval_jaxpr's loop, except that nested jit calls are inlined (binding them again would need a lowering
+    platform when the jaxpr was traced under an abstract TPU mesh) and program_id / num_programs are
+    answered from the grid."""
+    for eqn in eqns:
+        inputs = [_read(env, v) for v in eqn.invars]
+        name = eqn.primitive.name
+        if name == "program_id":
+            outs = [grid_index[eqn.params["axis"]]]
+        elif name == "num_programs":
+            outs = [grid[eqn.params["axis"]]]
+        elif name in _INLINED_CALLS:
+            closed = eqn.params["jaxpr"]
+            inner = dict(zip(closed.jaxpr.constvars, closed.consts)) | dict(zip(closed.jaxpr.invars, inputs))
+            _run_eqns(closed.jaxpr.eqns, inner, grid_index, grid)
+            outs = [_read(inner, v) for v in closed.jaxpr.outvars]
+        else:
+            out = eqn.primitive.bind(*inputs, **eqn.params)
+            outs = out if eqn.primitive.multiple_results else [out]
+        env.update(zip(eqn.outvars, outs))
+
+
+def _evaluate_index_map(closed, grid_index) -> list:
+    env = dict(zip(closed.jaxpr.constvars, closed.consts)) | dict(zip(closed.jaxpr.invars, grid_index))
+    _run_eqns(closed.jaxpr.eqns, env)
+    return [_read(env, v) for v in closed.jaxpr.outvars]
+
+
+def _block_dim(dim) -> int | None:
+    """A block dimension's size; None for a squeezed dimension."""
+    return dim if isinstance(dim, int) else getattr(dim, "block_size", None)
+
+
+def _stays_in_hbm(block_mapping) -> bool:
+    """A block with memory_space=pl.ANY (or HBM) is not pipelined into VMEM: the kernel DMAs it by hand."""
+    space = str(getattr(block_mapping.transformed_block_aval, "memory_space", "")).upper()
+    return "ANY" in space or "HBM" in space
+
+
+def _nbytes(aval) -> int:
+    """Bytes of a scratch buffer; semaphores and other non-array scratch count as 0."""
+    import numpy as np
+
+    try:
+        return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+    except (TypeError, AttributeError):
+        return 0
+
+
+def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
+    """The pallas_calls in a jaxpr (grid, block shapes, semantics) and any host callbacks."""
+    kernels, callbacks = [], []
+    for eqn in _walk_eqns(jaxpr):
+        name = eqn.primitive.name
+        if name in _HOST_CALLBACKS:
+            callbacks.append(name)
+        if name in _MESH_KERNELS:
+            kernels.append({"name": name, "grid": [], "blocks": [], "num_scalar_prefetch": 0, "num_scratch": 0,
+                            "scratch_bytes": 0, "dimension_semantics": []})
+            continue
+        if name != "pallas_call":
+            continue
+        mapping = eqn.params["grid_mapping"]
+        kernel_jaxpr = eqn.params.get("jaxpr")
+        debug = getattr(kernel_jaxpr, "debug_info", None)
+        scratch_avals = [v.aval for v in kernel_jaxpr.invars[len(kernel_jaxpr.invars) - mapping.num_scratch_operands:]]
+        kernels.append(
+            {
+                "name": eqn.params.get("name") or getattr(debug, "func_name", None) or "kernel",
+                "grid": [g if isinstance(g, int) else str(g) for g in mapping.grid],
+                "blocks": [
+                    {
+                        "block_shape": [_block_dim(d) for d in bm.block_shape],
+                        "array_shape": list(bm.array_aval.shape),
+                        "dtype": str(bm.array_aval.dtype),
+                        "in_hbm": _stays_in_hbm(bm),
+                    }
+                    for bm in mapping.block_mappings
+                ],
+                "num_scalar_prefetch": int(mapping.num_index_operands),
+                "num_scratch": int(mapping.num_scratch_operands),
+                "scratch_bytes": sum(_nbytes(a) for a in scratch_avals),
+                "dimension_semantics": [str(d) for d in (getattr(eqn.params.get("compiler_params"), "dimension_semantics", None) or [])],
+            }
+        )
+    return kernels, callbacks
+
+
+def kernel_traffic(jaxpr) -> list[dict]:
+    """Per pallas_call: grid steps and the HBM bytes its BlockSpecs move over the whole grid.
+
+    Index maps are evaluated at every grid point (vectorised); a block is fetched again whenever its
+    index changes between consecutive steps. Blocks whose index maps read scalar-prefetch operands,
+    or that stay in HBM for manual DMA, cannot be followed statically: they count once per step
+    (or once in all, for pl.ANY) and the kernel is marked inexact.
+    """
+    import jax
+    import numpy as np
+
+    from jaxbench_mcp.profiling import block_traffic
+
+    results = []
+    for eqn in _walk_eqns(jaxpr):
+        if eqn.primitive.name != "pallas_call":
+            continue
+        mapping = eqn.params["grid_mapping"]
+        grid = [g if isinstance(g, int) else 1 for g in mapping.grid]
+        steps = int(np.prod(grid, dtype=np.int64)) if grid else 1
+        points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
+        total, exact = 0, True
+        for bm in mapping.block_mappings:
+            shape = [_block_dim(d) or 1 for d in bm.block_shape]
+            block_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
+            whole = int(np.prod(bm.array_aval.shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
+            if _stays_in_hbm(bm):
+                total, exact = total + whole, False
+                continue
+            if mapping.num_index_operands or not grid:
+                total += block_bytes * steps
+                exact = exact and not mapping.num_index_operands
+                continue
+            closed = bm.index_map_jaxpr
+            evaluate = jax.vmap(lambda *idx: _evaluate_index_map(closed, idx))
+            indices = np.stack([np.asarray(x) for x in evaluate(*points)], axis=1)
+            total += block_traffic(indices, block_bytes)
+        fraction, fraction_exact = executed_fraction(eqn.params["jaxpr"], grid, points)
+        results.append({"steps": steps, "hbm_bytes": total, "exact": exact, "executed_fraction": fraction,
+                        "executed_fraction_exact": fraction_exact})
+    return results
+
+
+# One vector register holds 8 x 128 values; one MXU push multiplies 8 rows by a 128 x 128 tile. Work is
+# measured in those units so that a matmul and an elementwise op weigh roughly what they take to issue.
+_VREG_ELEMENTS = 8 * 128
+_MXU_PUSH_MACS = 8 * 128 * 128
+
+
+def _elements(var) -> int:
+    import numpy as np
+
+    shape = getattr(getattr(var, "aval", None), "shape", None)
+    return int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
+
+
+def body_work(jaxpr) -> float:
+    """How much code a kernel body issues, in vreg ops and MXU pushes; every branch and loop body once,
+    as they appear in the compiled schedule."""
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            (lhs_contracting, _), _ = eqn.params["dimension_numbers"]
+            k = 1
+            for d in lhs_contracting:
+                k *= eqn.invars[0].aval.shape[d]
+            total += k * _elements(eqn.outvars[0]) / _MXU_PUSH_MACS
+            continue
+        subs = list(_sub_jaxprs(eqn))
+        if subs:
+            total += sum(body_work(s) for s in subs)
+        else:
+            total += sum(_elements(v) for v in eqn.outvars) / _VREG_ELEMENTS
+    return total
+
+
+def _branch_index_at(jaxpr, position: int, grid: list[int], points):
+    """The branch the cond at jaxpr.eqns[position] takes at every grid point (vectorised), or None when its
+    predicate depends on anything but program ids and grid sizes (a ref read, a scalar-prefetch value)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.extend.core import Literal
+
+    index_var = jaxpr.eqns[position].invars[0]
+    needed, chain = {index_var}, []
+    for eqn in reversed(jaxpr.eqns[:position]):
+        if not any(v in needed for v in eqn.outvars):
+            continue
+        if eqn.primitive.name not in ("program_id", "num_programs") and eqn.effects:
+            return None
+        chain.append(eqn)
+        if eqn.primitive.name not in ("program_id", "num_programs"):
+            needed |= {v for v in eqn.invars if not isinstance(v, Literal)}
+    produced = {v for eqn in chain for v in eqn.outvars}
+    if any(v not in produced for v in needed):
+        return None  # reads a kernel argument (a ref or a scalar-prefetch operand)
+    chain.reverse()
+
+    def evaluate(*grid_index):
+        env = {}
+        _run_eqns(chain, env, grid_index, [jnp.int32(g) for g in grid])
+        return _read(env, index_var)
+
+    values = jax.vmap(evaluate)(*points) if len(grid) else evaluate()
+    return np.asarray(values).reshape(-1)
+
+
+def executed_fraction(kernel_jaxpr, grid: list[int], points) -> tuple[float, bool]:
+    """The share of the body's code that runs per grid step, averaged over the grid, and whether every
+    pl.when / cond predicate could be evaluated.
+
+    The compiled schedule holds every branch; a step runs only the branch its cond picks. Top-level conds
+    whose predicate depends only on program ids (causal block skipping, first/last-step init) are evaluated
+    at every grid point; any other cond is assumed to take its most expensive branch.
+    """
+    import numpy as np
+
+    total = body_work(kernel_jaxpr)
+    if total <= 0:
+        return 1.0, True
+    saved, exact = 0.0, True
+    for position, eqn in enumerate(kernel_jaxpr.eqns):
+        if eqn.primitive.name != "cond":
+            continue
+        works = np.array([body_work(b.jaxpr) for b in eqn.params["branches"]])
+        taken = _branch_index_at(kernel_jaxpr, position, grid, points)
+        if taken is None:
+            exact = False
+            taken = np.full(1, int(works.argmax()))
+        saved += float(works.sum() - works[np.clip(taken, 0, len(works) - 1)].mean())
+    return max(0.0, (total - saved) / total), exact

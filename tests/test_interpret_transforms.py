@@ -1,0 +1,146 @@
+"""Loads through ref.reshape / ref.bitcast views in TPU interpret mode (jaxbench_mcp.interpret_transforms).
+
+Each kernel runs through targets.interpret_on_cpu, as the worker runs candidates, and is compared
+with the same computation done on a value inside a kernel: the bitcast cases pin our ref semantics
+to jax's own value-level pltpu.bitcast, which the interpreter already runs.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from jaxbench_mcp import interpret_transforms
+from jaxbench_mcp.targets import interpret_on_cpu
+
+
+def _params():
+    return pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=0)
+
+
+def _run(kernel, x, out_shape, out_dtype):
+    def call(x):  # built while tracing, inside force_tpu_interpret_mode, as a candidate's workload is
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(out_shape, out_dtype))(x)
+
+    return np.asarray(interpret_on_cpu(call, [x], (), "v6e", _params()))
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view(np.dtype(f"uint{a.dtype.itemsize * 8}"))
+
+
+def test_load_through_reshape_matches_value_reshape():
+    x = jnp.arange(2 * 4 * 8 * 128, dtype=jnp.float32).reshape(2, 4, 8, 128)
+
+    def through_ref(x_ref, o_ref):
+        o_ref[...] = x_ref.at[1].reshape(32, 128)[3::4, :]
+
+    def on_value(x_ref, o_ref):
+        o_ref[...] = x_ref[1].reshape(32, 128)[3::4, :]
+
+    got = _run(through_ref, x, (8, 128), jnp.float32)
+    np.testing.assert_array_equal(got, _run(on_value, x, (8, 128), jnp.float32))
+    np.testing.assert_array_equal(got, np.asarray(x)[1].reshape(32, 128)[3::4])
+
+
+@pytest.mark.parametrize("rows", [slice(None), slice(1, None, 4)], ids=["all_rows", "strided_rows"])
+def test_bitcast_bf16_to_u32_matches_value_bitcast(rows):
+    # The ragged paged attention pattern: reshape a bf16 buffer, view it as uint32, load strided rows.
+    x = jax.random.normal(jax.random.key(0), (2, 4, 8, 128), jnp.float32).astype(jnp.bfloat16)
+    n = len(range(16)[rows])
+
+    def through_ref(x_ref, o_ref):
+        o_ref[...] = x_ref.at[1].reshape(32, 128).bitcast(jnp.uint32)[rows, :]
+
+    def on_value(x_ref, o_ref):
+        o_ref[...] = pltpu.bitcast(x_ref[1].reshape(32, 128), jnp.uint32)[rows, :]
+
+    got = _run(through_ref, x, (n, 128), jnp.uint32)
+    np.testing.assert_array_equal(got, _run(on_value, x, (n, 128), jnp.uint32))
+    # Row 2r sits in the low half of word r (the 7p kernel splits K and V this way).
+    plain = np.asarray(x)[1].reshape(32, 128)
+    np.testing.assert_array_equal(got & 0xFFFF, _bits(plain[0::2])[rows])
+    np.testing.assert_array_equal(got >> 16, _bits(plain[1::2])[rows])
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=["unpack_u32_to_bf16", "same_width"])
+def test_bitcast_from_u32_matches_value_bitcast(dtype):
+    halves = jax.random.normal(jax.random.key(1), (32, 128), jnp.float32).astype(jnp.bfloat16)
+    x = jnp.asarray(interpret_transforms.bitcast_rows(np.asarray(halves), np.dtype(np.uint32)))  # (16, 128)
+    rows = 16 * 4 // jnp.dtype(dtype).itemsize
+
+    def through_ref(x_ref, o_ref):
+        o_ref[...] = x_ref.bitcast(dtype)[...]
+
+    def on_value(x_ref, o_ref):
+        o_ref[...] = pltpu.bitcast(x_ref[...], dtype)
+
+    got = _run(through_ref, x, (rows, 128), dtype)
+    np.testing.assert_array_equal(_bits(got), _bits(_run(on_value, x, (rows, 128), dtype)))
+    if dtype == jnp.bfloat16:
+        np.testing.assert_array_equal(_bits(got), _bits(halves))
+
+
+def test_masked_store_into_a_tall_buffer():
+    # jax 0.12 alone rejects this in-bounds store as "Out-of-bounds masked swap" (rows >= 128 masked in).
+    x = jnp.arange(256 * 128, dtype=jnp.float32).reshape(256, 128)
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = jnp.full(o_ref.shape, -1.0, jnp.float32)
+        rows = jax.lax.broadcasted_iota(jnp.int32, o_ref.shape, 0)
+        pltpu.store(o_ref, x_ref[...], mask=(rows >= 100) & (rows < 200))
+
+    got = _run(kernel, x, (256, 128), jnp.float32)
+    want = np.full((256, 128), -1.0, np.float32)
+    want[100:200] = np.asarray(x)[100:200]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("masked_rows, in_bounds", [(56, True), (57, False)])
+def test_a_masked_store_past_the_buffer_is_still_refused(masked_rows, in_bounds):
+    # A 128-row window starting at row 200 of a 256-row buffer: only its first 56 rows exist.
+    x = jnp.ones((128, 128), jnp.float32)
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = jnp.zeros(o_ref.shape, jnp.float32)
+        rows = jax.lax.broadcasted_iota(jnp.int32, x_ref.shape, 0)
+        start = x_ref[0, 0].astype(jnp.int32) + 199  # 200, known only at run time (a static one fails to trace)
+        pltpu.store(o_ref.at[pl.ds(start, 128)], x_ref[...], mask=rows < masked_rows)
+
+    if in_bounds:
+        got = _run(kernel, x, (256, 128), jnp.float32)
+        np.testing.assert_array_equal(got[200:], 1.0)
+        np.testing.assert_array_equal(got[:200], 0.0)
+    else:
+        with pytest.raises(Exception, match="[Oo]ut-of-bounds"):
+            _run(kernel, x, (256, 128), jnp.float32)
+
+
+def test_store_through_reshape_is_refused_clearly():
+    x = jnp.ones((8, 128), jnp.float32)
+
+    def store_through_view(x_ref, o_ref):
+        o_ref.reshape(16, 64)[...] = x_ref[...].reshape(16, 64)
+
+    with pytest.raises(Exception, match="supports ref.reshape/ref.bitcast views for loads only"):
+        _run(store_through_view, x, (8, 128), jnp.float32)
+
+
+def test_install_is_idempotent():
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+    from jax._src.pallas.mosaic.interpret import utils as interpret_utils
+
+    interpret_transforms.install()
+    get, to_range = ipc.get, interpret_utils.to_range
+    interpret_transforms.install()
+    assert (ipc.get, interpret_utils.to_range) == (get, to_range)
+
+
+def test_unknown_view_transform_is_refused():
+    from jax._src.state.types import ReshapeTransform, TransposeTransform
+
+    with pytest.raises(NotImplementedError, match="TransposeTransform"):
+        interpret_transforms.apply_view(np.zeros((4, 8)), [ReshapeTransform((8, 4)), TransposeTransform((1, 0))])
