@@ -1,5 +1,6 @@
 """What a traced candidate contains: its Pallas kernels (grid, blocks, scratch), host callbacks, the HBM
-traffic of its BlockSpecs, and how much of each kernel body its pl.when conditions let run.
+traffic of its BlockSpecs, and how much of each kernel body's code a grid step runs (pl.when skips,
+in-kernel loops).
 
 Everything here reads a jaxpr; nothing runs the kernel.
 """
@@ -158,14 +159,12 @@ def kernel_traffic(jaxpr) -> list[dict]:
             evaluate = jax.vmap(lambda *idx: _evaluate_index_map(closed, idx))
             indices = np.stack([np.asarray(x) for x in evaluate(*points)], axis=1)
             total += block_traffic(indices, block_bytes)
-        fraction, fraction_exact = executed_fraction(eqn.params["jaxpr"], grid, points)
-        results.append({"steps": steps, "hbm_bytes": total, "exact": exact, "executed_fraction": fraction,
-                        "executed_fraction_exact": fraction_exact})
+        ratio, ratio_exact = run_ratio(eqn.params["jaxpr"], grid, points)
+        results.append({"steps": steps, "hbm_bytes": total, "exact": exact, "run_ratio": ratio, "run_ratio_exact": ratio_exact})
     return results
 
 
-# One vector register holds 8 x 128 values; one MXU push multiplies 8 rows by a 128 x 128 tile. Work is
-# measured in those units so that a matmul and an elementwise op weigh roughly what they take to issue.
+# One vector register holds 8 x 128 values; one MXU push multiplies 8 rows by a 128 x 128 tile.
 _VREG_ELEMENTS = 8 * 128
 _MXU_PUSH_MACS = 8 * 128 * 128
 
@@ -177,24 +176,57 @@ def _elements(var) -> int:
     return int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
 
 
-def body_work(jaxpr) -> float:
-    """How much code a kernel body issues, in vreg ops and MXU pushes; every branch and loop body once,
-    as they appear in the compiled schedule."""
+def _mxu_pushes(eqn) -> float:
+    if eqn.primitive.name != "dot_general":
+        return 0.0
+    (lhs_contracting, _), _ = eqn.params["dimension_numbers"]
+    k = 1
+    for d in lhs_contracting:
+        k *= eqn.invars[0].aval.shape[d]
+    return k * _elements(eqn.outvars[0]) / _MXU_PUSH_MACS
+
+
+def _vector_ops(eqn) -> float:
+    return sum(_elements(v) for v in eqn.outvars) / _VREG_ELEMENTS
+
+
+def scheduled_work(jaxpr, unit=_mxu_pushes) -> float:
+    """The work in a kernel body's code as the compiled schedule holds it: every branch once, a loop body
+    once per unrolled copy, in `unit`s per leaf equation."""
     total = 0.0
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            (lhs_contracting, _), _ = eqn.params["dimension_numbers"]
-            k = 1
-            for d in lhs_contracting:
-                k *= eqn.invars[0].aval.shape[d]
-            total += k * _elements(eqn.outvars[0]) / _MXU_PUSH_MACS
+        if eqn.primitive.name == "scan":
+            copies = max(1, min(int(eqn.params["unroll"]), eqn.params["length"]))
+            total += copies * scheduled_work(eqn.params["jaxpr"].jaxpr, unit)
             continue
         subs = list(_sub_jaxprs(eqn))
-        if subs:
-            total += sum(body_work(s) for s in subs)
-        else:
-            total += sum(_elements(v) for v in eqn.outvars) / _VREG_ELEMENTS
+        total += sum(scheduled_work(s, unit) for s in subs) if subs else unit(eqn)
     return total
+
+
+def executed_work(jaxpr, unit=_mxu_pushes) -> tuple[float, bool]:
+    """The work one run of a kernel body does, and whether that figure is exact (see _eqn_executed_work)."""
+    total, exact = 0.0, True
+    for eqn in jaxpr.eqns:
+        work, eqn_exact = _eqn_executed_work(eqn, unit)
+        total, exact = total + work, exact and eqn_exact
+    return total, exact
+
+
+def _eqn_executed_work(eqn, unit) -> tuple[float, bool]:
+    """A scan runs its body `length` times; a cond runs one branch (the heaviest is assumed: inexact
+    unless all weigh the same); a while loop runs an unknown number of times (once is counted: inexact)."""
+    name = eqn.primitive.name
+    if name == "scan":
+        work, exact = executed_work(eqn.params["jaxpr"].jaxpr, unit)
+        return eqn.params["length"] * work, exact
+    if name == "cond":
+        branches = [executed_work(b.jaxpr, unit) for b in eqn.params["branches"]]
+        return max(w for w, _ in branches), len({w for w, _ in branches}) == 1 and all(e for _, e in branches)
+    subs = [executed_work(sub, unit) for sub in _sub_jaxprs(eqn)]
+    if not subs:
+        return unit(eqn), True
+    return sum(w for w, _ in subs), name != "while" and all(e for _, e in subs)
 
 
 def _branch_index_at(jaxpr, position: int, grid: list[int], points):
@@ -229,27 +261,36 @@ def _branch_index_at(jaxpr, position: int, grid: list[int], points):
     return np.asarray(values).reshape(-1)
 
 
-def executed_fraction(kernel_jaxpr, grid: list[int], points) -> tuple[float, bool]:
-    """The share of the body's code that runs per grid step, averaged over the grid, and whether every
-    pl.when / cond predicate could be evaluated.
+def run_ratio(kernel_jaxpr, grid: list[int], points) -> tuple[float, bool]:
+    """How much of the schedule's code a grid step runs, averaged over the grid, and whether that is exact.
 
-    The compiled schedule holds every branch; a step runs only the branch its cond picks. Top-level conds
-    whose predicate depends only on program ids (causal block skipping, first/last-step init) are evaluated
-    at every grid point; any other cond is assumed to take its most expensive branch.
+    The compiled schedule holds every branch and one copy of each (not unrolled) loop body; a step runs
+    only the branches its conds pick and every loop body `length` times. So the ratio is below 1 when
+    pl.when skips work (causal block skipping, first/last-step init) and above 1 when in-kernel loops
+    repeat. Top-level conds whose predicate depends only on program ids are evaluated at every grid
+    point; any other cond is assumed to take its heaviest branch, and a while loop to run once (both make
+    the ratio inexact). Work is weighed in MXU pushes when the body has matmuls (vector work mostly
+    co-issues with them, so it is the matmuls a skipped block saves), otherwise in vector-register ops.
     """
     import numpy as np
 
-    total = body_work(kernel_jaxpr)
-    if total <= 0:
+    unit = _mxu_pushes if scheduled_work(kernel_jaxpr, _mxu_pushes) > 0 else _vector_ops
+    scheduled = scheduled_work(kernel_jaxpr, unit)
+    if scheduled <= 0:
         return 1.0, True
-    saved, exact = 0.0, True
+    per_step, exact = 0.0, True
     for position, eqn in enumerate(kernel_jaxpr.eqns):
         if eqn.primitive.name != "cond":
+            work, eqn_exact = _eqn_executed_work(eqn, unit)
+            per_step, exact = per_step + work, exact and eqn_exact
             continue
-        works = np.array([body_work(b.jaxpr) for b in eqn.params["branches"]])
+        branches = [executed_work(b.jaxpr, unit) for b in eqn.params["branches"]]
+        works = np.array([w for w, _ in branches])
+        exact = exact and all(e for _, e in branches)
         taken = _branch_index_at(kernel_jaxpr, position, grid, points)
         if taken is None:
             exact = False
             taken = np.full(1, int(works.argmax()))
-        saved += float(works.sum() - works[np.clip(taken, 0, len(works) - 1)].mean())
-    return max(0.0, (total - saved) / total), exact
+        per_step += float(works[np.clip(taken, 0, len(works) - 1)].mean())
+    return per_step / scheduled, exact
+

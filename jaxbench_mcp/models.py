@@ -292,9 +292,9 @@ class KernelEstimate(BaseModel):
     slot_use: dict[str, float] = Field(description="Average use per bundle of each VLIW slot kind, as a fraction of capacity")
     hbm_bytes: int = Field(description="HBM bytes the BlockSpecs move over the grid, re-fetches included")
     hbm_bytes_exact: bool = Field(description="False when index maps depend on scalar prefetch or blocks stay in HBM")
-    executed_fraction: float = Field(1.0, description="Share of the body's code a grid step runs, averaged over the grid "
-                                                      "(pl.when branches skipped by program-id predicates)")
-    executed_fraction_exact: bool = Field(True, description="False when some predicate depends on data")
+    run_ratio: float = Field(1.0, description="Code a grid step runs / code in the schedule, averaged over the grid: "
+                                              "below 1 when pl.when skips branches, above 1 when in-kernel loops repeat")
+    run_ratio_exact: bool = Field(True, description="False when a predicate depends on data or a loop's trip count is unknown")
     compute_us: float
     memory_us: float
     overhead_us: float
@@ -362,7 +362,7 @@ class Profile(BaseModel):
                                  f"spread {timing.spread_pct:.1f}% over {timing.iterations} runs")
             for k in t.kernels:
                 lines.append(f"  kernel {k.name}: {k.grid_steps} steps x {k.bundles_per_step} bundles"
-                             + (f" x {k.executed_fraction:.2f} run" if k.executed_fraction < 1 else "") + "; compute {k.compute_us:,.1f} us, "
+                             + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "") + "; compute {k.compute_us:,.1f} us, "
                              f"HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.0f} MiB{'' if k.hbm_bytes_exact else ', approx.'}), "
                              f"step overhead {k.overhead_us:,.1f} us -> {k.bottleneck}")
             lines += [f"  flag: {f}" for f in t.flags]

@@ -1,11 +1,11 @@
 """How fast a correct kernel is: measured on a TPU host (measuring.py), estimated on a CPU host with libtpu.
 
 The static estimate (always labelled as one), per kernel and TPU generation:
-  compute  = bundles in the kernel's final schedule (libtpu's own bundle dump) x grid steps x the share of
-             the body that runs per step (pl.when branches skipped by their program-id predicates, see
-             kernel_analysis.executed_fraction) x seconds per bundle; seconds per bundle is calibrated per
-             generation so that a large, ideal bf16 matmul tile runs at the chip's peak
-             (from pltpu.get_tpu_info_for_chip)
+  compute  = bundles in the kernel's final schedule (libtpu's own bundle dump) x grid steps x the run
+             ratio (code a step runs / code in the schedule: pl.when branches skipped by program-id
+             predicates, in-kernel loops repeated; kernel_analysis.run_ratio) x seconds per bundle;
+             seconds per bundle is calibrated per generation so that a large, ideal bf16 matmul tile
+             runs at the chip's peak (from pltpu.get_tpu_info_for_chip)
   memory   = the HBM bytes its BlockSpecs move (a block is re-fetched whenever its block index changes
              between consecutive grid steps) / HBM bandwidth
   overhead = grid steps x STEP_OVERHEAD_S (the pipeline's fixed cost per grid step)
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jaxbench_mcp import error_catalog, measuring, targets
+from jaxbench_mcp.checking import decisive_lines
 
 # A widely quoted figure for the fixed cost of one Pallas TPU grid step (DMA issue/wait, bookkeeping).
 STEP_OVERHEAD_S = 0.35e-6
@@ -30,6 +31,9 @@ NOISY_SPREAD_PCT = 20.0
 CALIBRATION_TILE = 1024
 DUMP_FLAG = "--xla_jf_dump_to="
 _SCHEDULE_SUFFIX = "-schedule-analysis_final_bundles.txt"
+# The sizes in libtpu's VMEM overflow messages (the rest of those lines is the whole HLO instruction).
+_VMEM_SIZES = re.compile(r"(Scoped allocation with size [\d.]+\w? and limit [\d.]+\w? exceeded scoped vmem limit by [\d.]+\w?"
+                         r"|Used [\d.]+\w? of [\d.]+\w? vmem)")
 _UTILIZATION_SUFFIX = "-final_hlo-static-per-bundle-utilization.txt"
 # Programs of XLA's own in a dump, as opposed to Mosaic kernels.
 _XLA_PROGRAMS = re.compile(r"^\d+-(TLP|<late-[a-z]+>)-")
@@ -135,8 +139,8 @@ class KernelCost:
 
 
 def kernel_cost(bundles: int, steps: int, hbm_bytes: float, generation: str, spb: float,
-                executed_fraction: float = 1.0) -> KernelCost:
-    return KernelCost(compute_s=bundles * steps * executed_fraction * spb,
+                run_ratio: float = 1.0) -> KernelCost:
+    return KernelCost(compute_s=bundles * steps * run_ratio * spb,
                       memory_s=hbm_bytes / targets.chip_facts(generation).hbm_bytes_per_second, overhead_s=steps * STEP_OVERHEAD_S)
 
 
@@ -189,6 +193,13 @@ def reference_estimates(checker, workload_id: str, generations: list[str]) -> di
     return {g: _REFERENCE_CACHE.get((workload_id, g, jax.__version__), {}) for g in generations}
 
 
+def compile_failure(text: str) -> str:
+    """One line for a failed compile: its class and, for a VMEM overflow, the sizes."""
+    sizes = _VMEM_SIZES.search(text)
+    detail = f"out of VMEM: {sizes.group(0)}" if sizes else decisive_lines(text).splitlines()[-1]
+    return f"compile failed ({error_catalog.classify('compile', text).error_class}): {detail[:300]}"
+
+
 def estimate_source(checker, workload_id: str, source: str, generations: list[str], spb: dict[str, float]):
     """Compile a kernel file for each generation with schedule dumps; a KernelEstimate list per generation."""
     from jaxbench_mcp.models import KernelEstimate
@@ -200,18 +211,16 @@ def estimate_source(checker, workload_id: str, source: str, generations: list[st
         if e.get("stage") != "compile" or e.get("state") == "start":
             continue
         if e["state"] == "failed":
-            diagnosis = error_catalog.classify("compile", e["text"])
-            decisive = [line for line in e["text"].splitlines() if "memory" in line.lower() or "error" in line.lower()]
-            results[e["target"]] = f"compile failed ({diagnosis.error_class}): " + (decisive or e["text"].strip().splitlines())[-1][:300]
+            results[e["target"]] = compile_failure(e["text"])
             continue
         kernels = []
         for k, (schedule, flow) in enumerate(zip(e["schedules"], traffic)):
             cost = kernel_cost(schedule["bundles"], flow["steps"], flow["hbm_bytes"], e["target"], spb[e["target"]],
-                               flow["executed_fraction"])
+                               flow["run_ratio"])
             kernels.append(KernelEstimate(
                 name=f"{k}:{schedule['name']}", grid_steps=flow["steps"], bundles_per_step=schedule["bundles"],
                 slot_use=schedule["slot_use"], hbm_bytes=flow["hbm_bytes"], hbm_bytes_exact=flow["exact"],
-                executed_fraction=flow["executed_fraction"], executed_fraction_exact=flow["executed_fraction_exact"],
+                run_ratio=flow["run_ratio"], run_ratio_exact=flow["run_ratio_exact"],
                 compute_us=cost.compute_s * 1e6, memory_us=cost.memory_s * 1e6, overhead_us=cost.overhead_s * 1e6,
                 estimate_us=cost.estimate_s * 1e6, bottleneck=bottleneck(cost, schedule["slot_use"])))
         results[e["target"]] = kernels
@@ -322,9 +331,9 @@ def estimated_targets(checker, w, source: str, generations: list[str], roofline_
             entry.speedup_vs_expert = entry.expert_us / entry.candidate_us
         if any(not k.hbm_bytes_exact for k in kernels):
             entry.flags.append("HBM traffic is approximate: some blocks use scalar prefetch or manual DMA")
-        if any(not k.executed_fraction_exact for k in kernels):
-            entry.flags.append("compute may be overestimated: a pl.when/cond predicate depends on data (a ref or scalar "
-                               "prefetch), so its most expensive branch is counted at every step")
+        if any(not k.run_ratio_exact for k in kernels):
+            entry.flags.append("compute is approximate: a pl.when/cond predicate depends on data (its heaviest branch is "
+                               "counted at every step) or a while loop's trip count is unknown (counted once)")
     return entries
 
 

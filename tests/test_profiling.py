@@ -41,7 +41,7 @@ def _traffic_of_kernel(body, grid, in_specs=None, num_scalar_prefetch=0):
     return kernel
 
 
-def test_executed_fraction_follows_program_id_predicates():
+def test_run_ratio_follows_program_id_predicates():
     from jax.experimental import pallas as pl
 
     def unconditional(x_ref, o_ref):
@@ -58,13 +58,61 @@ def test_executed_fraction_follows_program_id_predicates():
             o_ref[...] = x_ref[...] * 2
 
     kernel = _traffic_of_kernel(unconditional, (4,))
-    assert kernel["executed_fraction"] == 1.0 and kernel["executed_fraction_exact"]
+    assert kernel["run_ratio"] == 1.0 and kernel["run_ratio_exact"]
     # All the work sits in the branch: one step in four runs it (the predicate's scalar ops weigh ~nothing).
     kernel = _traffic_of_kernel(first_step_only, (4,))
-    assert abs(kernel["executed_fraction"] - 1 / 4) < 0.01 and kernel["executed_fraction_exact"]
+    assert abs(kernel["run_ratio"] - 1 / 4) < 0.01 and kernel["run_ratio_exact"]
     # The lower triangle of a 4 x 4 grid, diagonal included: 10 of 16 steps.
     kernel = _traffic_of_kernel(causal, (4, 4))
-    assert abs(kernel["executed_fraction"] - 10 / 16) < 0.01 and kernel["executed_fraction_exact"]
+    assert abs(kernel["run_ratio"] - 10 / 16) < 0.01 and kernel["run_ratio_exact"]
+
+
+def test_a_matmul_kernel_is_weighed_by_its_matmuls():
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def init_then_matmul(x_ref, o_ref):  # a vector-only init on the first step; the matmul on every step
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+
+        o_ref[...] += jnp.dot(x_ref[...], x_ref[...], preferred_element_type=jnp.float32)
+
+    def causal_matmul(x_ref, o_ref):
+        @pl.when(pl.program_id(1) <= pl.program_id(0))
+        def _():
+            o_ref[...] = jnp.dot(x_ref[...], x_ref[...], preferred_element_type=jnp.float32)
+
+    assert _traffic_of_kernel(init_then_matmul, (4,))["run_ratio"] == 1.0
+    assert _traffic_of_kernel(causal_matmul, (4, 4))["run_ratio"] == 10 / 16
+
+
+def test_run_ratio_counts_every_trip_of_an_in_kernel_loop():
+    import jax
+    import jax.numpy as jnp
+
+    def loop_of_matmuls(x_ref, o_ref, unroll):
+        def body(i, acc):
+            return acc + jnp.dot(x_ref[...], x_ref[...], preferred_element_type=jnp.float32)
+
+        o_ref[...] = jax.lax.fori_loop(0, 8, body, jnp.zeros(o_ref.shape, jnp.float32), unroll=unroll)
+
+    # The schedule holds one copy of the body (or two, unrolled by 2) and a step runs it 8 times.
+    kernel = _traffic_of_kernel(lambda x, o: loop_of_matmuls(x, o, 1), (4,))
+    assert kernel["run_ratio"] == 8.0 and kernel["run_ratio_exact"]
+    assert _traffic_of_kernel(lambda x, o: loop_of_matmuls(x, o, 2), (4,))["run_ratio"] == 4.0
+    assert _traffic_of_kernel(lambda x, o: loop_of_matmuls(x, o, True), (4,))["run_ratio"] == 1.0
+
+
+def test_a_while_loop_counts_once_and_says_so():
+    import jax
+    import jax.numpy as jnp
+
+    def until_small(x_ref, o_ref):
+        o_ref[...] = jax.lax.while_loop(lambda v: jnp.max(v) > 1.0, lambda v: v * 0.5, x_ref[...])
+
+    kernel = _traffic_of_kernel(until_small, (4,))
+    assert kernel["run_ratio"] == 1.0 and not kernel["run_ratio_exact"]
 
 
 def test_a_data_dependent_predicate_counts_its_branch_at_every_step():
@@ -77,7 +125,7 @@ def test_a_data_dependent_predicate_counts_its_branch_at_every_step():
 
     block = pl.BlockSpec((128, 128), lambda i, n: (i, 0))
     kernel = _traffic_of_kernel(skip_by_data, (4,), in_specs=[block], num_scalar_prefetch=1)
-    assert kernel["executed_fraction"] == 1.0 and not kernel["executed_fraction_exact"]
+    assert kernel["run_ratio"] == 1.0 and not kernel["run_ratio_exact"]
 
 
 def test_estimate_terms_and_bottleneck():
@@ -85,10 +133,20 @@ def test_estimate_terms_and_bottleneck():
     assert cost.compute_s == 1e-5 and cost.estimate_s == 1e-5 + 10 * profiling.STEP_OVERHEAD_S
     assert profiling.bottleneck(cost, {"MXU": 0.7, "VALU": 0.2}) == "MXU-bound"
     assert profiling.bottleneck(cost, {"MXU": 0.1, "VALU": 0.9}) == "vector-unit-bound"
-    half = profiling.kernel_cost(bundles=1000, steps=10, hbm_bytes=0, generation="v6e", spb=1e-9, executed_fraction=0.5)
+    half = profiling.kernel_cost(bundles=1000, steps=10, hbm_bytes=0, generation="v6e", spb=1e-9, run_ratio=0.5)
     assert half.compute_s == 0.5e-5
     tiny = profiling.kernel_cost(bundles=10, steps=10**6, hbm_bytes=1e6, generation="v6e", spb=1e-9)
     assert profiling.bottleneck(tiny, {}) == "grid-step-overhead-bound"
+
+
+def test_a_vmem_overflow_is_summarised_by_its_sizes():
+    # libtpu's message, shortened: the HLO instruction fills most of the real line.
+    text = ("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom:\nRan out of memory in memory space vmem while "
+            "allocating on stack for %workload.1 = bf16[8192,28672]{1,0} custom-call(%a_ref.1, %b_ref.1). Scoped "
+            "allocation with size 112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M. It should not be "
+            "possible to run out of scoped vmem - \nSee https://openxla.org/xla/errors/error_1001 for more details.")
+    assert profiling.compile_failure(text) == ("compile failed (vmem_overflow): out of VMEM: Scoped allocation with size "
+                                               "112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M")
 
 
 def test_a_failing_kernel_is_not_profiled(tmp_path):
