@@ -106,9 +106,9 @@ class JaxBench:
         progress = on_progress or (lambda _m: None)
         try:
             verdict = self.check_kernel(w.id, source, chosen or None, on_progress=on_progress)
-            progress(("measuring" if self.checker.tier is targets.Tier.TPU else "estimating") if verdict.status == "correct"
-                     else "not profiled: the check failed")
-            result = profiling.profile(self.checker, w.id, source, chosen, verdict)
+            if verdict.status != "correct":
+                progress("not profiled: the check failed")
+            result = profiling.profile(self.checker, w.id, source, chosen, verdict, on_progress=progress)
         except Exception as exc:
             self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")
             raise
@@ -146,10 +146,10 @@ class JaxBench:
             if row is None:
                 raise UnknownAttempt(f"no attempt {attempt_id}; list_attempts() without an id shows the recent ones")
             result = json.loads(row["result_json"]) if row["result_json"] else None
-            if result is not None and row["kind"] == "profile":
-                result = result["verdict"]
-            detail = AttemptDetail(**_summary_fields(row), verdict=Verdict(**result) if result else None,
-                                   source=row["source"], log_tail=row["log"][-8000:])
+            profile = Profile(**result) if result is not None and row["kind"] == "profile" else None
+            verdict = profile.verdict if profile else Verdict(**result) if result else None
+            detail = AttemptDetail(**_summary_fields(row), verdict=verdict, profile=profile, source=row["source"],
+                                   log_tail=row["log"][-8000:])
             return AttemptList(attempts=[AttemptSummary(**_summary_fields(row))], detail=detail)
         if workload_id is not None:
             workload_id = workloads.get_workload(workload_id).id

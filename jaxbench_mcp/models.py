@@ -246,12 +246,13 @@ class AttemptSummary(BaseModel):
 
 class AttemptDetail(AttemptSummary):
     verdict: Verdict | None
+    profile: Profile | None = Field(None, description="For a profile attempt: the profile (its verdict is also in `verdict`)")
     source: str
     log_tail: str = Field(description="The end of the worker's events, stdout and stderr")
 
     def summary(self) -> str:
         head = f"attempt {self.attempt_id} ({self.kind} {self.workload_id}): {self.state}"
-        body = self.verdict.summary() if self.verdict else ""
+        body = self.profile.summary() if self.profile else self.verdict.summary() if self.verdict else ""
         return "\n".join(x for x in (head, body, "log tail:\n" + self.log_tail[-3000:] if self.log_tail else "") if x)
 
 
@@ -327,6 +328,7 @@ class TargetEstimate(BaseModel):
     bottleneck: str | None = None
     kernels: list[KernelEstimate] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)
+    docs: list[str] = Field(default_factory=list, description="Doc sections on reading this result: pass them to read_docs(topic=...)")
     error: str | None = None
 
 
@@ -366,6 +368,8 @@ class Profile(BaseModel):
                              f"HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.0f} MiB{'' if k.hbm_bytes_exact else ', approx.'}), "
                              f"step overhead {k.overhead_us:,.1f} us -> {k.bottleneck}")
             lines += [f"  flag: {f}" for f in t.flags]
+            if t.docs:
+                lines.append("  read: " + ", ".join(t.docs))
         return "\n".join(lines)
 
 

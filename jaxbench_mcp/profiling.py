@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,12 @@ from jaxbench_mcp.checking import decisive_lines
 
 # A widely quoted figure for the fixed cost of one Pallas TPU grid step (DMA issue/wait, bookkeeping).
 STEP_OVERHEAD_S = 0.35e-6
+# Where to read about each bottleneck (context_docs/ refs).
+BOTTLENECK_DOCS = {
+    "grid-step-overhead-bound": "performance#block-size-vmem",
+    "memory-bound": "performance#roofline",
+    "MXU-bound": "performance#mxu-shapes",
+}
 # Measured runs that disagree by more than this (max - min over median) get a flag.
 NOISY_SPREAD_PCT = 20.0
 # The calibration tile: one grid step of a (T, T) x (T, T) bf16 matmul with a float32 result.
@@ -265,17 +272,19 @@ def _cached_measurement(checker, workload_id: str, generation: str, expert_sourc
     return timing
 
 
-def measured_target(checker, w, source: str, generation: str, roofline_us: float):
+def measured_target(checker, w, source: str, generation: str, roofline_us: float, progress: Callable[[str], None]):
     """The candidate, the XLA baseline and the expert kernel, each timed on the attached chip."""
     from jaxbench_mcp import expert_refs
     from jaxbench_mcp.models import TargetEstimate
 
     entry = TargetEstimate(target=generation, kind="measured", candidate_us=None, xla_baseline_us=None, roofline_us=roofline_us)
+    progress(f"measuring the candidate on {generation}")
     candidate = measure_source(checker, w.id, source)
     if isinstance(candidate, str):
         entry.error = candidate
         return entry
     entry.candidate_timing, entry.candidate_us = candidate, candidate.median_us
+    progress(f"measuring the XLA baseline on {generation} (cached after the first time)")
     xla = _cached_measurement(checker, w.id, generation, None)
     if isinstance(xla, str):
         entry.flags.append(f"XLA baseline {xla}")
@@ -284,6 +293,7 @@ def measured_target(checker, w, source: str, generation: str, roofline_us: float
         entry.speedup_vs_xla = xla.median_us / candidate.median_us
     expert_module = expert_refs.expert_module(w.id)
     if expert_module is not None:
+        progress(f"measuring the expert kernel on {generation} (cached after the first time)")
         expert = _cached_measurement(checker, w.id, generation, Path(expert_module.__file__).read_text())
         if isinstance(expert, str):
             entry.flags.append(f"expert kernel {expert}")
@@ -295,12 +305,14 @@ def measured_target(checker, w, source: str, generation: str, roofline_us: float
     return entry
 
 
-def estimated_targets(checker, w, source: str, generations: list[str], roofline_us: dict[str, float]):
+def estimated_targets(checker, w, source: str, generations: list[str], roofline_us: dict[str, float],
+                      progress: Callable[[str], None]):
     """Static estimates per generation (CPU host with libtpu, or the generations a TPU host is not)."""
     from jaxbench_mcp import expert_refs
     from jaxbench_mcp.models import TargetEstimate
 
     entries = []
+    progress(f"calibrating bundles and costing the XLA baseline for {', '.join(generations)} (cached after the first time)")
     refs = reference_estimates(checker, w.id, generations)
     missing = [g for g in generations if not refs[g].get("calibration_bundles")]
     for g in missing:
@@ -308,10 +320,13 @@ def estimated_targets(checker, w, source: str, generations: list[str], roofline_
             "no estimate: compiling the calibration kernel or the XLA baseline for this generation failed or timed out")))
     generations = [g for g in generations if g not in missing]
     spb = {g: seconds_per_bundle(g, refs[g]["calibration_bundles"]) for g in generations}
+    progress(f"compiling the candidate for {', '.join(generations)} with schedule dumps")
     candidate = estimate_source(checker, w.id, source, generations, spb)
     expert_module = expert_refs.expert_module(w.id)
-    expert = (estimate_source(checker, w.id, Path(expert_module.__file__).read_text(), generations, spb)
-              if expert_module is not None else {})
+    expert = {}
+    if expert_module is not None:
+        progress(f"compiling the expert kernel for {', '.join(generations)} with schedule dumps")
+        expert = estimate_source(checker, w.id, Path(expert_module.__file__).read_text(), generations, spb)
     for g in generations:
         ref = refs[g]
         xla = ref.get("xla_optimal_seconds") or xla_estimate_s(ref["xla_flops"], ref["xla_bytes"], g)[0]
@@ -337,7 +352,8 @@ def estimated_targets(checker, w, source: str, generations: list[str], roofline_
     return entries
 
 
-def profile(checker, workload_id: str, source: str, generations: list[str], verdict):
+def profile(checker, workload_id: str, source: str, generations: list[str], verdict,
+            on_progress: Callable[[str], None] | None = None):
     """How fast a kernel that passed its check is, next to the XLA baseline and the expert kernel.
 
     TPU host: measured on the attached chip (other generations estimated). CPU host with libtpu: static
@@ -365,12 +381,14 @@ def profile(checker, workload_id: str, source: str, generations: list[str], verd
         result.targets = [TargetEstimate(target=g, kind="roofline only", candidate_us=None, xla_baseline_us=None,
                                          roofline_us=roofline_us[g]) for g in generations]
         return result
+    progress = on_progress or (lambda _message: None)
     if attached in generations:
-        result.targets.append(measured_target(checker, w, source, attached, roofline_us[attached]))
+        result.targets.append(measured_target(checker, w, source, attached, roofline_us[attached], progress))
     estimated = [g for g in generations if g != attached]
     if estimated:
-        result.targets += estimated_targets(checker, w, source, estimated, roofline_us)
+        result.targets += estimated_targets(checker, w, source, estimated, roofline_us, progress)
     for entry in result.targets:
+        entry.docs = ["performance#reading-profile"] + ([BOTTLENECK_DOCS[entry.bottleneck]] if entry.bottleneck in BOTTLENECK_DOCS else [])
         if entry.candidate_us:
             entry.tflops_per_s = flops / entry.candidate_us / 1e6
             entry.hbm_gb_per_s = io_bytes / entry.candidate_us / 1e3

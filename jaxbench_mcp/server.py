@@ -158,7 +158,8 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
         attempt_id: Annotated[int | None, Field(description="One attempt in full: verdict, source and log")] = None,
         limit: Annotated[int, Field(ge=1, le=200)] = 20,
     ) -> Annotated[CallToolResult, AttemptList]:
-        """Earlier checks and profiles, newest first; with attempt_id, that attempt's verdict and log (also how a long check is collected)."""
+        """Earlier checks and profiles, newest first; with attempt_id, that attempt's verdict (and profile) and log (also how a
+        long check or profile is collected)."""
         try:
             return _result(bench.list_attempts(workload_id, attempt_id, limit))
         except _AGENT_ERRORS as exc:

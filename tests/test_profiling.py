@@ -139,6 +139,14 @@ def test_estimate_terms_and_bottleneck():
     assert profiling.bottleneck(tiny, {}) == "grid-step-overhead-bound"
 
 
+def test_profile_doc_refs_exist():
+    from jaxbench_mcp import docs
+
+    for ref in ["performance#reading-profile", *profiling.BOTTLENECK_DOCS.values()]:
+        assert docs.read_docs(topic=ref).sections[0].ref == ref
+    assert set(profiling.BOTTLENECK_DOCS) <= BOTTLENECKS
+
+
 def test_a_vmem_overflow_is_summarised_by_its_sizes():
     # libtpu's message, shortened: the HLO instruction fills most of the real line.
     text = ("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom:\nRan out of memory in memory space vmem while "
@@ -170,6 +178,7 @@ def test_cli_profile_of_our_gemm_reports_estimate_baseline_expert_and_bottleneck
     assert v6e["target"] == "v6e" and v6e["error"] is None
     assert v6e["candidate_us"] > 0 and v6e["xla_baseline_us"] > 0 and v6e["expert_us"] > 0
     assert v6e["bottleneck"] in BOTTLENECKS
+    assert v6e["docs"][0] == "performance#reading-profile"
     # No estimate may beat the roofline without being flagged.
     assert v6e["candidate_us"] >= v6e["roofline_us"] or v6e["flags"]
     (kernel,) = v6e["kernels"]

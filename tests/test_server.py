@@ -122,3 +122,35 @@ def test_expert_source_is_hidden_unless_the_server_shows_it(bench):
     hidden, shown = anyio.run(go, False), anyio.run(go, True)
     assert hidden["has_expert_reference"] and hidden["expert_source"] is None
     assert "from jax.experimental.pallas.ops.tpu.matmul import matmul" in shown["expert_source"]
+
+
+def test_profile_kernel_reports_progress_and_a_labelled_estimate_that_list_attempts_keeps(bench):
+    progress = []
+
+    async def on_progress(value, total, message):
+        progress.append(message)
+
+    source = (KERNELS / "good_rmsnorm.py").read_text()
+
+    async def go():
+        async with Client(build_server(bench)) as client:
+            result = await client.call_tool("profile_kernel", {"workload_id": "12p_RMSNorm", "source": source},
+                                            progress_callback=on_progress)
+            attempt_id = result.structured_content["attempt_id"]
+            for _ in range(600):  # past the call's time budget a profile is collected from list_attempts
+                listed = await client.call_tool("list_attempts", {"attempt_id": attempt_id})
+                if listed.structured_content["detail"]["state"] != "running":
+                    return result.structured_content, listed
+                await anyio.sleep(0.5)
+            raise AssertionError("the profile did not finish")
+
+    outcome, listed = anyio.run(go)
+    profile = listed.structured_content["detail"]["profile"]
+    if outcome["state"] == "done":
+        assert outcome["profile"] == profile
+    assert profile["kind"] == "static estimate" and profile["verdict"]["status"] == "correct"
+    (v6e,) = profile["targets"]
+    assert v6e["target"] == "v6e" and v6e["error"] is None, listed.content[0].text
+    assert v6e["candidate_us"] > 0 and v6e["xla_baseline_us"] > 0 and v6e["expert_us"] is None  # 12p has no expert
+    assert "STATIC ESTIMATE" in listed.content[0].text
+    assert any("compiling the candidate for v6e" in m for m in progress), progress
