@@ -57,7 +57,7 @@ def main() -> None:
     refs = profiling.reference_estimates(checker, "8p_GEMM", [g])
     spb = {g: profiling.seconds_per_bundle(g, refs[g]["calibration_bundles"])}
     roof = roofline_us("8p_GEMM", g)
-    xla = (refs[g].get("xla_optimal_seconds") or 0) * 1e6
+    xla = profiling.xla_baseline_s(refs[g], g) * 1e6
     print(f"8p_GEMM on {g}: roofline {roof:,.0f} us; XLA's own estimate {xla:,.0f} us ({xla / roof:.2f}x roofline)")
     print(f"{'blocks (bm, bn, bk)':<22} {'estimate':>12} {'x roofline':>11}  bottleneck")
     for blocks in GEMM_BLOCKS:

@@ -80,7 +80,8 @@ def install() -> None:
                 if not _is_indexer(t):
                     raise UnsupportedRefView(
                         f"jaxbench's interpret mode supports ref.reshape/ref.bitcast views for loads only; "
-                        f"a store, swap or DMA through a {type(t).__name__} is not supported"
+                        f"a store, swap or DMA through a {type(t).__name__} is not supported: store through the "
+                        f"ref itself instead (ref[...] = value.reshape(ref.shape), or pltpu.bitcast the value)"
                     )
             return plain_to_range(transforms)
 

@@ -123,12 +123,13 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
 
 
 def kernel_traffic(jaxpr) -> list[dict]:
-    """Per pallas_call: grid steps and the HBM bytes its BlockSpecs move over the whole grid.
+    """Per Pallas kernel: grid steps, the HBM bytes its BlockSpecs move over the whole grid, and its run ratio.
 
     Index maps are evaluated at every grid point (vectorised); a block is fetched again whenever its
     index changes between consecutive steps. Blocks whose index maps read scalar-prefetch operands,
     or that stay in HBM for manual DMA, cannot be followed statically: they count once per step
-    (or once in all, for pl.ANY) and the kernel is marked inexact.
+    (or once in all, for pl.ANY) and the kernel is marked inexact. A pl.kernel (mpmd_map/core_map) has
+    no grid: one step, each operand moved once (a lower bound), its in-kernel loops in the run ratio.
     """
     import jax
     import numpy as np
@@ -137,6 +138,12 @@ def kernel_traffic(jaxpr) -> list[dict]:
 
     results = []
     for eqn in _walk_eqns(jaxpr):
+        if eqn.primitive.name in _MESH_KERNELS:
+            body = eqn.params["jaxprs"][0] if "jaxprs" in eqn.params else eqn.params["jaxpr"]
+            ratio, _ = run_ratio(getattr(body, "jaxpr", body), [], np.zeros((0, 1), np.int32))
+            moved = sum(_elements(v) * np.dtype(v.aval.dtype).itemsize for v in (*eqn.invars, *eqn.outvars))
+            results.append({"steps": 1, "hbm_bytes": moved, "exact": False, "run_ratio": ratio, "run_ratio_exact": False})
+            continue
         if eqn.primitive.name != "pallas_call":
             continue
         mapping = eqn.params["grid_mapping"]

@@ -349,12 +349,13 @@ class Profile(BaseModel):
             if t.error:
                 lines.append(f"{t.target}: {t.error}")
                 continue
-            fmt = lambda v: f"{v:,.1f} us" if v is not None else "n/a"  # noqa: E731
             approx = "" if t.kind == "measured" else "~"
+            fmt = lambda v, mark=approx: f"{mark}{v:,.1f} us" if v is not None else "n/a"  # noqa: E731
             lines.append(
-                f"{t.target} ({t.kind}): candidate {approx}{fmt(t.candidate_us)} | XLA baseline {approx}{fmt(t.xla_baseline_us)} | "
-                f"expert {approx}{fmt(t.expert_us)} | roofline >= {fmt(t.roofline_us)}; "
-                f"speedup vs XLA {t.speedup_vs_xla or 0:.2f}x" + (f", vs expert {t.speedup_vs_expert:.2f}x" if t.speedup_vs_expert else "")
+                f"{t.target} ({t.kind}): candidate {fmt(t.candidate_us)} | XLA baseline {fmt(t.xla_baseline_us)} | "
+                f"expert {fmt(t.expert_us)} | roofline >= {fmt(t.roofline_us, '')}; "
+                + (f"speedup vs XLA {t.speedup_vs_xla:.2f}x" if t.speedup_vs_xla else "speedup vs XLA n/a")
+                + (f", vs expert {t.speedup_vs_expert:.2f}x" if t.speedup_vs_expert else "")
                 + (f"; {t.roofline_pct:.0f}% of roofline ({t.tflops_per_s:,.1f} TFLOP/s, {t.hbm_gb_per_s:,.0f} GB/s)" if t.roofline_pct else "")
                 + (f"; bottleneck: {t.bottleneck}" if t.bottleneck else "")
             )
@@ -364,7 +365,7 @@ class Profile(BaseModel):
                                  f"spread {timing.spread_pct:.1f}% over {timing.iterations} runs")
             for k in t.kernels:
                 lines.append(f"  kernel {k.name}: {k.grid_steps} steps x {k.bundles_per_step} bundles"
-                             + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "") + "; compute {k.compute_us:,.1f} us, "
+                             + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "") + f"; compute {k.compute_us:,.1f} us, "
                              f"HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.0f} MiB{'' if k.hbm_bytes_exact else ', approx.'}), "
                              f"step overhead {k.overhead_us:,.1f} us -> {k.bottleneck}")
             lines += [f"  flag: {f}" for f in t.flags]

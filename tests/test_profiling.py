@@ -139,12 +139,45 @@ def test_estimate_terms_and_bottleneck():
     assert profiling.bottleneck(tiny, {}) == "grid-step-overhead-bound"
 
 
+def test_xla_baseline_estimate_never_beats_its_own_roofline():
+    from jaxbench_mcp import targets
+
+    counts = {"xla_flops": 2 * 8192**3, "xla_bytes": 3 * 8192**2 * 2}
+    bound = targets.roofline_seconds(counts["xla_flops"], counts["xla_bytes"], "v6e")[0]
+    assert profiling.xla_baseline_s({**counts, "xla_optimal_seconds": -1.0}, "v6e") == bound  # XLA: "unknown"
+    assert profiling.xla_baseline_s({**counts, "xla_optimal_seconds": None}, "v6e") == bound
+    assert profiling.xla_baseline_s({**counts, "xla_optimal_seconds": 2 * bound}, "v6e") == 2 * bound
+
+
 def test_profile_doc_refs_exist():
     from jaxbench_mcp import docs
 
     for ref in ["performance#reading-profile", *profiling.BOTTLENECK_DOCS.values()]:
         assert docs.read_docs(topic=ref).sections[0].ref == ref
     assert set(profiling.BOTTLENECK_DOCS) <= BOTTLENECKS
+
+
+def test_profile_text_says_what_the_numbers_are():
+    from jaxbench_mcp.models import DeviceTiming, KernelEstimate, Profile, TargetEstimate, Verdict
+
+    verdict = Verdict(status="correct", message="", workload_id="8p_GEMM", size="small", targets=["v6e"], tier="tpu")
+    measured = TargetEstimate(
+        target="v6e", kind="measured", candidate_us=5000.0, xla_baseline_us=4500.0, roofline_us=4183.0,
+        speedup_vs_xla=0.9, roofline_pct=83.7, tflops_per_s=770.0, hbm_gb_per_s=281.0,
+        candidate_timing=DeviceTiming(median_us=5000.0, min_us=4950.0, spread_pct=2.0, iterations=20), docs=["performance#reading-profile"])
+    estimated = TargetEstimate(
+        target="v5e", candidate_us=9000.0, xla_baseline_us=None, roofline_us=8000.0, bottleneck="MXU-bound",
+        kernels=[KernelEstimate(name="0:matmul", grid_steps=64, bundles_per_step=900, slot_use={}, hbm_bytes=2**30,
+                                hbm_bytes_exact=True, run_ratio=0.62, compute_us=8800.0, memory_us=1300.0, overhead_us=22.4,
+                                estimate_us=9000.0, bottleneck="MXU-bound")])
+    text = Profile(workload_id="8p_GEMM", tier="tpu", kind="measured", label="MEASURED", verdict=verdict,
+                   targets=[measured, estimated]).summary()
+    assert "v6e (measured): candidate 5,000.0 us | XLA baseline 4,500.0 us" in text
+    assert "speedup vs XLA 0.90x; 84% of roofline (770.0 TFLOP/s, 281 GB/s)" in text
+    assert "candidate: median 5,000.0 us, min 4,950.0 us, spread 2.0% over 20 runs" in text
+    assert "v5e (static estimate): candidate ~9,000.0 us | XLA baseline n/a | expert n/a | roofline >= 8,000.0 us" in text and "speedup vs XLA n/a" in text
+    assert "64 steps x 900 bundles x 0.62 run; compute 8,800.0 us, HBM 1,300.0 us (1,024 MiB)" in text
+    assert "read: performance#reading-profile" in text and "{" not in text
 
 
 def test_a_vmem_overflow_is_summarised_by_its_sizes():

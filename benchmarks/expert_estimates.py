@@ -1,0 +1,51 @@
+"""Static estimates of every expert reference, next to XLA's own estimate and the roofline, side by side.
+
+A sanity sweep of the estimate over real kernels: an expert kernel estimated below its roofline (flagged)
+or far above XLA would point at a gap in the model. Ratios are to the roofline bound of the workload at
+full size, all measured in this one run for one generation.
+Usage: python benchmarks/expert_estimates.py [--target v6e]
+"""
+
+import argparse
+import os
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from jaxbench_mcp import expert_refs, profiling, targets, workloads  # noqa: E402
+from jaxbench_mcp.checking import Checker  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target", default="v6e")
+    g = parser.parse_args().target
+    checker = Checker(spares=0, slots=1)
+    print(f"{'workload':<28} {'roofline':>10} {'XLA est.':>9} {'expert est.':>12}  {'run':>5}  bottleneck / flags")
+    for w in workloads.all_workloads():
+        module = expert_refs.expert_module(w.id)
+        if module is None:
+            continue
+        flops = w.flops("full")
+        io_bytes = sum(a.tensor.nbytes for a in w.input_specs("full") if a.tensor) + sum(t.nbytes for t in w.output_specs("full"))
+        roof = targets.roofline_seconds(flops, io_bytes, g)[0] * 1e6
+        ref = profiling.reference_estimates(checker, w.id, [g])[g]
+        if not ref.get("calibration_bundles"):
+            print(f"{w.id:<28} {roof:>8,.0f}us  no reference estimate")
+            continue
+        xla = profiling.xla_baseline_s(ref, g) * 1e6
+        spb = {g: profiling.seconds_per_bundle(g, ref["calibration_bundles"])}
+        kernels = profiling.estimate_source(checker, w.id, Path(module.__file__).read_text(), [g], spb)[g]
+        if isinstance(kernels, str) or not kernels:
+            print(f"{w.id:<28} {roof:>8,.0f}us {xla / roof:>8.2f}x  {kernels or 'no kernel schedule'}"[:200])
+            continue
+        us = sum(k.estimate_us for k in kernels)
+        main_kernel = max(kernels, key=lambda k: k.estimate_us)
+        notes = [main_kernel.bottleneck] + (["below roofline"] if us < roof else []) + \
+                (["HBM approx."] if not all(k.hbm_bytes_exact for k in kernels) else []) + \
+                (["run ratio approx."] if not all(k.run_ratio_exact for k in kernels) else [])
+        print(f"{w.id:<28} {roof:>8,.0f}us {xla / roof:>8.2f}x {us / roof:>11.2f}x  {main_kernel.run_ratio:>5.2f}  {', '.join(notes)}")
+
+
+if __name__ == "__main__":
+    main()
