@@ -38,7 +38,7 @@ def estimate(checker, workload_id, source, target, spb):
     result = profiling.estimate_source(checker, workload_id, source, [target], spb)[target]
     if isinstance(result, str):
         return None, result
-    return sum(k.estimate_us for k in result), max(result, key=lambda k: k.estimate_us).bottleneck
+    return result.total_us, max(result.kernels, key=lambda k: k.estimate_us).bottleneck
 
 
 def roofline_us(workload_id, target):
@@ -76,9 +76,9 @@ def main() -> None:
         if isinstance(result, str):
             print(f"{name:<26} no estimate: {result[:110]}")
             continue
-        us, run = sum(k.estimate_us for k in result), max(result, key=lambda k: k.estimate_us).run_ratio
-        print(f"{name:<26} {us:>10,.0f}us {us / roof:>6.2f}x roofline  run {run:.2f}  "
-              f"{max(result, key=lambda k: k.estimate_us).bottleneck}")
+        main = max(result.kernels, key=lambda k: k.estimate_us)
+        print(f"{name:<26} {result.total_us:>10,.0f}us {result.total_us / roof:>6.2f}x roofline  run {main.run_ratio:.2f}  "
+              f"{main.bottleneck}")
 
 
 if __name__ == "__main__":

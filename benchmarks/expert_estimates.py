@@ -35,17 +35,18 @@ def main() -> None:
             continue
         xla = profiling.xla_baseline_s(ref, g) * 1e6
         spb = {g: profiling.seconds_per_bundle(g, ref["calibration_bundles"])}
-        kernels = profiling.estimate_source(checker, w.id, Path(module.__file__).read_text(), [g], spb)[g]
-        if isinstance(kernels, str) or not kernels:
-            print(f"{w.id:<28} {roof:>8,.0f}us {xla / roof:>8.2f}x  {kernels or 'no kernel schedule'}"[:200])
+        estimate = profiling.estimate_source(checker, w.id, Path(module.__file__).read_text(), [g], spb)[g]
+        if isinstance(estimate, str) or not estimate.kernels:
+            print(f"{w.id:<28} {roof:>8,.0f}us {xla / roof:>8.2f}x  {estimate or 'no kernel schedule'}"[:200])
             continue
-        us = sum(k.estimate_us for k in kernels)
+        us, kernels = estimate.total_us, estimate.kernels
         main_kernel = max(kernels, key=lambda k: k.estimate_us)
-        notes = [main_kernel.bottleneck] + (["below roofline"] if us < roof else []) + \
+        outside = (f"XLA outside kernels {estimate.outside_us / us:.0%}" if estimate.outside_us is not None
+                   else "XLA outside kernels not estimated")
+        notes = [main_kernel.bottleneck, outside] + (["below roofline"] if us < roof else []) + \
                 (["HBM approx."] if not all(k.hbm_bytes_exact for k in kernels) else []) + \
                 (["run ratio approx."] if not all(k.run_ratio_exact for k in kernels) else [])
         print(f"{w.id:<28} {roof:>8,.0f}us {xla / roof:>8.2f}x {us / roof:>11.2f}x  {main_kernel.run_ratio:>5.2f}  {', '.join(notes)}")
-
 
 if __name__ == "__main__":
     main()

@@ -301,3 +301,76 @@ def run_ratio(kernel_jaxpr, grid: list[int], points) -> tuple[float, bool]:
         per_step += float(works[np.clip(taken, 0, len(works) - 1)].mean())
     return per_step / scheduled, exact
 
+
+
+# Calls whose body runs exactly once where they stand, so a kernel inside one can be cut out in place.
+_CALLS_WITH_BODY = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "jaxpr", "custom_jvp_call": "call_jaxpr",
+                    "custom_vjp_call": "call_jaxpr"}
+_KERNELS = {"pallas_call"} | _MESH_KERNELS
+
+
+def _kernels_in_place(jaxpr) -> list | None:
+    """The Pallas kernel equations in evaluation order, looking through plain calls; None when a kernel
+    sits inside a loop, a branch or any other body that does not run exactly once."""
+    found = []
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name in _KERNELS:
+            found.append(eqn)
+        elif name in _CALLS_WITH_BODY:
+            inner = _kernels_in_place(eqn.params[_CALLS_WITH_BODY[name]].jaxpr)
+            if inner is None:
+                return None
+            found += inner
+        elif any(e.primitive.name in _KERNELS for sub in _sub_jaxprs(eqn) for e in _walk_eqns(sub)):
+            return None
+    return found
+
+
+def outside_kernels(closed):
+    """The traced program with its Pallas kernels cut out, for XLA to cost the work that remains.
+
+    Returns (fn, kernel_output_structs): fn takes the program's (non-static) arguments followed by every
+    kernel's outputs, and returns every computed value that fed a kernel plus the program's computed
+    outputs, so XLA keeps (and costs) the work around the kernels but nothing inside them. Values that are
+    only passed through (an argument, a kernel output) are not returned: returning them would add copies
+    that the real program does not make. None when a kernel sits inside a loop or a branch, or when no
+    kernel is found.
+    """
+    import jax
+
+    kernels = _kernels_in_place(closed.jaxpr)
+    if not kernels:
+        return None
+    structs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for eqn in kernels for v in eqn.outvars]
+    num_args = len(closed.jaxpr.invars)
+
+    def remaining(*values):
+        passed_through = {id(v) for v in values}  # arguments and kernel outputs
+        kernel_outputs = iter(values[num_args:])
+        kept = []
+
+        def run(jaxpr, consts, args):
+            env = dict(zip(jaxpr.constvars, consts)) | dict(zip(jaxpr.invars, args))
+            for eqn in jaxpr.eqns:
+                inputs = [_read(env, v) for v in eqn.invars]
+                name = eqn.primitive.name
+                if name in _KERNELS:
+                    for x in inputs:
+                        if hasattr(x, "shape") and id(x) not in passed_through:
+                            kept.append(x)
+                            passed_through.add(id(x))  # returned once, however many kernels read it
+                    outs = [next(kernel_outputs) for _ in eqn.outvars]
+                elif name in _CALLS_WITH_BODY:
+                    body = eqn.params[_CALLS_WITH_BODY[name]]
+                    outs = run(body.jaxpr, body.consts, inputs)
+                else:
+                    out = eqn.primitive.bind(*inputs, **eqn.params)
+                    outs = out if eqn.primitive.multiple_results else [out]
+                env.update(zip(eqn.outvars, outs))
+            return [_read(env, v) for v in jaxpr.outvars]
+
+        results = run(closed.jaxpr, closed.consts, values[:num_args])
+        return kept + [r for r in results if hasattr(r, "shape") and id(r) not in passed_through]
+
+    return remaining, structs

@@ -313,7 +313,10 @@ class DeviceTiming(BaseModel):
 class TargetEstimate(BaseModel):
     target: str
     kind: str = Field("static estimate", description="'measured', 'static estimate' or 'roofline only'")
-    candidate_us: float | None = Field(description="The candidate's time: the measured median, or the estimate of its Pallas kernels")
+    candidate_us: float | None = Field(description="The candidate's time: the measured median, or the estimate of its Pallas "
+                                                   "kernels plus XLA's estimate of the work around them")
+    outside_kernels_us: float | None = Field(None, description="Static estimate only: XLA's estimate of the candidate's work "
+                                                               "outside its Pallas kernels (included in candidate_us)")
     xla_baseline_us: float | None = Field(description="The XLA baseline: measured median, or XLA's own cost-analysis estimate")
     expert_us: float | None = Field(None, description="The same for the expert kernel, if the workload has one")
     roofline_us: float = Field(description="Lower bound from FLOPs and the workload's input+output bytes")
@@ -363,6 +366,8 @@ class Profile(BaseModel):
                 if timing:
                     lines.append(f"  {who}: median {timing.median_us:,.1f} us, min {timing.min_us:,.1f} us, "
                                  f"spread {timing.spread_pct:.1f}% over {timing.iterations} runs")
+            if t.outside_kernels_us:
+                lines.append(f"  XLA work outside the Pallas kernels: ~{t.outside_kernels_us:,.1f} us")
             for k in t.kernels:
                 lines.append(f"  kernel {k.name}: {k.grid_steps} steps x {k.bundles_per_step} bundles"
                              + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "") + f"; compute {k.compute_us:,.1f} us, "

@@ -10,6 +10,8 @@ The static estimate (always labelled as one), per kernel and TPU generation:
              between consecutive grid steps) / HBM bandwidth
   overhead = grid steps x STEP_OVERHEAD_S (the pipeline's fixed cost per grid step)
   estimate = max(compute, memory) + overhead; the largest term names the bottleneck.
+Work the candidate leaves to XLA around its kernels is cut out of the traced program
+(kernel_analysis.outside_kernels) and costed like the XLA baseline, then added to the kernels' estimates.
 The XLA baseline is estimated from XLA's own cost analysis: its optimal_seconds, at least max(FLOPs / peak,
 bytes accessed / bandwidth) of its own counts.
 """
@@ -211,13 +213,24 @@ def compile_failure(text: str) -> str:
     return f"compile failed ({error_catalog.classify('compile', text).error_class}): {detail[:300]}"
 
 
+@dataclass(frozen=True)
+class SourceEstimate:
+    kernels: list  # KernelEstimate per Pallas kernel
+    outside_us: float | None  # XLA's estimate of the work around the kernels; None when it could not be cut out
+
+    @property
+    def total_us(self) -> float:
+        return sum(k.estimate_us for k in self.kernels) + (self.outside_us or 0.0)
+
+
 def estimate_source(checker, workload_id: str, source: str, generations: list[str], spb: dict[str, float]):
-    """Compile a kernel file for each generation with schedule dumps; a KernelEstimate list per generation."""
+    """Compile a kernel file for each generation with schedule dumps: a SourceEstimate (or why there is none)
+    per generation."""
     from jaxbench_mcp.models import KernelEstimate
 
     outcome = _run_worker_job(checker, {"mode": "profile", "workload_id": workload_id, "source": source, "targets": generations})
     traffic = next((e["traffic"] for e in outcome.events if e.get("stage") == "trace" and e.get("state") == "done"), [])
-    results: dict[str, list | str] = {}
+    results: dict[str, SourceEstimate | str] = {}
     for e in outcome.events:
         if e.get("stage") != "compile" or e.get("state") == "start":
             continue
@@ -234,7 +247,8 @@ def estimate_source(checker, workload_id: str, source: str, generations: list[st
                 run_ratio=flow["run_ratio"], run_ratio_exact=flow["run_ratio_exact"],
                 compute_us=cost.compute_s * 1e6, memory_us=cost.memory_s * 1e6, overhead_us=cost.overhead_s * 1e6,
                 estimate_us=cost.estimate_s * 1e6, bottleneck=bottleneck(cost, schedule["slot_use"])))
-        results[e["target"]] = kernels
+        outside = e.get("outside")
+        results[e["target"]] = SourceEstimate(kernels, xla_baseline_s(outside, e["target"]) * 1e6 if outside else None)
     for generation in generations:
         if generation not in results:
             why = outcome.killed_for or f"exit status {outcome.returncode}"
@@ -323,6 +337,8 @@ def estimated_targets(checker, w, source: str, generations: list[str], roofline_
         entries.append(TargetEstimate(target=g, candidate_us=None, xla_baseline_us=None, roofline_us=roofline_us[g], error=(
             "no estimate: compiling the calibration kernel or the XLA baseline for this generation failed or timed out")))
     generations = [g for g in generations if g not in missing]
+    if not generations:
+        return entries
     spb = {g: seconds_per_bundle(g, refs[g]["calibration_bundles"]) for g in generations}
     progress(f"compiling the candidate for {', '.join(generations)} with schedule dumps")
     candidate = estimate_source(checker, w.id, source, generations, spb)
@@ -332,22 +348,24 @@ def estimated_targets(checker, w, source: str, generations: list[str], roofline_
         progress(f"compiling the expert kernel for {', '.join(generations)} with schedule dumps")
         expert = estimate_source(checker, w.id, Path(expert_module.__file__).read_text(), generations, spb)
     for g in generations:
-        ref = refs[g]
-        xla = xla_baseline_s(ref, g)
-        entry = TargetEstimate(target=g, candidate_us=None, xla_baseline_us=xla * 1e6, roofline_us=roofline_us[g])
+        entry = TargetEstimate(target=g, candidate_us=None, xla_baseline_us=xla_baseline_s(refs[g], g) * 1e6, roofline_us=roofline_us[g])
         entries.append(entry)
-        kernels = candidate.get(g)
-        if isinstance(kernels, str) or not kernels:
-            entry.error = kernels if isinstance(kernels, str) else "no Pallas kernel schedule found in the compile dump"
+        estimate = candidate.get(g)
+        if isinstance(estimate, str) or not estimate.kernels:
+            entry.error = estimate if isinstance(estimate, str) else "no Pallas kernel schedule found in the compile dump"
             continue
-        entry.kernels = kernels
-        entry.candidate_us = sum(k.estimate_us for k in kernels)
+        kernels = estimate.kernels
+        entry.kernels, entry.outside_kernels_us, entry.candidate_us = kernels, estimate.outside_us, estimate.total_us
         entry.bottleneck = max(kernels, key=lambda k: k.estimate_us).bottleneck
         entry.speedup_vs_xla = entry.xla_baseline_us / entry.candidate_us
-        expert_kernels = expert.get(g)
-        if isinstance(expert_kernels, list) and expert_kernels:
-            entry.expert_us = sum(k.estimate_us for k in expert_kernels)
+        if isinstance(expert.get(g), SourceEstimate) and expert[g].kernels:
+            entry.expert_us = expert[g].total_us
             entry.speedup_vs_expert = entry.expert_us / entry.candidate_us
+        if estimate.outside_us is None:
+            entry.flags.append("XLA work outside the Pallas kernels is not included: a kernel sits inside a loop or branch")
+        elif estimate.outside_us > entry.candidate_us / 2:
+            entry.flags.append(f"most of the time ({estimate.outside_us:,.1f} of {entry.candidate_us:,.1f} us) is XLA work "
+                               "outside the Pallas kernels")
         if any(not k.hbm_bytes_exact for k in kernels):
             entry.flags.append("HBM traffic is approximate: some blocks use scalar prefetch or manual DMA")
         if any(not k.run_ratio_exact for k in kernels):

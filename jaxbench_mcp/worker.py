@@ -222,6 +222,7 @@ def profile_job(job: dict, report: Reporter, workdir: Path) -> None:
     with targets.chip_context(job["targets"][0]):
         closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, "full"))
     report.send(event="stage", stage="trace", state="done", traffic=kernel_analysis.kernel_traffic(closed.jaxpr))
+    outside = kernel_analysis.outside_kernels(closed)
     dump_root = Path(job["dump_dir"])
     for generation in job["targets"]:
         report.send(event="stage", stage="compile", state="start", target=generation)
@@ -233,7 +234,28 @@ def profile_job(job: dict, report: Reporter, workdir: Path) -> None:
             continue
         schedules = profiling.parse_dump(profiling.collect_dump(dump_root, generation))
         report.send(event="stage", stage="compile", state="done", target=generation, seconds=time.perf_counter() - t0,
-                    schedules=[{"name": k.name, "bundles": k.bundles, "slot_use": k.slot_use} for k in schedules])
+                    schedules=[{"name": k.name, "bundles": k.bundles, "slot_use": k.slot_use} for k in schedules],
+                    outside=_outside_cost(outside, w, generation))
+
+
+def _outside_cost(outside, w, generation: str) -> dict | None:
+    """XLA's cost analysis of the work around the Pallas kernels (kernel_analysis.outside_kernels)."""
+    import jax
+
+    from jaxbench_mcp import targets
+
+    if outside is None:
+        return None
+    fn, kernel_outputs = outside
+    args = [a for i, a in enumerate(_full_args(w, "full")) if i not in w.static_argnums] + kernel_outputs
+    if not jax.eval_shape(fn, *args):
+        return {"xla_flops": 0.0, "xla_bytes": 0.0, "xla_optimal_seconds": 0.0}
+    try:
+        cost = targets.deviceless_compile(fn, args, generation).cost_analysis() or {}
+    except Exception:  # noqa: BLE001 -- the kernels' estimate stands; the outside work is reported as not estimated
+        return None
+    return {"xla_flops": float(cost.get("flops", 0.0)), "xla_bytes": float(cost.get("bytes accessed", 0.0)),
+            "xla_optimal_seconds": cost.get("optimal_seconds")}
 
 
 def measure_job(job: dict, report: Reporter, workdir: Path) -> None:

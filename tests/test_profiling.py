@@ -128,6 +128,40 @@ def test_a_data_dependent_predicate_counts_its_branch_at_every_step():
     assert kernel["run_ratio"] == 1.0 and not kernel["run_ratio_exact"]
 
 
+def _double(x):
+    import jax
+    from jax.experimental import pallas as pl
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def test_the_work_around_the_kernels_is_cut_out_for_xla_to_cost():
+    import jax
+    import jax.numpy as jnp
+
+    def mixed(x, w):
+        h = jax.jit(_double)(x @ w)  # an XLA matmul feeds a kernel (inside a jit: looked through)
+        return jnp.tanh(h).sum(axis=0), _double(x)  # XLA after it; a kernel straight on an argument
+
+    x, w = jax.ShapeDtypeStruct((256, 128), jnp.float32), jax.ShapeDtypeStruct((128, 128), jnp.float32)
+    fn, kernel_outputs = kernel_analysis.outside_kernels(jax.make_jaxpr(mixed)(x, w))
+    assert [k.shape for k in kernel_outputs] == [(256, 128), (256, 128)]
+    # What XLA still computes: the matmul feeding the first kernel and the reduction after it; not the argument
+    # the second kernel reads, nor the kernel output returned as it is.
+    assert [o.shape for o in jax.eval_shape(fn, x, w, *kernel_outputs)] == [(256, 128), (128,)]
+
+    only_kernels = kernel_analysis.outside_kernels(jax.make_jaxpr(_double)(x))
+    assert jax.eval_shape(only_kernels[0], x, *only_kernels[1]) == []
+
+    def in_a_loop(x):
+        return jax.lax.fori_loop(0, 3, lambda i, v: _double(v), x)
+
+    assert kernel_analysis.outside_kernels(jax.make_jaxpr(in_a_loop)(x)) is None
+
+
 def test_estimate_terms_and_bottleneck():
     cost = profiling.kernel_cost(bundles=1000, steps=10, hbm_bytes=0, generation="v6e", spb=1e-9)
     assert cost.compute_s == 1e-5 and cost.estimate_s == 1e-5 + 10 * profiling.STEP_OVERHEAD_S
