@@ -128,7 +128,8 @@ def kernel_traffic(jaxpr) -> list[dict]:
     Index maps are evaluated at every grid point (vectorised); a block is fetched again whenever its
     index changes between consecutive steps. Blocks whose index maps read scalar-prefetch operands,
     or that stay in HBM for manual DMA, cannot be followed statically: they count once per step
-    (or once in all, for pl.ANY) and the kernel is marked inexact. A pl.kernel (mpmd_map/core_map) has
+    (or once in all, for pl.ANY) and the kernel is marked inexact. A grid dimension known only at run
+    time counts as 1 (steps_exact is then False). A pl.kernel (mpmd_map/core_map) has
     no grid: one step, each operand moved once (a lower bound), its in-kernel loops in the run ratio.
     """
     import jax
@@ -142,7 +143,8 @@ def kernel_traffic(jaxpr) -> list[dict]:
             body = eqn.params["jaxprs"][0] if "jaxprs" in eqn.params else eqn.params["jaxpr"]
             ratio, _ = run_ratio(getattr(body, "jaxpr", body), [], np.zeros((0, 1), np.int32))
             moved = sum(_elements(v) * np.dtype(v.aval.dtype).itemsize for v in (*eqn.invars, *eqn.outvars))
-            results.append({"steps": 1, "hbm_bytes": moved, "exact": False, "run_ratio": ratio, "run_ratio_exact": False})
+            results.append({"steps": 1, "steps_exact": True, "hbm_bytes": moved, "exact": False, "run_ratio": ratio,
+                            "run_ratio_exact": False})
             continue
         if eqn.primitive.name != "pallas_call":
             continue
@@ -167,7 +169,8 @@ def kernel_traffic(jaxpr) -> list[dict]:
             indices = np.stack([np.asarray(x) for x in evaluate(*points)], axis=1)
             total += block_traffic(indices, block_bytes)
         ratio, ratio_exact = run_ratio(eqn.params["jaxpr"], grid, points)
-        results.append({"steps": steps, "hbm_bytes": total, "exact": exact, "run_ratio": ratio, "run_ratio_exact": ratio_exact})
+        results.append({"steps": steps, "steps_exact": all(isinstance(g, int) for g in mapping.grid), "hbm_bytes": total,
+                        "exact": exact, "run_ratio": ratio, "run_ratio_exact": ratio_exact})
     return results
 
 
@@ -305,7 +308,7 @@ def run_ratio(kernel_jaxpr, grid: list[int], points) -> tuple[float, bool]:
 
 # Calls whose body runs exactly once where they stand, so a kernel inside one can be cut out in place.
 _CALLS_WITH_BODY = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "jaxpr", "custom_jvp_call": "call_jaxpr",
-                    "custom_vjp_call": "call_jaxpr"}
+                    "custom_vjp_call": "call_jaxpr", "custom_vmap_call": "call"}
 _KERNELS = {"pallas_call"} | _MESH_KERNELS
 
 

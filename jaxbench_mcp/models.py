@@ -289,6 +289,7 @@ class CheckOutcome(BaseModel):
 class KernelEstimate(BaseModel):
     name: str
     grid_steps: int
+    grid_steps_exact: bool = Field(True, description="False when a grid dimension is known only at run time (counted as 1)")
     bundles_per_step: int = Field(description="Bundles in the kernel's final schedule (libtpu's dump)")
     slot_use: dict[str, float] = Field(description="Average use per bundle of each VLIW slot kind, as a fraction of capacity")
     hbm_bytes: int = Field(description="HBM bytes the BlockSpecs move over the grid, re-fetches included")

@@ -244,7 +244,7 @@ def estimate_source(checker, workload_id: str, source: str, generations: list[st
             kernels.append(KernelEstimate(
                 name=f"{k}:{schedule['name']}", grid_steps=flow["steps"], bundles_per_step=schedule["bundles"],
                 slot_use=schedule["slot_use"], hbm_bytes=flow["hbm_bytes"], hbm_bytes_exact=flow["exact"],
-                run_ratio=flow["run_ratio"], run_ratio_exact=flow["run_ratio_exact"],
+                run_ratio=flow["run_ratio"], run_ratio_exact=flow["run_ratio_exact"], grid_steps_exact=flow["steps_exact"],
                 compute_us=cost.compute_s * 1e6, memory_us=cost.memory_s * 1e6, overhead_us=cost.overhead_s * 1e6,
                 estimate_us=cost.estimate_s * 1e6, bottleneck=bottleneck(cost, schedule["slot_use"])))
         outside = e.get("outside")
@@ -366,6 +366,8 @@ def estimated_targets(checker, w, source: str, generations: list[str], roofline_
         elif estimate.outside_us > entry.candidate_us / 2:
             entry.flags.append(f"most of the time ({estimate.outside_us:,.1f} of {entry.candidate_us:,.1f} us) is XLA work "
                                "outside the Pallas kernels")
+        if any(not k.grid_steps_exact for k in kernels):
+            entry.flags.append("a grid dimension is known only at run time and counts as one step: the estimate is a lower bound")
         if any(not k.hbm_bytes_exact for k in kernels):
             entry.flags.append("HBM traffic is approximate: some blocks use scalar prefetch or manual DMA")
         if any(not k.run_ratio_exact for k in kernels):

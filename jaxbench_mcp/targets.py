@@ -192,11 +192,13 @@ def interpret_on_cpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence
         raise
 
 
-def lower_for_tpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[int] = (), generation: str | None = None):
+def lower_for_tpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[int] = (), generation: str | None = None,
+                  kernel_facts: bool = True):
     """Lower `fn(*args)` for TPU. Array args are ShapeDtypeStructs; static ones are Python values.
 
     With a generation (needs libtpu) the lowering targets that chip, ready for a deviceless compile;
-    without one it is a platform-only TPU lowering that works on any host.
+    without one it is a platform-only TPU lowering that works on any host. kernel_facts=False leaves out
+    the chip context that Pallas kernels need while tracing (replaying a recorded jaxpr must not get it).
     """
     import jax
     from jax.sharding import SingleDeviceSharding
@@ -208,12 +210,16 @@ def lower_for_tpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[in
             for i, a in enumerate(args)
         ]
         # Pinning the outputs too keeps the lowering on the TPU even when the function ignores its inputs.
+        jitted = jax.jit(fn, static_argnums=tuple(static_argnums), out_shardings=sharding)
+        if not kernel_facts:
+            return jitted.lower(*args)
         with chip_context(generation):
-            return jax.jit(fn, static_argnums=tuple(static_argnums), out_shardings=sharding).lower(*args)
+            return jitted.lower(*args)
     traced = jax.jit(fn, static_argnums=tuple(static_argnums)).trace(*args)
     return traced.lower(lowering_platforms=("tpu",))
 
 
-def deviceless_compile(fn: Callable, args: Sequence[Any], generation: str, static_argnums: Sequence[int] = ()):
+def deviceless_compile(fn: Callable, args: Sequence[Any], generation: str, static_argnums: Sequence[int] = (),
+                       kernel_facts: bool = True):
     """Compile `fn(*args)` with XLA:TPU for `generation` on this (CPU) host. Raises on failure."""
-    return lower_for_tpu(fn, args, static_argnums, generation).compile()
+    return lower_for_tpu(fn, args, static_argnums, generation, kernel_facts).compile()

@@ -251,7 +251,7 @@ def _outside_cost(outside, w, generation: str) -> dict | None:
     if not jax.eval_shape(fn, *args):
         return {"xla_flops": 0.0, "xla_bytes": 0.0, "xla_optimal_seconds": 0.0}
     try:
-        cost = targets.deviceless_compile(fn, args, generation).cost_analysis() or {}
+        cost = targets.deviceless_compile(fn, args, generation, kernel_facts=False).cost_analysis() or {}
     except Exception:  # noqa: BLE001 -- the kernels' estimate stands; the outside work is reported as not estimated
         return None
     return {"xla_flops": float(cost.get("flops", 0.0)), "xla_bytes": float(cost.get("bytes accessed", 0.0)),

@@ -115,6 +115,25 @@ def test_a_while_loop_counts_once_and_says_so():
     assert kernel["run_ratio"] == 1.0 and not kernel["run_ratio_exact"]
 
 
+def test_a_grid_known_only_at_run_time_is_marked():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    def dynamic(x, n):
+        block = pl.BlockSpec((128, 128), lambda i: (i, 0))
+        return pl.pallas_call(body, grid=(n,), in_specs=[block], out_specs=block,
+                              out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    jaxpr = jax.make_jaxpr(dynamic)(jnp.zeros((512, 128), jnp.float32), jnp.int32(4)).jaxpr
+    (kernel,) = kernel_analysis.kernel_traffic(jaxpr)
+    assert kernel["steps"] == 1 and not kernel["steps_exact"]
+    assert _traffic_of_kernel(body, (4,))["steps_exact"]
+
+
 def test_a_data_dependent_predicate_counts_its_branch_at_every_step():
     from jax.experimental import pallas as pl
 
