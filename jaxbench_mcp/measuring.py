@@ -69,8 +69,10 @@ def traced_durations_us(run: Callable[[], None], module_name: str) -> tuple[list
     """Run `run()` under the jax profiler; the device durations of `module_name`, and the trace's plane names."""
     import jax
 
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0  # Python frames would swamp the trace and slow the timed loop
     with tempfile.TemporaryDirectory(prefix="jaxbench-trace-") as trace_dir:
-        jax.profiler.start_trace(trace_dir)
+        jax.profiler.start_trace(trace_dir, profiler_options=options)
         try:
             run()
         finally:
