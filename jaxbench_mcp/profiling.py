@@ -41,12 +41,12 @@ NOISY_SPREAD_PCT = 20.0
 CALIBRATION_TILE = 1024
 DUMP_FLAG = "--xla_jf_dump_to="
 _SCHEDULE_SUFFIX = "-schedule-analysis_final_bundles.txt"
-# The sizes in libtpu's VMEM overflow messages (the rest of those lines is the whole HLO instruction).
-_VMEM_SIZES = re.compile(r"(Scoped allocation with size [\d.]+\w? and limit [\d.]+\w? exceeded scoped vmem limit by [\d.]+\w?"
-                         r"|Used [\d.]+\w? of [\d.]+\w? vmem)")
 _UTILIZATION_SUFFIX = "-final_hlo-static-per-bundle-utilization.txt"
 # Programs of XLA's own in a dump, as opposed to Mosaic kernels.
 _XLA_PROGRAMS = re.compile(r"^\d+-(TLP|<late-[a-z]+>)-")
+# The sizes in libtpu's VMEM overflow messages (the rest of those lines is the whole HLO instruction).
+_VMEM_SIZES = re.compile(r"(Scoped allocation with size [\d.]+\w? and limit [\d.]+\w? exceeded scoped vmem limit by [\d.]+\w?"
+                         r"|Used [\d.]+\w? of [\d.]+\w? vmem)")
 
 
 @dataclass(frozen=True)
@@ -362,7 +362,8 @@ def estimated_targets(checker, w, source: str, generations: list[str], roofline_
             entry.expert_us = expert[g].total_us
             entry.speedup_vs_expert = entry.expert_us / entry.candidate_us
         if estimate.outside_us is None:
-            entry.flags.append("XLA work outside the Pallas kernels is not included: a kernel sits inside a loop or branch")
+            entry.flags.append("XLA work outside the Pallas kernels is not included: a kernel sits inside a loop or branch, "
+                               "or the rest of the program could not be cut out and compiled alone")
         elif estimate.outside_us > entry.candidate_us / 2:
             entry.flags.append(f"most of the time ({estimate.outside_us:,.1f} of {entry.candidate_us:,.1f} us) is XLA work "
                                "outside the Pallas kernels")
