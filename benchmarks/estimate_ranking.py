@@ -19,7 +19,7 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from jaxbench_mcp import profiling, targets, workloads  # noqa: E402
+from jaxbench_mcp import profiling, workloads  # noqa: E402
 from jaxbench_mcp.checking import Checker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,12 +41,6 @@ def estimate(checker, workload_id, source, target, spb):
     return result.total_us, max(result.kernels, key=lambda k: k.estimate_us).bottleneck
 
 
-def roofline_us(workload_id, target):
-    w = workloads.get_workload(workload_id)
-    nbytes = sum(a.tensor.nbytes for a in w.input_specs("full") if a.tensor) + sum(t.nbytes for t in w.output_specs("full"))
-    return targets.roofline_seconds(w.flops("full"), nbytes, target)[0] * 1e6
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--target", default="v6e")
@@ -56,7 +50,7 @@ def main() -> None:
 
     refs = profiling.reference_estimates(checker, "8p_GEMM", [g])
     spb = {g: profiling.seconds_per_bundle(g, refs[g]["calibration_bundles"])}
-    roof = roofline_us("8p_GEMM", g)
+    roof = profiling.workload_roofline_us(workloads.get_workload("8p_GEMM"), g)
     xla = profiling.xla_baseline_s(refs[g], g) * 1e6
     print(f"8p_GEMM on {g}: roofline {roof:,.0f} us; XLA's own estimate {xla:,.0f} us ({xla / roof:.2f}x roofline)")
     print(f"{'blocks (bm, bn, bk)':<22} {'estimate':>12} {'x roofline':>11}  bottleneck")
@@ -68,7 +62,7 @@ def main() -> None:
             print(f"{str(blocks):<22} {us:>10,.0f}us {us / roof:>10.2f}x  {note}")
 
     spb_1p = {g: profiling.seconds_per_bundle(g, profiling.reference_estimates(checker, "1p_Flash_Attention", [g])[g]["calibration_bundles"])}
-    roof = roofline_us("1p_Flash_Attention", g)
+    roof = profiling.workload_roofline_us(workloads.get_workload("1p_Flash_Attention"), g)
     print(f"\n1p_Flash_Attention on {g}: roofline {roof:,.0f} us")
     for name, path in (("JAX flash attention", ROOT / "tests/kernels/good_flash_attention_jax.py"),
                        ("naive full-row attention", ROOT / "benchmarks/kernels/naive_attention.py")):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from jaxbench_mcp import expert_refs, profiling, targets, workloads  # noqa: E402
+from jaxbench_mcp import expert_refs, profiling, workloads  # noqa: E402
 from jaxbench_mcp.checking import Checker  # noqa: E402
 
 
@@ -26,9 +26,7 @@ def main() -> None:
         module = expert_refs.expert_module(w.id)
         if module is None:
             continue
-        flops = w.flops("full")
-        io_bytes = sum(a.tensor.nbytes for a in w.input_specs("full") if a.tensor) + sum(t.nbytes for t in w.output_specs("full"))
-        roof = targets.roofline_seconds(flops, io_bytes, g)[0] * 1e6
+        roof = profiling.workload_roofline_us(w, g)
         ref = profiling.reference_estimates(checker, w.id, [g])[g]
         if not ref.get("calibration_bundles"):
             print(f"{w.id:<28} {roof:>8,.0f}us  no reference estimate")

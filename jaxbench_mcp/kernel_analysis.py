@@ -10,7 +10,11 @@ from __future__ import annotations
 _HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
 # pl.kernel (and core_map) kernels trace to these primitives instead of pallas_call.
 _MESH_KERNELS = {"mpmd_map", "core_map"}
-_INLINED_CALLS = {"jit", "pjit", "closed_call"}
+# Calls whose body runs exactly once where they stand: replays inline them, and a kernel inside one can be
+# cut out in place.
+_CALLS_WITH_BODY = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "jaxpr", "custom_jvp_call": "call_jaxpr",
+                    "custom_vjp_call": "call_jaxpr", "custom_vmap_call": "call"}
+_KERNELS = {"pallas_call"} | _MESH_KERNELS
 
 
 def _sub_jaxprs(eqn):
@@ -34,10 +38,11 @@ def _read(env: dict, var):
     return var.val if isinstance(var, Literal) else env[var]
 
 
-def _run_eqns(eqns, env: dict, grid_index=(), grid=()) -> None:
-    """eval_jaxpr's loop, except that nested jit calls are inlined (binding them again would need a lowering
-    platform when the jaxpr was traced under an abstract TPU mesh) and program_id / num_programs are
-    answered from the grid."""
+def _run_eqns(eqns, env: dict, grid_index=(), grid=(), on_kernel=None) -> None:
+    """eval_jaxpr's loop, except that plain calls (jit, custom_jvp/vjp/vmap) are inlined (binding them again
+    would need a lowering platform when the jaxpr was traced under an abstract TPU mesh), program_id /
+    num_programs are answered from the grid, and a Pallas kernel, if `on_kernel` is given, is replaced by
+    on_kernel(eqn, inputs) -> its outputs."""
     for eqn in eqns:
         inputs = [_read(env, v) for v in eqn.invars]
         name = eqn.primitive.name
@@ -45,11 +50,13 @@ def _run_eqns(eqns, env: dict, grid_index=(), grid=()) -> None:
             outs = [grid_index[eqn.params["axis"]]]
         elif name == "num_programs":
             outs = [grid[eqn.params["axis"]]]
-        elif name in _INLINED_CALLS:
-            closed = eqn.params["jaxpr"]
-            inner = dict(zip(closed.jaxpr.constvars, closed.consts)) | dict(zip(closed.jaxpr.invars, inputs))
-            _run_eqns(closed.jaxpr.eqns, inner, grid_index, grid)
-            outs = [_read(inner, v) for v in closed.jaxpr.outvars]
+        elif on_kernel is not None and name in _KERNELS:
+            outs = on_kernel(eqn, inputs)
+        elif name in _CALLS_WITH_BODY:
+            body = eqn.params[_CALLS_WITH_BODY[name]]
+            inner = dict(zip(body.jaxpr.constvars, body.consts)) | dict(zip(body.jaxpr.invars, inputs))
+            _run_eqns(body.jaxpr.eqns, inner, grid_index, grid, on_kernel)
+            outs = [_read(inner, v) for v in body.jaxpr.outvars]
         else:
             out = eqn.primitive.bind(*inputs, **eqn.params)
             outs = out if eqn.primitive.multiple_results else [out]
@@ -142,7 +149,7 @@ def kernel_traffic(jaxpr) -> list[dict]:
         if eqn.primitive.name in _MESH_KERNELS:
             body = eqn.params["jaxprs"][0] if "jaxprs" in eqn.params else eqn.params["jaxpr"]
             ratio, _ = run_ratio(getattr(body, "jaxpr", body), [], np.zeros((0, 1), np.int32))
-            moved = sum(_elements(v) * np.dtype(v.aval.dtype).itemsize for v in (*eqn.invars, *eqn.outvars))
+            moved = sum(_nbytes(v.aval) for v in (*eqn.invars, *eqn.outvars))
             results.append({"steps": 1, "steps_exact": True, "hbm_bytes": moved, "exact": False, "run_ratio": ratio,
                             "run_ratio_exact": False})
             continue
@@ -306,11 +313,6 @@ def run_ratio(kernel_jaxpr, grid: list[int], points) -> tuple[float, bool]:
 
 
 
-# Calls whose body runs exactly once where they stand, so a kernel inside one can be cut out in place.
-_CALLS_WITH_BODY = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "jaxpr", "custom_jvp_call": "call_jaxpr",
-                    "custom_vjp_call": "call_jaxpr", "custom_vmap_call": "call"}
-_KERNELS = {"pallas_call"} | _MESH_KERNELS
-
 
 def _kernels_in_place(jaxpr) -> list | None:
     """The Pallas kernel equations in evaluation order, looking through plain calls; None when a kernel
@@ -353,27 +355,16 @@ def outside_kernels(closed):
         kernel_outputs = iter(values[num_args:])
         kept = []
 
-        def run(jaxpr, consts, args):
-            env = dict(zip(jaxpr.constvars, consts)) | dict(zip(jaxpr.invars, args))
-            for eqn in jaxpr.eqns:
-                inputs = [_read(env, v) for v in eqn.invars]
-                name = eqn.primitive.name
-                if name in _KERNELS:
-                    for x in inputs:
-                        if hasattr(x, "shape") and id(x) not in passed_through:
-                            kept.append(x)
-                            passed_through.add(id(x))  # returned once, however many kernels read it
-                    outs = [next(kernel_outputs) for _ in eqn.outvars]
-                elif name in _CALLS_WITH_BODY:
-                    body = eqn.params[_CALLS_WITH_BODY[name]]
-                    outs = run(body.jaxpr, body.consts, inputs)
-                else:
-                    out = eqn.primitive.bind(*inputs, **eqn.params)
-                    outs = out if eqn.primitive.multiple_results else [out]
-                env.update(zip(eqn.outvars, outs))
-            return [_read(env, v) for v in jaxpr.outvars]
+        def cut_out(eqn, inputs):
+            for x in inputs:
+                if hasattr(x, "shape") and id(x) not in passed_through:
+                    kept.append(x)
+                    passed_through.add(id(x))  # returned once, however many kernels read it
+            return [next(kernel_outputs) for _ in eqn.outvars]
 
-        results = run(closed.jaxpr, closed.consts, values[:num_args])
+        env = dict(zip(closed.jaxpr.constvars, closed.consts)) | dict(zip(closed.jaxpr.invars, values[:num_args]))
+        _run_eqns(closed.jaxpr.eqns, env, on_kernel=cut_out)
+        results = [_read(env, v) for v in closed.jaxpr.outvars]
         return kept + [r for r in results if hasattr(r, "shape") and id(r) not in passed_through]
 
     return remaining, structs

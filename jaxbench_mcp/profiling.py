@@ -164,6 +164,11 @@ def bottleneck(cost: KernelCost, slot_use: dict[str, float]) -> str:
     return "MXU-bound" if slot_use.get("MXU", 0.0) >= vector else "vector-unit-bound"
 
 
+def workload_roofline_us(w, generation: str) -> float:
+    """The roofline bound of a workload at full size: its FLOPs and the bytes of its inputs and outputs."""
+    return targets.roofline_seconds(w.flops("full"), w.io_bytes("full"), generation)[0] * 1e6
+
+
 def xla_baseline_s(reference: dict, generation: str) -> float:
     """XLA's own estimate of the baseline: its cost model's optimal_seconds, but never below the roofline of
     XLA's own FLOP and byte counts (optimal_seconds is negative or missing for some programs)."""
@@ -390,8 +395,8 @@ def profile(checker, workload_id: str, source: str, generations: list[str], verd
     w = workloads.get_workload(workload_id)
     generations = generations or list(targets.GENERATIONS)
     flops = w.flops("full")
-    io_bytes = sum(a.tensor.nbytes for a in w.input_specs("full") if a.tensor) + sum(t.nbytes for t in w.output_specs("full"))
-    roofline_us = {g: targets.roofline_seconds(flops, io_bytes, g)[0] * 1e6 for g in generations}
+    io_bytes = w.io_bytes("full")
+    roofline_us = {g: workload_roofline_us(w, g) for g in generations}
     attached = targets.attached_generation() if checker.tier is targets.Tier.TPU else None
     kind, label = {
         targets.Tier.TPU: ("measured", MEASURED_LABEL.format(generation=attached, n=measuring.DEFAULT_ITERATIONS,

@@ -122,6 +122,10 @@ class Workload:
     def output_specs(self, size: str) -> list[TensorSpec]:
         return _output_specs(self, size)
 
+    def io_bytes(self, size: str) -> int:
+        """Bytes of the array inputs plus the outputs: what any implementation must move at least once."""
+        return sum(a.tensor.nbytes for a in self.input_specs(size) if a.tensor) + sum(t.nbytes for t in self.output_specs(size))
+
     def reference_source(self) -> str:
         return inspect.getsource(self.module.reference)
 
