@@ -19,7 +19,7 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from jaxbench_mcp import profiling, workloads  # noqa: E402
+from jaxbench_mcp import cost_model, profiling, workloads  # noqa: E402
 from jaxbench_mcp.checking import Checker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +34,8 @@ def gemm_source(bm: int, bn: int, bk: int) -> str:
     return source
 
 
-def estimate(checker, workload_id, source, target, spb):
-    result = profiling.estimate_source(checker, workload_id, source, [target], spb)[target]
+def estimate(profiler, workload_id, source, target, spb):
+    result = profiler.estimate_source(workload_id, source, [target], spb)[target]
     if isinstance(result, str):
         return None, result
     return result.total_us, max(result.kernels, key=lambda k: k.estimate_us).bottleneck
@@ -46,27 +46,28 @@ def main() -> None:
     parser.add_argument("--target", default="v6e")
     args = parser.parse_args()
     checker = Checker(spares=0, slots=1)
+    profiler = profiling.Profiler(checker)
     g = args.target
 
-    refs = profiling.reference_estimates(checker, "8p_GEMM", [g])
-    spb = {g: profiling.seconds_per_bundle(g, refs[g]["calibration_bundles"])}
-    roof = profiling.workload_roofline_us(workloads.get_workload("8p_GEMM"), g)
-    xla = profiling.xla_baseline_s(refs[g], g) * 1e6
+    refs = profiler.reference_estimates("8p_GEMM", [g])
+    spb = {g: cost_model.seconds_per_bundle(g, refs[g]["calibration_bundles"])}
+    roof = cost_model.workload_roofline_us(workloads.get_workload("8p_GEMM"), g)
+    xla = cost_model.xla_baseline_s(refs[g], g) * 1e6
     print(f"8p_GEMM on {g}: roofline {roof:,.0f} us; XLA's own estimate {xla:,.0f} us ({xla / roof:.2f}x roofline)")
     print(f"{'blocks (bm, bn, bk)':<22} {'estimate':>12} {'x roofline':>11}  bottleneck")
     for blocks in GEMM_BLOCKS:
-        us, note = estimate(checker, "8p_GEMM", gemm_source(*blocks), g, spb)
+        us, note = estimate(profiler, "8p_GEMM", gemm_source(*blocks), g, spb)
         if us is None:
             print(f"{str(blocks):<22} {'no estimate':>12} {'':>11}  {note[:110]}")
         else:
             print(f"{str(blocks):<22} {us:>10,.0f}us {us / roof:>10.2f}x  {note}")
 
-    spb_1p = {g: profiling.seconds_per_bundle(g, profiling.reference_estimates(checker, "1p_Flash_Attention", [g])[g]["calibration_bundles"])}
-    roof = profiling.workload_roofline_us(workloads.get_workload("1p_Flash_Attention"), g)
+    spb_1p = {g: cost_model.seconds_per_bundle(g, profiler.reference_estimates("1p_Flash_Attention", [g])[g]["calibration_bundles"])}
+    roof = cost_model.workload_roofline_us(workloads.get_workload("1p_Flash_Attention"), g)
     print(f"\n1p_Flash_Attention on {g}: roofline {roof:,.0f} us")
     for name, path in (("JAX flash attention", ROOT / "tests/kernels/good_flash_attention_jax.py"),
                        ("naive full-row attention", ROOT / "benchmarks/kernels/naive_attention.py")):
-        result = profiling.estimate_source(checker, "1p_Flash_Attention", path.read_text(), [g], spb_1p)[g]
+        result = profiler.estimate_source("1p_Flash_Attention", path.read_text(), [g], spb_1p)[g]
         if isinstance(result, str):
             print(f"{name:<26} no estimate: {result[:110]}")
             continue

@@ -12,7 +12,7 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from jaxbench_mcp import expert_refs, profiling, workloads  # noqa: E402
+from jaxbench_mcp import cost_model, expert_refs, profiling, workloads  # noqa: E402
 from jaxbench_mcp.checking import Checker  # noqa: E402
 
 
@@ -21,19 +21,20 @@ def main() -> None:
     parser.add_argument("--target", default="v6e")
     g = parser.parse_args().target
     checker = Checker(spares=0, slots=1)
+    profiler = profiling.Profiler(checker)
     print(f"{'workload':<28} {'roofline':>10} {'XLA est.':>9} {'expert est.':>12}  {'run':>5}  bottleneck / flags")
     for w in workloads.all_workloads():
         module = expert_refs.expert_module(w.id)
         if module is None:
             continue
-        roof = profiling.workload_roofline_us(w, g)
-        ref = profiling.reference_estimates(checker, w.id, [g])[g]
+        roof = cost_model.workload_roofline_us(w, g)
+        ref = profiler.reference_estimates(w.id, [g])[g]
         if not ref.get("calibration_bundles"):
             print(f"{w.id:<28} {roof:>8,.0f}us  no reference estimate")
             continue
-        xla = profiling.xla_baseline_s(ref, g) * 1e6
-        spb = {g: profiling.seconds_per_bundle(g, ref["calibration_bundles"])}
-        estimate = profiling.estimate_source(checker, w.id, Path(module.__file__).read_text(), [g], spb)[g]
+        xla = cost_model.xla_baseline_s(ref, g) * 1e6
+        spb = {g: cost_model.seconds_per_bundle(g, ref["calibration_bundles"])}
+        estimate = profiler.estimate_source(w.id, Path(module.__file__).read_text(), [g], spb)[g]
         if isinstance(estimate, str) or not estimate.kernels:
             print(f"{w.id:<28} {roof:>8,.0f}us {xla / roof:>8.2f}x  {estimate or 'no kernel schedule'}"[:200])
             continue

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import json
+import logging
 import threading
+import time
+import traceback
 from collections.abc import Callable
 
 import jax
 import jaxlib
 
-from jaxbench_mcp import profiling, specs, targets, workloads
-from jaxbench_mcp.checking import DEFAULT_SEEDS, Checker
+from jaxbench_mcp import executors, expert_refs, jobs, targets, workloads
+from jaxbench_mcp.checking import DEFAULT_SEEDS, Cancelled, Checker
 from jaxbench_mcp.jobs import Limits
-from jaxbench_mcp.models import (AttemptDetail, AttemptList, AttemptSummary, Profile, QueueInfo, ServerInfo, Verdict,
-                                 WorkloadList, WorkloadSpec)
+from jaxbench_mcp.models import (AttemptDetail, AttemptList, AttemptSummary, Profile, RooflineBound, ServerInfo, SizeSpec,
+                                 StaticArg, Tensor, Verdict, WorkloadList, WorkloadSpec, WorkloadSummary)
+from jaxbench_mcp.workloads import Workload
 from jaxbench_mcp.store import Store
+from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Status
+
+logger = logging.getLogger(__name__)
+
+# How much of a server_error's log travels inside its verdict (the attempt keeps the whole log).
+_SERVER_LOG_TAIL_CHARS = 3000
+# The checker draws this many hidden seeds; a check runs on 1 to MAX_SEEDS of them.
+MAX_SEEDS = 16
+# list_attempts(attempt_id=...) returns at most this much of the log and of the source (head and tail), so
+# that one attempt stays well inside an MCP client's result budget.
+ATTEMPT_LOG_CHARS = 6000
+ATTEMPT_SOURCE_CHARS = 10000
 
 _TIER_DESCRIPTIONS = {
     targets.Tier.TPU: "TPU attached: real compiles, real runs at full size, measured device time",
@@ -25,27 +42,102 @@ _TIER_DESCRIPTIONS = {
 }
 
 
+# ---- workloads as boundary models (what list/show/get_workload return) ----
+
+CANDIDATE_CONTRACT = (
+    "A candidate is a Python file that defines `workload(*inputs)`: it takes exactly the inputs listed "
+    "below, in order, and returns an array of the output's shape and dtype. It is traced and compiled at "
+    "full size and run at small size, so derive block sizes from the input shapes."
+)
+
+
+def _jsonable(params: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
+
+
+def summarize(w: Workload) -> WorkloadSummary:
+    return WorkloadSummary(
+        id=w.id,
+        tier=w.tier,
+        model=w.model,
+        operator=w.operator,
+        sizes={name: _jsonable(params) for name, params in w.sizes.items()},
+        has_expert_reference=w.has_expert_reference,
+    )
+
+
+def size_spec(w: Workload, size: str) -> SizeSpec:
+    args = w.input_specs(size)
+    inputs = [Tensor(name=a.name, shape=list(a.tensor.shape), dtype=a.tensor.dtype, bytes=a.tensor.nbytes) for a in args if a.tensor]
+    outputs = [Tensor(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes) for t in w.output_specs(size)]
+    flops = w.flops(size)
+    in_bytes, out_bytes = sum(t.bytes for t in inputs), sum(t.bytes for t in outputs)
+    # The roofline needs only jax's chip table, so every tier shows it.
+    roofline = []
+    for gen in targets.GENERATIONS:
+        chip = targets.chip_facts(gen)
+        seconds, bound = targets.roofline_seconds(flops, in_bytes + out_bytes, gen)
+        roofline.append(
+            RooflineBound(
+                generation=gen,
+                peak_bf16_tflops=chip.peak_bf16_flops / 1e12,
+                hbm_gb_per_s=chip.hbm_bytes_per_second / 1e9,
+                lower_bound_us=seconds * 1e6,
+                bound_by=bound,
+            )
+        )
+    return SizeSpec(
+        size=size,
+        params=_jsonable(w.size_params(size)),
+        inputs=inputs,
+        static_inputs=[StaticArg(name=a.name, value=repr(a.static_value)) for a in args if a.tensor is None],
+        outputs=outputs,
+        flops=flops,
+        input_bytes=in_bytes,
+        output_bytes=out_bytes,
+        roofline=roofline,
+    )
+
+
+def workload_spec(w: Workload, size: str, show_expert_source: bool = False) -> WorkloadSpec:
+    return WorkloadSpec(
+        id=w.id,
+        tier=w.tier,
+        model=w.model,
+        operator=w.operator,
+        description=w.description,
+        contract=CANDIDATE_CONTRACT,
+        size=size_spec(w, size),
+        other_sizes={name: _jsonable(p) for name, p in w.sizes.items() if name != size},
+        notes=list(w.notes),
+        degenerate_output=w.degenerate_output,
+        has_expert_reference=w.has_expert_reference,
+        reference_source=w.reference_source(),
+        expert_source=expert_refs.expert_source(w.id) if show_expert_source else None,
+    )
+
+
 def list_workloads(tier: str | None = None, operator: str | None = None, has_expert: bool | None = None) -> WorkloadList:
     chosen = workloads.select(tier=tier, operator=operator, has_expert=has_expert)
-    return WorkloadList(count=len(chosen), workloads=[specs.summarize(w) for w in chosen])
+    return WorkloadList(count=len(chosen), workloads=[summarize(w) for w in chosen])
 
 
 def get_workload(workload_id: str, size: str = "small", show_expert_source: bool = False) -> WorkloadSpec:
     """The spec; the expert kernel's source only when asked (JAXBench hides it from the agent)."""
-    return specs.workload_spec(workloads.get_workload(workload_id), size, show_expert_source)
-
-
-def _log_text(outcome) -> str:
-    events = "\n".join(json.dumps(e) for e in outcome.events)
-    return f"== events ==\n{events}\n== stdout ==\n{outcome.stdout_tail}\n== stderr ==\n{outcome.stderr_tail}"
+    return workload_spec(workloads.get_workload(workload_id), size, show_expert_source)
 
 
 class JaxBench:
-    """A checker (warm workers, device slots) plus the attempt store."""
+    """An executor (this host's checker, or a fleet) plus the attempt store, which only this object writes."""
 
-    def __init__(self, store: Store | None = None, checker: Checker | None = None):
+    def __init__(self, store: Store | None = None, checker: Checker | None = None, executor=None):
         self.store = store or Store()
-        self.checker = checker or Checker()
+        self.executor = executor or executors.LocalExecutor(checker or Checker(), cache=self.store)
+
+    @property
+    def checker(self) -> Checker:
+        """This host's checker (local executors only)."""
+        return self.executor.checker
 
     @classmethod
     def one_shot(cls, store: Store | None = None, limits: Limits | None = None) -> JaxBench:
@@ -53,14 +145,18 @@ class JaxBench:
         return cls(store=store, checker=Checker(limits=limits, spares=0))
 
     def start(self) -> None:
-        self.checker.start()
+        atexit.register(jobs.REGISTRY.kill_all)
+        jobs.sweep_stale_dirs()
+        self.executor.start()
 
     def close(self) -> None:
-        self.checker.close()
+        """Stop every worker of this process (spares and running jobs) and remove their directories."""
+        self.executor.close()
+        jobs.REGISTRY.kill_all()
         self.store.close()
 
     def server_info(self) -> ServerInfo:
-        tier = self.checker.tier
+        tier = self.executor.tier
         return ServerInfo(
             tier=str(tier),
             tier_description=_TIER_DESCRIPTIONS[tier],
@@ -69,59 +165,111 @@ class JaxBench:
             libtpu_version=targets.libtpu_version(),
             attached_tpu=targets.attached_generation() if tier is targets.Tier.TPU else None,
             compile_targets=targets.compile_targets(tier),
-            default_target=self.checker.default_target,
+            default_target=self.executor.default_target,
             workloads=len(workloads.all_workloads()),
-            queue=QueueInfo(slots=self.checker.queue.slots, running=self.checker.queue.running, waiting=self.checker.queue.waiting),
+            queue=self.executor.queue(),
+            isolation=str(self.executor.isolation),
+            fleet=self.executor.fleet(),
         )
 
     def check_kernel(self, workload_id: str, source: str, targets_: list[str] | str | None = None, size: str | None = None,
                      seeds: int = DEFAULT_SEEDS, require_pallas: bool = True,
-                     on_progress: Callable[[str], None] | None = None, on_attempt: Callable[[int], None] | None = None) -> Verdict:
-        """Check one candidate; the attempt and its full log are stored whatever happens."""
+                     on_progress: Callable[[str], None] | None = None, on_attempt: Callable[[int], None] | None = None,
+                     cancel: threading.Event | None = None) -> Verdict:
+        """Check one candidate; the attempt and its full log are stored whatever happens.
+
+        Mistakes in the request (unknown id, size or target) raise before an attempt is recorded. Once it is
+        recorded, a failure of the server's own machinery (a worker that does not start, a bug) comes back as a
+        `server_error` verdict with the attempt id and the end of the log, never as a bare exception."""
         w = workloads.get_workload(workload_id)  # unknown ids fail before an attempt is recorded
+        chosen = targets.parse_targets(targets_) if targets_ else None
+        if size is not None:
+            w.size_params(size)
+        if not 1 <= seeds <= MAX_SEEDS:
+            raise BadRequest(f"seeds must be between 1 and {MAX_SEEDS}")
         attempt_id = self.store.start("check", w.id, source)
         if on_attempt:
             on_attempt(attempt_id)
+        started = time.monotonic()
         try:
-            verdict, outcome = self.checker.check(w.id, source, targets.parse_targets(targets_) if targets_ else None, size,
-                                                  seeds, require_pallas, on_progress)
-        except Exception as exc:
+            verdict, log = self.executor.check(w.id, source, chosen, size, seeds, require_pallas, on_progress, cancel)
+        except Cancelled:
+            self.store.cancel(attempt_id)
+            raise
+        except AGENT_ERRORS as exc:
             self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")
             raise
+        except Exception as exc:  # noqa: BLE001 - the server's failure becomes a verdict the agent can read
+            run_size = size or ("full" if self.executor.tier is targets.Tier.TPU else "small")
+            return self._server_error("check", attempt_id, w.id, chosen or self.executor.default_targets(), run_size, exc,
+                                      time.monotonic() - started)
         verdict.attempt_id = attempt_id
-        self.store.finish(attempt_id, verdict.status, verdict.error_class, verdict.model_dump(mode="json"),
-                          _log_text(outcome), verdict.total_seconds)
-        outcome.cleanup()
+        self.store.finish(attempt_id, verdict.status, verdict.error_class, verdict.model_dump(mode="json"), log,
+                          verdict.total_seconds)
         return verdict
 
     def profile_kernel(self, workload_id: str, source: str, targets_: list[str] | str | None = None,
-                       on_progress: Callable[[str], None] | None = None, on_attempt: Callable[[int], None] | None = None) -> Profile:
+                       on_progress: Callable[[str], None] | None = None, on_attempt: Callable[[int], None] | None = None,
+                       cancel: threading.Event | None = None) -> Profile:
         """Check first; a correct kernel is then measured (TPU host) or estimated (CPU host with libtpu) next to the
         XLA baseline and the expert kernel."""
         w = workloads.get_workload(workload_id)
-        chosen = targets.parse_targets(targets_) if targets_ else self.checker.default_targets()
+        chosen = targets.parse_targets(targets_) if targets_ else self.executor.default_targets()
         attempt_id = self.store.start("profile", w.id, source)
         if on_attempt:
             on_attempt(attempt_id)
         progress = on_progress or (lambda _m: None)
+        started = time.monotonic()
+        verdict = None
         try:
-            verdict = self.check_kernel(w.id, source, chosen or None, on_progress=on_progress)
+            verdict = self.check_kernel(w.id, source, chosen or None, on_progress=on_progress, cancel=cancel)
             if verdict.status != "correct":
                 progress("not profiled: the check failed")
-            result = profiling.profile(self.checker, w.id, source, chosen, verdict, on_progress=progress)
-        except Exception as exc:
+            result = self.executor.profile(w.id, source, chosen, verdict, on_progress=progress, cancel=cancel)
+        except Cancelled:
+            self.store.cancel(attempt_id)
+            raise
+        except AGENT_ERRORS as exc:
             self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")
             raise
+        except Exception as exc:  # noqa: BLE001 - the server's failure becomes a result the agent can read
+            return self._server_error("profile", attempt_id, w.id, chosen, verdict.size if verdict else "small", exc,
+                                      time.monotonic() - started, checked=verdict)
         result.attempt_id = attempt_id
         self.store.finish(attempt_id, verdict.status, verdict.error_class, result.model_dump(mode="json"), "", verdict.total_seconds)
+        return result
+
+    def _server_error(self, kind: str, attempt_id: int, workload_id: str, targets_: list[str], size: str, exc: Exception,
+                      seconds: float, checked: Verdict | None = None) -> Verdict | Profile:
+        """Record and return the verdict for a failure of the server's machinery (not of the candidate).
+
+        The error class comes from the exception when it names one (`error_class`, e.g. a worker that did not
+        start), else internal_error. The attempt stores the whole traceback; the verdict carries its end."""
+        error_class = ErrorClass(getattr(exc, "error_class", None) or ErrorClass.INTERNAL_ERROR)
+        info = ERROR_CLASSES[error_class]
+        log = "".join(traceback.format_exception(exc))
+        logger.error("attempt %d (%s %s): server error: %s", attempt_id, kind, workload_id, log)
+        first_line = (str(exc).strip().splitlines() or [""])[0][:500]  # the log keeps the rest
+        passed = f"the check passed (attempt {checked.attempt_id}) but " if checked and checked.status == Status.CORRECT else ""
+        verdict = Verdict(status=info.status, error_class=error_class,
+                          message=f"{passed}the server failed to {kind} the kernel: {type(exc).__name__}: {first_line}",
+                          hint=info.hint, docs=list(info.docs), workload_id=workload_id, size=size, targets=list(targets_),
+                          tier=str(self.executor.tier), isolation=str(self.executor.isolation), attempt_id=attempt_id,
+                          total_seconds=seconds,
+                          log_tail=log[-_SERVER_LOG_TAIL_CHARS:])
+        result = verdict if kind == "check" else Profile(
+            workload_id=workload_id, tier=str(self.executor.tier), kind=_PROFILE_KIND[self.executor.tier],
+            label="not profiled: the server failed", verdict=verdict, attempt_id=attempt_id)
+        self.store.finish(attempt_id, verdict.status, verdict.error_class, result.model_dump(mode="json"), log, seconds)
         return result
 
     def in_background(self, method: Callable, *args, **kwargs) -> tuple[threading.Event, dict]:
         """Run check_kernel or profile_kernel on a thread.
 
         Returns (done, box); box gets 'attempt_id' as soon as the attempt exists, then 'result' or 'error'.
+        Setting box['cancel'] kills the job's worker and records the attempt as cancelled.
         """
-        done, box, has_id = threading.Event(), {}, threading.Event()
+        done, box, has_id = threading.Event(), {"cancel": threading.Event()}, threading.Event()
 
         def remember(attempt_id: int) -> None:
             box["attempt_id"] = attempt_id
@@ -129,7 +277,7 @@ class JaxBench:
 
         def run() -> None:
             try:
-                box["result"] = method(*args, on_attempt=remember, **kwargs)
+                box["result"] = method(*args, on_attempt=remember, cancel=box["cancel"], **kwargs)
             except Exception as exc:  # noqa: BLE001 - handed to the caller through the box
                 box["error"] = exc
             finally:
@@ -148,8 +296,8 @@ class JaxBench:
             result = json.loads(row["result_json"]) if row["result_json"] else None
             profile = Profile(**result) if result is not None and row["kind"] == "profile" else None
             verdict = profile.verdict if profile else Verdict(**result) if result else None
-            detail = AttemptDetail(**_summary_fields(row), verdict=verdict, profile=profile, source=row["source"],
-                                   log_tail=row["log"][-8000:])
+            detail = AttemptDetail(**_summary_fields(row), verdict=verdict, profile=profile,
+                                   source=_head_and_tail(row["source"], ATTEMPT_SOURCE_CHARS), log_tail=row["log"][-ATTEMPT_LOG_CHARS:])
             return AttemptList(attempts=[AttemptSummary(**_summary_fields(row))], detail=detail)
         if workload_id is not None:
             workload_id = workloads.get_workload(workload_id).id
@@ -158,6 +306,23 @@ class JaxBench:
 
 class UnknownAttempt(LookupError):
     pass
+
+
+class BadRequest(ValueError):
+    """A request argument out of range (the message says the allowed range)."""
+
+
+# Mistakes in a request that the agent can fix; anything else raised during a check is the server's fault.
+AGENT_ERRORS = (workloads.UnknownWorkload, workloads.UnknownSize, targets.UnknownTarget, UnknownAttempt, BadRequest)
+
+_PROFILE_KIND = {targets.Tier.TPU: "measured", targets.Tier.CPU_LIBTPU: "static estimate", targets.Tier.CPU: "roofline only"}
+
+
+def _head_and_tail(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n... ({len(text) - 2 * half:,} characters cut) ...\n{text[-half:]}"
 
 
 def _summary_fields(row) -> dict:

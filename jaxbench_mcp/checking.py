@@ -10,8 +10,12 @@ native-dtype baseline (never tighter than one ulp of the output's largest magnit
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
+import os
 import re
 import secrets
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -20,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxbench_mcp import error_catalog, targets, workloads
+from jaxbench_mcp import error_catalog, protocol, sandbox, targets, workloads
 from jaxbench_mcp.comparison import jaxbench_allclose
-from jaxbench_mcp.jobs import JobQueue, Limits, RunOutcome, WorkerPool, default_slots
+from jaxbench_mcp.jobs import JobQueue, Limits, RunOutcome, Worker, WorkerPool, WorkerStartFailed, default_slots
 from jaxbench_mcp.models import CompileReport, KernelDescription, SeedReport, StageReport, Verdict
-from jaxbench_mcp.taxonomy import ErrorClass, STATUS_OF, Status
+from jaxbench_mcp.taxonomy import ErrorClass, Stage, Status, status_of
 
 DEFAULT_SEEDS = 3
 _TOLERANCE_FACTOR = 2.0
@@ -54,26 +58,50 @@ def _first_leaf(out):
     return np.asarray(jax.tree_util.tree_leaves(out)[0])
 
 
-@functools.lru_cache(maxsize=256)
+# Seeds are fresh for every check, so these caches only serve the two uses within one check (the inputs
+# the worker gets, and the truth computed from the same inputs).
+@functools.lru_cache(maxsize=32)
 def inputs_for(workload_id: str, size: str, seed: int) -> tuple:
     """The inputs for a hidden seed, built here: the worker gets the arrays, never the seed."""
     return workloads.get_workload(workload_id).create_inputs(size, seed=seed)
 
 
-def write_inputs(inputs: tuple, directory: Path, prefix: str) -> list[dict]:
+def write_inputs(inputs: tuple, directory: Path, prefix: str) -> list[protocol.InputFile | protocol.StaticInput]:
     """Inputs as raw files plus shape/dtype; static Python values travel in the description."""
     described = []
     for i, x in enumerate(inputs):
         if not hasattr(x, "shape"):
-            described.append({"static": x})
+            described.append(protocol.StaticInput(static=x))
             continue
         path = directory / f"{prefix}_{i}.bin"
         path.write_bytes(np.asarray(x).tobytes())
-        described.append({"file": path.name, "shape": list(x.shape), "dtype": str(x.dtype)})
+        described.append(protocol.InputFile(file=path.name, shape=list(x.shape), dtype=str(x.dtype)))
     return described
 
 
-@functools.lru_cache(maxsize=256)
+def fresh_seed() -> int:
+    """A hidden seed from the OS: never 42 (the public one), never reused across checks."""
+    return secrets.randbelow(2**31 - 1) + 43
+
+
+def read_job_file(directory: Path, name: str, max_bytes: int) -> bytes:
+    """A file the worker wrote, read defensively: a bare name, no link, a regular file, bounded in size."""
+    if "/" in name or name.startswith("."):
+        raise protocol.ProtocolViolation(f"the file name {name!r} is not a bare file name")
+    try:
+        fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise protocol.ProtocolViolation(f"{name} cannot be opened as a plain file ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise protocol.ProtocolViolation(f"{name} is not a regular file")
+        if info.st_size > max_bytes:
+            raise protocol.ProtocolViolation(f"{name} has {info.st_size:,} bytes; at most {max_bytes:,} were expected")
+        return f.read(max_bytes + 1)[:max_bytes]
+
+
+@functools.lru_cache(maxsize=32)
 def truth_for(workload_id: str, size: str, seed: int) -> Truth:
     """The truth, the native baseline and the calibrated tolerance for one (workload, size, seed)."""
     import jax
@@ -161,30 +189,54 @@ def decisive_lines(text: str) -> str:
 
 # ---- the checker ------------------------------------------------------------------------------
 
+# A lowered module bigger than this is no candidate's program.
+_MAX_MODULE_BYTES = 64 * 2**20
+# The parent counts Mosaic kernels in the lowered module itself: this op carries each one.
+_MOSAIC_OP = "tpu_custom_call"
 
-def _produced_by(tier: targets.Tier, stage: str) -> str:
-    if stage in ("compare", "policy"):
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+class Cancelled(Exception):
+    """The caller cancelled the check; its worker has been killed."""
+
+
+def _produced_by(tier: targets.Tier, stage: Stage) -> str:
+    if stage in (Stage.COMPARE, Stage.POLICY):
         return "server (trusted process)"
-    if stage == "compile":
+    if stage is Stage.COMPILE:
         return "tpu: XLA:TPU compile for the attached chip" if tier is targets.Tier.TPU else "cpu_libtpu: deviceless XLA:TPU compile"
-    if stage == "run":
+    if stage is Stage.RUN:
         return "tpu: real run on the attached chip" if tier is targets.Tier.TPU else f"{tier}: TPU interpret mode on the CPU"
-    if stage == "lower":
+    if stage is Stage.LOWER:
         return f"{tier}: jax lowering for TPU (Mosaic)"
     return f"{tier}: candidate process"
 
 
-def _vmem_estimate(kernel: dict) -> int:
+def _vmem_estimate(kernel: protocol.KernelInfo) -> int:
     """Blocks are double-buffered by the pipeline; scratch is allocated once."""
     import jax.numpy as jnp
 
-    total = kernel["scratch_bytes"]
-    for block in kernel["blocks"]:
-        if block["in_hbm"]:
+    total = kernel.scratch_bytes
+    for block in kernel.blocks:
+        if block.in_hbm:
             continue
-        n = int(np.prod([d or 1 for d in block["block_shape"]], dtype=np.int64))
-        total += 2 * n * jnp.dtype(block["dtype"]).itemsize
+        n = int(np.prod([d or 1 for d in block.block_shape], dtype=np.int64))
+        total += 2 * n * jnp.dtype(block.dtype).itemsize
     return int(total)
+
+
+def inspect_module(job_dir: Path, module_file: str) -> tuple[int, str]:
+    """(Mosaic kernels, sha256) of a lowered module the worker wrote, read and counted here, in the parent."""
+    text = read_job_file(job_dir, module_file, _MAX_MODULE_BYTES)
+    return text.count(_MOSAIC_OP.encode()), hashlib.sha256(text).hexdigest()
 
 
 class Checker:
@@ -194,6 +246,7 @@ class Checker:
                  slots: int | None = None):
         self.tier = tier or targets.detect_tier()
         self.limits = limits or Limits()
+        self.isolation = sandbox.detect()
         self.default_target = (targets.DEFAULT_CPU_TARGET if self.tier is targets.Tier.CPU_LIBTPU
                                 else targets.attached_generation())
         self.queue = JobQueue(slots or default_slots(self.tier))
@@ -201,8 +254,6 @@ class Checker:
             # Only one process can hold a TPU: there, the next worker starts when the last one is done.
             spares = 0 if self.tier is targets.Tier.TPU else self.queue.slots
         self.pool = WorkerPool(self.default_target if self.tier is targets.Tier.CPU_LIBTPU else None, self.tier, self.limits, spares)
-        # Hidden seeds: drawn once per checker from the OS, never 42, never shown to the candidate.
-        self._seeds = [secrets.randbelow(2**31 - 1) + 43 for _ in range(16)]
 
     def start(self) -> None:
         self.pool.fill()
@@ -213,9 +264,49 @@ class Checker:
     def default_targets(self) -> list[str]:
         return [self.default_target] if self.default_target else []
 
+    # ---- running any job ----
+
+    def _ready_worker(self, dump_schedules: bool) -> Worker:
+        """A worker that said 'ready'; a worker that fails to start is replaced once before giving up."""
+        tail = ""
+        for _ in range(2):
+            worker = (Worker(None, self.tier, self.limits, dump_schedules=True) if dump_schedules else self.pool.take())
+            if worker.wait_ready():
+                return worker
+            tail = worker.tail("stderr.log")[-2000:]
+            worker.dispose()
+        raise WorkerStartFailed(f"the checker's worker failed to start twice; its stderr ends with:\n{tail}")
+
+    def run_job(self, make_job: Callable[[Path], protocol.CheckJob | protocol.ProfileJob | protocol.MeasureJob | protocol.ReferenceJob],
+                source: str | None, on_event: Callable[[protocol.StageEvent], None] = lambda _e: None,
+                cancel: threading.Event | None = None, dump_schedules: bool = False) -> RunOutcome:
+        """Every kind of job: take a queue slot, then a ready worker, write the candidate and the job's files
+        into its directory, and follow it to the end. Raises Cancelled or WorkerStartFailed."""
+        def in_slot() -> RunOutcome:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            worker = self._ready_worker(dump_schedules)
+            if source is not None:
+                (worker.job_dir / "candidate.py").write_text(source)
+            job = make_job(worker.job_dir)
+            if cancel is not None:
+                worker.cancelled = cancel
+            outcome = worker.run(job, on_event)
+            if outcome.killed_for == "cancelled":
+                outcome.cleanup()
+                raise Cancelled()
+            return outcome
+
+        return self.queue.run(in_slot)
+
+    # ---- check ----
+
     def check(self, workload_id: str, source: str, targets_: list[str] | None = None, size: str | None = None,
               seeds: int = DEFAULT_SEEDS, require_pallas: bool = True,
-              on_progress: Callable[[str], None] | None = None) -> tuple[Verdict, RunOutcome]:
+              on_progress: Callable[[str], None] | None = None,
+              cancel: threading.Event | None = None) -> tuple[Verdict, RunOutcome | None]:
+        """The verdict on one candidate, and the worker's outcome (None when no worker could start: the verdict
+        is then a server_error). Raises Cancelled when `cancel` is set before the end."""
         started = time.monotonic()
         w = workloads.get_workload(workload_id)
         chosen = targets.parse_targets(targets_) if targets_ else self.default_targets()
@@ -224,123 +315,229 @@ class Checker:
                                         "install jax[tpu] or omit targets")
         run_size = size or ("full" if self.tier is targets.Tier.TPU else "small")
         w.size_params(run_size)
-        if not 1 <= seeds <= len(self._seeds):
-            raise ValueError(f"seeds must be between 1 and {len(self._seeds)}")
-        hidden = self._seeds[:seeds]
-        job = {"workload_id": w.id, "source": source, "targets": chosen, "size": run_size, "seeds": hidden,
-               "interpret": self.tier is not targets.Tier.TPU,
-               # Orders in which interpret mode visits "parallel" grid axes: fresh for every check.
-               "shuffle_seeds": [secrets.randbelow(2**31) for _ in hidden]}
+        if not 1 <= seeds <= 16:
+            raise ValueError("seeds must be between 1 and 16")
+        # Fresh hidden seeds for every check: an answer remembered from one check is worth nothing in the next.
+        hidden = [fresh_seed() for _ in range(seeds)]
         progress = on_progress or (lambda _msg: None)
 
-        def on_event(event: dict) -> None:
-            if event.get("event") == "stage" and event.get("state") != "start":
-                where = f" {event['target']}" if event.get("target") else ""
-                seed = f" seed {event['seed_index']}" if "seed_index" in event else ""
-                progress(f"{event['stage']}{where}{seed}: {event['state']}")
+        def on_event(event: protocol.StageEvent) -> None:
+            if event.state != "start":
+                where = f" {event.target}" if event.target else ""
+                seed = f" seed {event.seed_index}" if event.seed_index is not None else ""
+                progress(f"{event.stage}{where}{seed}: {event.state}")
+
+        def make_job(job_dir: Path) -> protocol.CheckJob:
+            # Built field by field: the seeds stay here; the worker gets the arrays they produce.
+            return protocol.CheckJob(
+                workload_id=w.id, targets=chosen, size=run_size, interpret=self.tier is not targets.Tier.TPU,
+                inputs=[write_inputs(inputs_for(w.id, run_size, seed), job_dir, f"input_{k}") for k, seed in enumerate(hidden)],
+                # Orders in which interpret mode visits "parallel" grid axes: fresh for every check.
+                shuffle_seeds=[secrets.randbelow(2**31) for _ in hidden])
 
         progress("queued")
         # The truth is needed only after the run; compute it meanwhile, on the server's side.
         truth = threading.Thread(target=lambda: [truth_for(w.id, run_size, s) for s in hidden], daemon=True)
         truth.start()
-        outcome = self.queue.run(lambda: self._run_in_worker(dict(job), on_event))
+        verdict = Verdict(status=Status.CORRECT, message="", workload_id=w.id, size=run_size, targets=chosen, tier=str(self.tier),
+                          isolation=str(self.isolation))
+        try:
+            outcome = self.run_job(make_job, source, on_event, cancel)
+        except WorkerStartFailed as exc:
+            self._fail(verdict, ErrorClass.WORKER_START_FAILED, str(exc))
+            verdict.total_seconds = time.monotonic() - started
+            return verdict, None
         truth.join()
-        verdict = self._verdict(w, job, outcome, require_pallas, progress)
+        try:
+            self._judge(verdict, w, hidden, outcome, require_pallas, progress)
+        except BaseException:  # the caller never sees this outcome: its directory goes now
+            outcome.cleanup()
+            raise
         verdict.total_seconds = time.monotonic() - started
         return verdict, outcome
 
-    def _run_in_worker(self, job: dict, on_event: Callable[[dict], None]) -> RunOutcome:
-        worker = self.pool.take()
-        seeds = job.pop("seeds")
-        job["inputs"] = [write_inputs(inputs_for(job["workload_id"], job["size"], seed), worker.workdir, f"input_{k}")
-                         for k, seed in enumerate(seeds)]
-        if not worker.wait_ready():
-            worker.kill()
-            raise RuntimeError(f"a checker worker failed to start; its stderr ends with:\n{worker.tail('stderr.log')[-2000:]}")
-        return worker.run(job, on_event)
+    @staticmethod
+    def _fail(verdict: Verdict, cls: ErrorClass | None, text: str, stage: Stage | None = None) -> None:
+        diagnosis = error_catalog.classify(stage, text) if cls is None else error_catalog.diagnosis_for(cls)
+        verdict.error_class = diagnosis.error_class
+        verdict.status = status_of(diagnosis.error_class)
+        verdict.message = decisive_lines(text) if cls is None else text
+        verdict.hint, verdict.docs = diagnosis.hint, list(diagnosis.doc_refs)
 
     # ---- turning the worker's events into a verdict ----
 
-    def _verdict(self, w, job: dict, outcome: RunOutcome, require_pallas: bool, progress) -> Verdict:
-        verdict = Verdict(status=Status.CORRECT, message="", workload_id=w.id, size=job["size"], targets=job["targets"],
-                          tier=str(self.tier))
-        failure: tuple[ErrorClass, str, str | None] | None = None  # (class, message, stage for the catalog)
-        outputs: dict[int, dict] = {}
+    def _judge(self, verdict: Verdict, w, hidden: list[int], outcome: RunOutcome, require_pallas: bool, progress) -> None:
+        failures: list[tuple[ErrorClass | None, str, Stage | None]] = []  # (class, message, stage for the catalog)
+        outputs: dict[int, protocol.Output] = {}
+        mosaic_kernels: dict[str, int] = {}
+        traced: protocol.Traced | None = None
         vmem = None
-        for e in outcome.events:
-            if e.get("event") != "stage" or e.get("state") == "start":
+        for e in outcome.stage_events():
+            if e.state == "start":
                 continue
-            stage, ok = e["stage"], e["state"] == "done"
-            verdict.stages.append(StageReport(stage=stage, ok=ok, seconds=round(e.get("seconds", 0.0), 4), target=e.get("target"),
-                                              produced_by=_produced_by(self.tier, stage)))
-            if stage == "trace" and ok:
-                verdict.kernels = [KernelDescription(name=k["name"], grid=k["grid"], block_shapes=[b["block_shape"] for b in k["blocks"]],
-                                                     dimension_semantics=k["dimension_semantics"], num_scalar_prefetch=k["num_scalar_prefetch"],
-                                                     num_scratch=k["num_scratch"]) for k in e["kernels"]]
-                verdict.pallas_calls = len(e["kernels"])
-                vmem = max((_vmem_estimate(k) for k in e["kernels"]), default=None)
-                if e["host_callbacks"]:
-                    failure = (ErrorClass.HOST_CALLBACK, f"workload calls back into Python on the host ({', '.join(sorted(set(e['host_callbacks'])))}); "
-                               "the computation must run on the TPU", None)
-            if stage == "compile":
-                verdict.compiles.append(CompileReport(target=e["target"], ok=ok, seconds=round(e.get("seconds", 0.0), 3),
-                                                      code_size_bytes=e.get("code_size_bytes"), vmem_estimate_bytes=vmem or None))
-            if stage == "run" and ok:
-                outputs[e["seed_index"]] = e["output"]
-            if not ok and failure is None:
-                if stage == "load":
-                    cls = ErrorClass(e["error_class"])
-                    failure = (cls, decisive_lines(e["text"]) if cls is not ErrorClass.MISSING_WORKLOAD else e["text"], None)
+            ok = e.state == "done"
+            verdict.stages.append(StageReport(stage=e.stage, ok=ok, seconds=round(e.seconds, 4), target=e.target,
+                                              produced_by=_produced_by(self.tier, e.stage)))
+            if e.traced is not None:
+                traced = e.traced
+                kernels = e.traced.kernels
+                verdict.kernels = [KernelDescription(name=k.name, grid=k.grid, block_shapes=[b.block_shape for b in k.blocks],
+                                                     dimension_semantics=k.dimension_semantics, num_scalar_prefetch=k.num_scalar_prefetch,
+                                                     num_scratch=k.num_scratch) for k in kernels]
+                verdict.pallas_calls = len(kernels)
+                vmem = max((_vmem_estimate(k) for k in kernels), default=None)
+                if e.traced.host_callbacks:
+                    failures.append((ErrorClass.HOST_CALLBACK, "workload calls back into Python on the host "
+                                     f"({', '.join(sorted(set(e.traced.host_callbacks)))}); the computation must run on the TPU", None))
+            if e.lowered is not None and e.lowered.module_file:
+                try:
+                    count, digest = inspect_module(outcome.job_dir, e.lowered.module_file)
+                except protocol.ProtocolViolation as exc:
+                    failures.append((ErrorClass.PROTOCOL_VIOLATION, f"the lowered module for {e.target or 'TPU'}: {exc}", None))
+                    continue
+                mosaic_kernels[e.target or "tpu"] = count
+                verdict.program_sha256[e.target or "tpu"] = digest
+            if e.stage is Stage.COMPILE:
+                verdict.compiles.append(CompileReport(target=e.target, ok=ok, seconds=round(e.seconds, 3),
+                                                      code_size_bytes=e.compiled.code_size_bytes if e.compiled else None,
+                                                      vmem_estimate_bytes=vmem or None,
+                                                      error=None if ok else decisive_lines(e.text or "").splitlines()[-1:][0][:300]
+                                                      if (e.text or "").strip() else None))
+            if e.output is not None:
+                outputs[e.seed_index] = e.output
+            if not ok:
+                cls = ErrorClass(e.error_class) if e.error_class else None
+                if cls is not None:
+                    text = e.text if cls is ErrorClass.MISSING_WORKLOAD else decisive_lines(e.text or "")
+                    failures.append((cls, text or "", None))
                 else:
-                    failure = (None, e["text"], stage)
+                    failures.append((None, e.text or "", e.stage))
 
-        if failure is None and outcome.killed_for:
-            if outcome.killed_for == "memory":
-                failure = (ErrorClass.MEMORY_LIMIT, f"the worker exceeded the memory limit of {self.limits.memory_bytes / 2**30:.1f} GiB and was killed", None)
-            else:
-                stage = outcome.killed_for.split(":", 1)[1]
-                failure = (ErrorClass.STAGE_TIMEOUT, f"stage '{stage}' ran longer than its limit of {self.limits.for_stage(stage):.0f} s; the worker was killed", None)
-        if failure is None and not outcome.finished:
+        failed_compiles = [c.target for c in verdict.compiles if not c.ok]
+        if outcome.violation:
+            failures.insert(0, (ErrorClass.PROTOCOL_VIOLATION, f"the candidate's process broke the worker protocol: "
+                                f"{outcome.violation}; the run was stopped", None))
+        elif outcome.killed_for and not failures:
+            failures.append(self._killed(outcome.killed_for))
+        if not failures and not outcome.finished:
             code = outcome.returncode
-            if code is not None and code < 0:
-                import signal as _signal
-
-                failure = (ErrorClass.KILLED_BY_SIGNAL, f"the candidate's process died from signal {_signal.Signals(-code).name}", None)
+            # Inside bubblewrap the sandbox's init reports a child killed by signal N as exit status 128 + N.
+            signal_number = -code if code is not None and code < 0 else (
+                code - 128 if outcome.isolation is sandbox.Isolation.BUBBLEWRAP and code is not None and 128 < code < 128 + 65 else None)
+            if signal_number:
+                failures.append((ErrorClass.KILLED_BY_SIGNAL, f"the candidate's process died from signal {_signal_name(signal_number)}", None))
             else:
-                failure = (ErrorClass.EXITED, f"the candidate's process exited with status {code} before the check finished", None)
+                failures.append((ErrorClass.EXITED, f"the candidate's process exited with status {code} before the check finished", None))
 
-        if failure is None:
+        if not failures and traced is None and outcome.finished:
+            failures.append((ErrorClass.PROTOCOL_VIOLATION, "the worker reported 'finished' before tracing the candidate", None))
+        if not failures:
+            failures += self._full_size(w, traced, verdict)
             progress("compare")
-            failure = self._compare(w, job, outcome, outputs, verdict)
+            failure = self._compare(w, hidden, verdict.size, outcome, outputs, verdict)
+            if failure:
+                failures.append(failure)
 
-        if failure is None and require_pallas and verdict.pallas_calls == 0:
-            failure = (ErrorClass.NO_PALLAS_CALL, "no pallas_call found in workload(): this benchmark asks for a Pallas kernel", None)
+        if not failures and require_pallas and not any(mosaic_kernels.values()):
+            failures.append((ErrorClass.NO_PALLAS_CALL, "no Pallas kernel in workload(): the lowered program holds no Mosaic "
+                             "kernel (tpu_custom_call); this benchmark asks for a Pallas kernel"
+                             + (f" (the trace listed {verdict.pallas_calls} pallas_call(s) that did not reach the program)"
+                                if verdict.pallas_calls else ""), None))
+        if not failures and require_pallas and traced is not None and traced.work is not None:
+            failure = self._work_share(w, traced.work, verdict)
+            if failure:
+                failures.append(failure)
 
         if w.degenerate_output:
             verdict.warnings.append("this workload's output is near-constant: an all-zeros or constant output passes JAXBench's own check (see the workload notes)")
-        if failure is not None:
-            cls, text, stage = failure
-            diagnosis = error_catalog.classify(stage, text) if cls is None else error_catalog.diagnosis_for(cls)
-            verdict.error_class = diagnosis.error_class
-            verdict.status = STATUS_OF[ErrorClass(diagnosis.error_class)]
-            verdict.message = decisive_lines(text) if cls is None else text
-            verdict.hint, verdict.docs = diagnosis.hint, list(diagnosis.doc_refs)
-        return verdict
+        if failures:
+            cls, text, stage = failures[0]
+            if len(failed_compiles) > 1 or (failed_compiles and len(verdict.compiles) > 1):
+                ok_targets = [c.target for c in verdict.compiles if c.ok]
+                text = (f"compile failed for {', '.join(failed_compiles)}"
+                        + (f" (ok for {', '.join(ok_targets)})" if ok_targets else "") + f"; first failure:\n{text}")
+            self._fail(verdict, cls, text, stage)
 
-    def _compare(self, w, job: dict, outcome: RunOutcome, outputs: dict[int, dict], verdict: Verdict):
-        for index, seed in enumerate(job["seeds"]):
+    @staticmethod
+    def _full_size(w, traced: protocol.Traced | None, verdict: Verdict) -> list[tuple[ErrorClass, str, None]]:
+        """What holds at full size although the run was small: the same program at both sizes, and every output
+        element written and every dense input element read by some grid step (in that order of precedence)."""
+        from jaxbench_mcp import coverage
+
+        if traced is None:
+            return []
+        failures = []
+        if traced.outline is not None and traced.run_outline is not None:
+            difference = coverage.first_difference(traced.run_outline, traced.outline, (f"{verdict.size} size", "full size"))
+            if difference is not None:
+                failures.append((ErrorClass.SIZE_DEPENDENT_PROGRAM, "workload() traces to a different program at the "
+                                 f"{verdict.size} size than at full size: {difference['text']}", None))
+        if traced.coverage is not None:
+            for finding in traced.coverage.findings:
+                verdict.full_size_findings.append(finding.message)
+                if finding.kind == "unread_input" and finding.operand.split(" (")[0] in w.sparse_inputs:
+                    verdict.warnings.append(f"{finding.message} ({finding.operand.split(' (')[0]} is sparse: a kernel may "
+                                            "skip parts of it)")
+                    continue
+                cls = ErrorClass.UNWRITTEN_OUTPUT if finding.kind == "unwritten_output" else ErrorClass.UNREAD_INPUT
+                failures.append((cls, finding.message, None))
+        # An unwritten output decides over an unread input: it is the more direct fault.
+        failures.sort(key=lambda f: [ErrorClass.SIZE_DEPENDENT_PROGRAM, ErrorClass.UNWRITTEN_OUTPUT, ErrorClass.UNREAD_INPUT].index(f[0]))
+        return failures[:1]
+
+    @staticmethod
+    def _work_share(w, work: protocol.Work, verdict: Verdict) -> tuple[ErrorClass, str, None] | None:
+        from jaxbench_mcp import coverage
+
+        share = coverage.work_share({"flops": work.kernel_flops, "bytes": work.kernel_bytes, "exact": work.exact},
+                                    None if work.outside_flops is None else {"flops": work.outside_flops, "bytes": work.outside_bytes})
+        judged = coverage.judge_work_share(share, w.flops("full"), w.io_bytes("full"))
+        verdict.pallas_work = judged["reason"]
+        if judged["error_class"]:
+            return (ErrorClass.PALLAS_NOT_DOING_THE_WORK, judged["reason"], None)
+        return None
+
+    def _killed(self, killed_for: str) -> tuple[ErrorClass, str, None]:
+        if killed_for == "memory":
+            return (ErrorClass.MEMORY_LIMIT, f"the worker exceeded the memory limit of {self.limits.memory_bytes / 2**30:.1f} GiB and was killed", None)
+        if killed_for == "disk":
+            return (ErrorClass.PROTOCOL_VIOLATION, f"the candidate wrote more than {self.limits.max_job_dir_bytes / 2**30:.1f} GiB into "
+                    "its job directory and was killed", None)
+        stage = killed_for.split(":", 1)[1]
+        if stage == "overall":
+            return (ErrorClass.STAGE_TIMEOUT, "the job ran past its overall time limit; the worker was killed", None)
+        return (ErrorClass.STAGE_TIMEOUT, f"stage '{stage}' ran longer than its limit of {self.limits.for_stage(Stage(stage)):.0f} s; "
+                "the worker was killed", None)
+
+    def _compare(self, w, hidden: list[int], size: str, outcome: RunOutcome, outputs: dict[int, protocol.Output], verdict: Verdict):
+        for index, seed in enumerate(hidden):
             info = outputs.get(index)
+            if info is None and outcome.finished:
+                return (ErrorClass.PROTOCOL_VIOLATION, "the worker reported 'finished' before every seed's run was done", None)
             if info is None:
                 return (ErrorClass.EXITED, "the candidate's process stopped before producing every output", None)
-            if info["leaves"] != 1:
-                return (ErrorClass.SHAPE_MISMATCH, f"workload() returns {info['leaves']} arrays; this workload returns exactly one", None)
-            candidate = np.load(outcome.workdir / info["path"], allow_pickle=False)
+            if info.leaves != 1:
+                return (ErrorClass.SHAPE_MISMATCH, f"workload() returns {info.leaves} arrays; this workload returns exactly one", None)
+            t = truth_for(w.id, size, seed)
+            if tuple(info.shape) != tuple(t.truth.shape):
+                return (ErrorClass.SHAPE_MISMATCH, f"seed {index}: output shape {info.shape} but the workload returns {list(t.truth.shape)}", None)
+            try:
+                # float64 at most, plus the .npy header: anything larger is not the output it claims to be.
+                data = read_job_file(outcome.job_dir, info.path, t.truth.size * 8 + 4096)
+                candidate = np.load(io.BytesIO(data), allow_pickle=False)
+            except (protocol.ProtocolViolation, ValueError, OSError, EOFError) as exc:
+                return (ErrorClass.PROTOCOL_VIOLATION, f"seed {index}: the output file is not a valid array ({exc})", None)
+            if candidate.dtype.kind not in "biuf":  # the worker writes numbers; strings or objects are a forgery
+                return (ErrorClass.PROTOCOL_VIOLATION, f"seed {index}: the output file holds {candidate.dtype}, not numbers", None)
+            if tuple(candidate.shape) != tuple(info.shape):
+                return (ErrorClass.PROTOCOL_VIOLATION, f"seed {index}: the output file holds shape {list(candidate.shape)}, "
+                        f"not the {info.shape} its report claims", None)
             t0 = time.monotonic()
-            report, cls, message = compare(candidate, info["dtype"], truth_for(w.id, job["size"], seed), index)
+            report, cls, message = compare(candidate, info.dtype, t, index)
             if report:
                 verdict.seeds.append(report)
-            verdict.stages.append(StageReport(stage="compare", ok=cls is None, seconds=round(time.monotonic() - t0, 4),
-                                              produced_by=_produced_by(self.tier, "compare"), detail=f"seed {index}"))
+            verdict.stages.append(StageReport(stage=Stage.COMPARE, ok=cls is None, seconds=round(time.monotonic() - t0, 4),
+                                              produced_by=_produced_by(self.tier, Stage.COMPARE), detail=f"seed {index}"))
             if cls is not None:
                 verdict.jaxbench_compatible = all(s.jaxbench_allclose for s in verdict.seeds) if verdict.seeds else None
                 return (cls, f"seed {index}: {message}", None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-COMMANDS = ("list", "show", "info", "serve", "check", "profile", "docs")
+COMMANDS = ("list", "show", "info", "serve", "check", "profile", "docs", "evaluate", "compare", "estimate", "tune")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,7 +42,10 @@ def _emit(model, as_json: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from jaxbench_mcp import __version__
+
     parser = _Parser(prog="jaxbench-mcp", description="Workloads, docs, checks and profiles for Pallas TPU kernels (JAXBench).")
+    parser.add_argument("--version", action="version", version=f"jaxbench-mcp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("list", help="list the 50 workloads")
@@ -59,10 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the MCP server")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address; any but loopback needs a bearer token")
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--token-file", type=Path, metavar="PATH",
+                   help="HTTP: require 'Authorization: Bearer <the file's content>' (or set JAXBENCH_MCP_TOKEN)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME[:PORT]",
+                   help="HTTP: a Host name clients may use besides the loopback names and the bind address "
+                        "(DNS-rebinding protection); repeat for more")
     p.add_argument("--show-expert-source", action="store_true",
                    help="let get_workload return the expert kernel's source (hidden by default, as in JAXBench)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run checks and profiles on a Ray cluster of hosts (HEAD:6379, or 'auto' on a "
+                                                    "node of it); needs the fleet extra")
+    p.add_argument("--host-slots", type=int, metavar="N", help="with --ray: checks each host runs at once (default: the host's "
+                                                               "own, 1 on a TPU host, its CPU count elsewhere)")
 
     p = sub.add_parser("check", help="compile and check a candidate kernel (exit 0 only when correct)")
     p.add_argument("--workload", required=True, help="JAXBench id, e.g. 8p_GEMM")
@@ -85,6 +98,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pack", metavar="WORKLOAD", help="the sections most relevant to a workload")
     p.add_argument("--page", type=int, default=1)
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("evaluate", help="score a run directory of attempts (<workload_id>.py or <workload_id>/*.py)")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--target", help="the TPU generation to compile and estimate for (default: the host's)")
+    p.add_argument("--force", action="store_true", help="re-run attempts whose results are cached")
+    p.add_argument("--ray", metavar="ADDRESS", help="check and profile on a Ray cluster of hosts (HEAD:6379); needs the fleet extra")
+    p.add_argument("--host-slots", type=int, metavar="N", help="with --ray: checks each host runs at once (default: the host's own)")
+    p.add_argument("--json", action="store_true", help="print summary.json instead of the table")
+
+    p = sub.add_parser("estimate", help="static estimate of any function holding Pallas kernels (exit 0 when estimated)")
+    p.add_argument("function", metavar="FILE.py:FUNCTION", help="the function to estimate (the file runs sandboxed)")
+    p.add_argument("--args", required=True, help="comma-separated: bf16[8192,8192] (abstract), int32[4]=[1,2,3,4] "
+                                                 "(small, concrete), or a Python literal (a static argument)")
+    p.add_argument("--target", help="comma-separated TPU generations: v4,v5e,v5p,v6e,7x (default v6e)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("tune", help="compile every block-size variant, estimate, check the best few (exit 0 when one passes)")
+    p.add_argument("--workload", required=True, help="JAXBench id, e.g. 8p_GEMM")
+    p.add_argument("--kernel", required=True, type=Path, help="Python file defining workload(*inputs) and the block sizes")
+    p.add_argument("--params", required=True, help='JSON: module-level names and their candidate values, e.g. \'{"BM": [256, 512]}\'')
+    p.add_argument("--target", help="the TPU generation to estimate for (default: the host's)")
+    p.add_argument("--check-top", type=int, default=3, help="how many of the best variants to check for correctness")
+    p.add_argument("--max-variants", type=int, default=48, help="at most this many variants are compiled")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("compare", help="per-workload difference of two evaluated runs (B against A)")
+    p.add_argument("run_a", type=Path)
+    p.add_argument("run_b", type=Path)
+    p.add_argument("--chart", type=Path, help="also write a PNG scatter of the two runs' speedups here")
     return parser
 
 
@@ -123,15 +165,99 @@ def main(argv: list[str] | None = None) -> None:
             _emit(result, args.json)
             sys.exit(0 if verdict.status == "correct" else 1)
         elif args.command == "serve":
-            from jaxbench_mcp.server import build_server
+            _serve(args)
+        elif args.command in ("evaluate", "compare"):
+            _campaign(args)
+        elif args.command in ("estimate", "tune"):
+            from jaxbench_mcp import tuning
 
-            server = build_server(api.JaxBench(), show_expert_source=args.show_expert_source)
-            if args.transport == "stdio":
-                server.run("stdio")
-            else:
-                server.run("streamable-http", host=args.host, port=args.port)
+            sys.exit(tuning.cli(args))
     except agent_errors as exc:
         _fail(str(exc))
+
+
+def _campaign(args) -> None:
+    from jaxbench_mcp import campaign, campaign_report
+
+    try:
+        if args.command == "compare":
+            print(campaign_report.compare(args.run_a, args.run_b, args.chart))
+            return
+        bench = _fleet_bench(args.ray, args.host_slots) if args.ray else None
+        try:
+            summary = campaign.evaluate(args.run_dir, bench, target=args.target, force=args.force, progress=campaign.ProgressBar())
+        except KeyboardInterrupt:
+            _fail(f"interrupted: the finished attempts are in {args.run_dir / campaign.RESULTS_FILE} and cached; "
+                  "run the same command again to resume", code=130)
+        finally:
+            if bench is not None:
+                bench.close()
+        report = campaign_report.write_report(args.run_dir)
+    except campaign.CampaignError as exc:
+        _fail(str(exc))
+    if args.json:
+        print(summary.model_dump_json(indent=2))
+    else:
+        print(campaign.table(campaign.load(args.run_dir)[0]))
+        print(summary.summary())
+        print(f"report: {report}")
+
+
+def _fleet_bench(address: str, host_slots: int | None = None):
+    """A JaxBench whose executor is the Ray fleet at `address`, started (so that a missing cluster fails here)."""
+    from jaxbench_mcp import api
+    from jaxbench_mcp.store import Store
+
+    try:
+        from jaxbench_mcp import fleet
+    except ImportError as exc:
+        _fail(f"--ray needs the fleet extra (pip install 'jaxbench-mcp[fleet]'): {exc}")
+    if importlib.util.find_spec("ray") is None:
+        _fail("--ray needs Ray: pip install 'jaxbench-mcp[fleet]'")
+    if host_slots is not None and host_slots < 1:
+        _fail("--host-slots must be at least 1")
+    store = Store()
+    options = {"slots": host_slots} if host_slots else {}
+    bench = api.JaxBench(store=store, executor=fleet.RayExecutor(address, checker_options=options, cache=store))
+    try:
+        bench.start()
+    except fleet.FleetUnavailable as exc:
+        bench.close()
+        _fail(f"no fleet at {address}: {exc}")
+    return bench
+
+
+def _serve(args) -> None:
+    from jaxbench_mcp import api, jobs
+
+    jobs.install_shutdown_handlers()  # SIGTERM / Ctrl-C: no worker or worker directory outlives the server
+    from jaxbench_mcp.server import ServeRefused, build_server, http_security, serve_http
+
+    if args.transport == "http":
+        try:
+            security = http_security(args.host, args.token_file, args.allowed_host)
+        except ServeRefused as exc:
+            _fail(str(exc))
+    elif args.token_file or args.allowed_host:
+        _fail("--token-file and --allowed-host apply to --transport http only")
+    if args.host_slots is not None and not args.ray:
+        _fail("--host-slots applies to --ray only")
+    if args.ray:
+        # The fleet is started here, not in the server's lifespan: a cluster that is not there is said at once,
+        # on stderr, with exit status 2. The lifespan's start() then finds it started.
+        bench = _fleet_bench(args.ray, args.host_slots)
+    else:
+        bench = api.JaxBench()
+    server = build_server(bench, show_expert_source=args.show_expert_source)
+    if args.transport == "stdio":
+        # Ctrl-C: the shutdown handlers above kill the workers and exit at once (the stdin reader would block a
+        # clean exit). Over HTTP, uvicorn takes the signals while it runs and closes the server's lifespan.
+        if sys.stdin.isatty():
+            sys.stderr.write("jaxbench-mcp: MCP server on stdio, waiting for an MCP client on stdin "
+                             "(an agent starts this command itself; Ctrl-C stops it)\n")
+        server.run("stdio")
+    else:
+        serve_http(server, args.host, args.port, security)
 
 
 if __name__ == "__main__":

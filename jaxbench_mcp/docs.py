@@ -240,7 +240,7 @@ class DocTopic(BaseModel):
     chars: int
     sections: list[SectionInfo]
 
-    def render(self) -> str:
+    def summary(self) -> str:
         head = f"{self.id}: {self.title} [{', '.join(self.tags)}] ({self.chars} chars)"
         return "\n".join([head] + [f"  {s.ref}  {s.title}" for s in self.sections])
 
@@ -253,7 +253,7 @@ class DocSection(BaseModel):
     part: str | None = Field(default=None, description="'k/n' when a long section is split across pages")
     abridged: bool = Field(default=False, description="runnable examples left out (read the ref for them)")
 
-    def render(self) -> str:
+    def summary(self) -> str:
         part = f" (part {self.part})" if self.part else ""
         short = " (examples left out)" if self.abridged else ""
         return f"[{self.ref}]{part}{short}\n{self.text}"
@@ -266,7 +266,7 @@ class DocSearchHit(BaseModel):
     score: float
     snippet: str
 
-    def render(self) -> str:
+    def summary(self) -> str:
         return f"{self.ref}  {self.title}  (score {self.score:.1f})\n    {self.snippet}"
 
 
@@ -283,7 +283,7 @@ class DocsPage(BaseModel):
     pages: int = 1
     text: str = Field(description="plain-text rendering of this page, what an agent reads")
 
-    def render(self) -> str:
+    def summary(self) -> str:
         return self.text
 
     def __str__(self) -> str:
@@ -418,7 +418,7 @@ def _close_refs(name: str) -> list[str]:
 
 def _list_topics(page: int, page_chars: int) -> DocsPage:
     models = all_topics()
-    blocks = [m.render() for m in models]
+    blocks = [m.summary() for m in models]
     groups = _pack(blocks, page_chars - 300)
     _check_page(page, len(groups))
     chosen = [models[i] for i in groups[page - 1]]
@@ -427,7 +427,7 @@ def _list_topics(page: int, page_chars: int) -> DocsPage:
         f"{len(models)} docs topics ({total} chars in all). Read one with read_docs(topic='<id>') or one "
         "section with read_docs(topic='<id>#<anchor>'); search with read_docs(query='...')."
     )
-    text = "\n\n".join([head] + [m.render() for m in chosen]) + _footer(page, len(groups), "read_docs(page={page})")
+    text = "\n\n".join([head] + [m.summary() for m in chosen]) + _footer(page, len(groups), "read_docs(page={page})")
     return DocsPage(kind="topics", topics=chosen, page=page, pages=len(groups), text=text)
 
 
@@ -460,7 +460,7 @@ def _read_section(ref: str, page: int, page_chars: int) -> DocsPage:
     _check_page(page, len(chunks))
     part = f"{page}/{len(chunks)}" if len(chunks) > 1 else None
     model = _section_model(s, chunks[page - 1], part)
-    text = model.render() + _footer(page, len(chunks), f"read_docs(topic='{ref}', page={{page}})")
+    text = model.summary() + _footer(page, len(chunks), f"read_docs(topic='{ref}', page={{page}})")
     return DocsPage(kind="section", topic=ref, sections=[model], page=page, pages=len(chunks), text=text)
 
 
@@ -648,7 +648,7 @@ def search(query: str, topic: str | None = None, page: int = 1, page_chars: int 
         s = sections[ref]
         hits.append(DocSearchHit(ref=ref, title=s.title, topic_title=topics[s.topic_id].title,
                                  score=round(score, 2), snippet=_snippet(s.text, query)))
-    rendered = [h.render() for h in hits]
+    rendered = [h.summary() for h in hits]
     groups: list[list[int]] = []
     for group in _pack(rendered, page_chars - 400):
         for k in range(0, len(group), HITS_PER_PAGE):
@@ -656,14 +656,14 @@ def search(query: str, topic: str | None = None, page: int = 1, page_chars: int 
     _check_page(page, len(groups))
     chosen = [hits[i] for i in groups[page - 1]]
     head = f"{len(hits)} sections match {query!r}{scope}; best first. Read one with read_docs(topic='<ref>')."
-    parts = [head] + [h.render() for h in chosen]
+    parts = [head] + [h.summary() for h in chosen]
     shown: list[DocSection] = []
     if page == 1:
         best = sections[chosen[0].ref]
         used = sum(len(p) + 2 for p in parts) + 200
         if used + len(best.text) <= page_chars:
             shown.append(_section_model(best))
-            parts.append(f"--- best match in full ---\n{_section_model(best).render()}")
+            parts.append(f"--- best match in full ---\n{_section_model(best).summary()}")
     call = f"read_docs(query={query!r}" + (f", topic={topic!r}" if topic else "") + ", page={page})"
     text = "\n\n".join(parts) + _footer(page, len(groups), call)
     return DocsPage(kind="search", query=query, topic=topic, hits=chosen, sections=shown,
@@ -757,7 +757,7 @@ def _pack_sections(wanted: list[tuple[str, bool]], budget: int, used: int) -> tu
         for model in candidates:
             if model.abridged and model.text == s.text:
                 model = _section_model(s)  # nothing to leave out
-            cost = len(model.render()) + 2
+            cost = len(model.summary()) + 2
             if used + cost <= budget:
                 chosen.append(model)
                 used += cost
@@ -786,7 +786,7 @@ def context_pack_for(workload_id: str, operator: str, description: str = "",
             "Sections are addressed 'topic#anchor'; read more with read_docs(topic=...) or read_docs(query=...).")
     footer_reserve = 400
     chosen, omitted = _pack_sections(wanted, budget_chars - footer_reserve, len(head) + 2)
-    parts = [head] + [m.render() for m in chosen]
+    parts = [head] + [m.summary() for m in chosen]
     if omitted:
         parts.append("Also relevant (left out for size): " + ", ".join(omitted))
     text = "\n\n".join(parts)

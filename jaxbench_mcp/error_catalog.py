@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from jaxbench_mcp.taxonomy import STATUS_OF, ErrorClass, Status
+from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Stage, Status, status_of
 
-STAGES = ("load", "trace", "lower", "compile", "run")
+# The stages whose errors are messages from jax/XLA/libtpu raised in the candidate's process.
+STAGES = (Stage.LOAD, Stage.TRACE, Stage.LOWER, Stage.COMPILE, Stage.RUN)
 
 # Where tracing- and lowering-time errors can surface: a checker that lowers (or compiles, which
 # lowers first) sees the trace-time errors of the kernel body too.
@@ -28,12 +29,12 @@ _LOWER_ON = frozenset({"lower", "compile"})
 # On a TPU host the first call compiles, so compile-time messages can also come from the run stage.
 _COMPILE_ON = frozenset({"compile", "run"})
 
-FALLBACK: dict[str, ErrorClass] = {
-    "load": ErrorClass.IMPORT_ERROR,
-    "trace": ErrorClass.TRACE_ERROR,
-    "lower": ErrorClass.LOWERING_OTHER,
-    "compile": ErrorClass.COMPILE_OTHER,
-    "run": ErrorClass.RUNTIME_EXCEPTION,
+FALLBACK: dict[Stage, ErrorClass] = {
+    Stage.LOAD: ErrorClass.IMPORT_ERROR,
+    Stage.TRACE: ErrorClass.TRACE_ERROR,
+    Stage.LOWER: ErrorClass.LOWERING_OTHER,
+    Stage.COMPILE: ErrorClass.COMPILE_OTHER,
+    Stage.RUN: ErrorClass.RUNTIME_EXCEPTION,
 }
 
 
@@ -44,7 +45,7 @@ class Diagnosis(BaseModel):
     doc_refs: list[str] = Field(description="doc sections to read: read_docs(topic=ref)")
     rule: str | None = Field(default=None, description="the catalog entry that matched; None for a class default")
 
-    def render(self) -> str:
+    def summary(self) -> str:
         return f"{self.error_class.value}: {self.hint} Read: {', '.join(self.doc_refs)}"
 
 
@@ -58,7 +59,7 @@ class CatalogEntry:
     doc_refs: tuple[str, ...]
 
     def diagnosis(self) -> Diagnosis:
-        return Diagnosis(error_class=self.error_class, status=STATUS_OF[self.error_class], hint=self.hint,
+        return Diagnosis(error_class=self.error_class, status=status_of(self.error_class), hint=self.hint,
                          doc_refs=list(self.doc_refs), rule=self.id)
 
 
@@ -178,59 +179,12 @@ CATALOG: tuple[CatalogEntry, ...] = (
            "errors#runtime-exception", "manual-dma#async-copy"),
 )
 
-# Default hint and doc refs for every class (used when the checker decides the class itself, and
-# as the fallback of classify).
-CLASS_INFO: dict[ErrorClass, tuple[str, tuple[str, ...]]] = {
-    E.SYNTAX_ERROR: ("The file does not parse: fix the reported line.", ("errors#syntax-error",)),
-    E.IMPORT_ERROR: ("Importing the candidate failed: check imports and current jax names; no work at import time.",
-                     ("errors#import-error", "api-changes#renamed")),
-    E.MISSING_WORKLOAD: ("Define a top-level function workload(*inputs).", ("errors#missing-workload",)),
-    E.HOST_CALLBACK: ("Remove host callbacks (pure_callback, io_callback, jax.debug.*) from the workload.",
-                      ("errors#host-callback", "debugging#interpret-mode")),
-    E.TRACE_ERROR: ("Tracing failed: shapes, dtypes or pytrees of refs, specs and values do not fit.",
-                    ("errors#trace-error", "programming-model#grid-and-blockspec")),
-    E.TRACED_CONTROL_FLOW: ("Python control flow on a traced value: use pl.when, lax.cond, lax.fori_loop or jnp.where.",
-                            ("errors#traced-control-flow", "programming-model#pallas-call")),
-    E.BLOCK_SHAPE_TILING: ("Block dims must be multiples of (8, 128) or equal the array dims.",
-                           ("errors#block-shape-tiling", "blockspec-tiling#rule-8-128")),
-    E.UNSUPPORTED_OP: ("An operation does not lower inside a TPU kernel: rewrite it with supported ops.",
-                       ("errors#unsupported-op", "supported-ops#not-supported")),
-    E.LOWERING_OTHER: ("Lowering for TPU failed: read the innermost message, it names the primitive and line.",
-                       ("errors#lowering-other", "supported-ops#what-lowers")),
-    E.VMEM_OVERFLOW: ("The kernel needs more VMEM than allowed: shrink blocks or raise vmem_limit_bytes.",
-                      ("errors#vmem-overflow", "performance#vmem-limit")),
-    E.COMPILE_OTHER: ("XLA/Mosaic rejected the kernel at compile time: the detail line names the operation.",
-                      ("errors#compile-other", "supported-ops#what-lowers")),
-    E.OUT_OF_BOUNDS: ("A read or write outside an array: fix index maps (block indices) or clamp dynamic starts.",
-                      ("errors#out-of-bounds", "blockspec-tiling#edge-blocks")),
-    E.RACE_DETECTED: ("Unordered accesses to one buffer: wait before reading DMA targets; check parallel labels.",
-                      ("errors#race-detected", "debugging#race-detector")),
-    E.RUNTIME_EXCEPTION: ("The kernel raised while running: read the innermost error.",
-                          ("errors#runtime-exception", "debugging#interpret-mode")),
-    E.STAGE_TIMEOUT: ("A stage ran out of time: endless loop, too many interpret-mode grid steps, or huge unrolled loops.",
-                      ("errors#stage-timeout", "performance#block-size-vmem")),
-    E.KILLED_BY_SIGNAL: ("The process crashed inside jax/XLA/libtpu: check manual DMA shapes and semaphore pairing.",
-                         ("errors#killed-by-signal", "manual-dma#async-copy")),
-    E.EXITED: ("The candidate exited the process: remove sys.exit/os._exit and top-level scripts.", ("errors#exited",)),
-    E.MEMORY_LIMIT: ("Host memory limit exceeded: do not materialise huge arrays; keep intermediates tiled in kernels.",
-                     ("errors#memory-limit",)),
-    E.SHAPE_MISMATCH: ("Output shape differs from the reference: reshape/transpose/slice back to the reference's shape.",
-                       ("errors#shape-mismatch",)),
-    E.DTYPE_MISMATCH: ("Output dtype differs from the reference: cast the result to the reference dtype.",
-                       ("errors#dtype-mismatch",)),
-    E.NAN_OUTPUT: ("NaN/Inf in the output: initialise accumulators under pl.when, mask edge blocks, subtract the max before exp.",
-                   ("errors#nan-output", "accumulation#init-under-when", "blockspec-tiling#edge-blocks")),
-    E.WRONG_VALUES: ("Values beyond tolerance: check index maps, reduction-axis semantics, masks, f32 accumulation.",
-                     ("errors#wrong-values", "debugging#wrong-values", "accumulation#f32-accumulators")),
-    E.NO_PALLAS_CALL: ("No pallas_call in the workload: implement the hot part as a Pallas kernel.",
-                       ("errors#no-pallas-call", "programming-model#pallas-call")),
-}
-
 
 def diagnosis_for(error_class: ErrorClass | str) -> Diagnosis:
+    """The class's own hint and doc sections: when the checker decides the class itself, or no entry matches."""
     cls = ErrorClass(error_class)
-    hint, refs = CLASS_INFO[cls]
-    return Diagnosis(error_class=cls, status=STATUS_OF[cls], hint=hint, doc_refs=list(refs))
+    info = ERROR_CLASSES[cls]
+    return Diagnosis(error_class=cls, status=info.status, hint=info.hint, doc_refs=list(info.docs))
 
 
 def _check_stage(stage: str) -> str:
@@ -253,7 +207,7 @@ def classify(stage: str, message: str) -> Diagnosis:
     entry = match(stage, message)
     if entry is not None:
         return entry.diagnosis()
-    return diagnosis_for(FALLBACK[stage])
+    return diagnosis_for(FALLBACK[Stage(stage)])
 
 
 def exception_text(exc: BaseException) -> str:

@@ -1,127 +1,250 @@
-"""Running candidates in child processes: warm spare workers, device slots, limits, and the queue.
+"""Running candidates in sandboxed child processes: warm spare workers, device slots, limits, the queue,
+and the registry of every live worker (so that cancel, shutdown and signals leave nothing behind).
 
-One worker runs one candidate and is then discarded. Spare workers are started ahead of time (jax
-imported, TPU compiler initialised) so that a check does not pay for that. Each worker gets a fresh
-temporary directory, an environment scrubbed of everything but the basics, its own process group
-(so a timeout kills everything it started), a cap on resident memory and on file size, and captured,
-capped stdout/stderr.
+One worker runs one job and is then discarded. Spare workers are started ahead of time (jax imported,
+TPU compiler initialised) so that a check does not pay for that. Each worker gets a fresh directory
+of its own: `job/` inside it is the only place the sandbox (jaxbench_mcp.sandbox) can write, and its
+stdout/stderr logs sit beside it, out of the candidate's reach. What the worker says comes through a
+pipe as events (jaxbench_mcp.protocol), each validated before it counts.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import selectors
-import shutil
+import queue
 import signal
+import selectors
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
-from jaxbench_mcp import targets
+from jaxbench_mcp import protocol, sandbox, targets
+from jaxbench_mcp.internals import libtpu
+from jaxbench_mcp.taxonomy import Stage
 
 # Variables a worker may inherit; everything else (tokens, keys, cloud credentials) stays behind.
-_ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "TZ", "PYENV_VERSION", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES",
-                "TPU_WORKER_ID", "TPU_SKIP_MDS_QUERY")
+_ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "TZ", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID",
+                "TPU_SKIP_MDS_QUERY")
 _LOG_TAIL_BYTES = 20_000
+# The stored event log of one job keeps this much of its head and tail.
+LOG_KEEP_CHARS = 64_000
+
+_DEFAULT_STAGE_SECONDS = MappingProxyType({Stage.LOAD: 30.0, Stage.TRACE: 60.0, Stage.LOWER: 60.0, Stage.COMPILE: 120.0,
+                                           Stage.RUN: 120.0, Stage.MEASURE: 300.0})
 
 
 @dataclass(frozen=True)
 class Limits:
     """Wall-clock seconds per stage, and resources per worker."""
 
+    stage_seconds: Mapping[Stage, float] = _DEFAULT_STAGE_SECONDS
     warm_up: float = 180.0
-    load: float = 30.0
-    trace: float = 60.0
-    lower: float = 60.0
-    compile: float = 120.0
-    run: float = 120.0
-    measure: float = 300.0  # TPU host: warm-up and timed runs of one kernel at full size
     memory_bytes: int = 6 * 2**30
     max_file_bytes: int = 512 * 2**20
+    # All the files of one job together (the job directory is polled; a writer is killed past this).
+    max_job_dir_bytes: int = 2 * 2**30
+    max_processes: int = 512
 
-    def for_stage(self, stage: str) -> float:
-        return getattr(self, stage)
+    def for_stage(self, stage: Stage) -> float:
+        return self.stage_seconds[stage]
+
+    def overall_seconds(self, job) -> float:
+        """The most a whole job may take, whatever its events say: the sum of the stages it can run."""
+        s = self.stage_seconds
+        if isinstance(job, protocol.CheckJob):
+            n = max(1, len(job.targets))
+            return s[Stage.LOAD] + s[Stage.TRACE] + n * (s[Stage.LOWER] + s[Stage.COMPILE]) + len(job.inputs) * s[Stage.RUN]
+        if isinstance(job, protocol.MeasureJob):
+            return s[Stage.LOAD] + s[Stage.MEASURE]
+        return s[Stage.LOAD] + s[Stage.TRACE] + max(1, len(job.targets)) * s[Stage.COMPILE]
 
 
 @dataclass
 class RunOutcome:
-    events: list[dict]
-    workdir: Path
-    killed_for: str | None = None  # "timeout:<stage>" or "memory"
+    events: list  # the accepted protocol events, in order
+    job_dir: Path
+    isolation: sandbox.Isolation
+    killed_for: str | None = None  # "timeout:<stage>", "timeout:overall", "memory", "disk", "cancelled"
+    violation: str | None = None  # why the event stream broke the protocol
     returncode: int | None = None
     stdout_tail: str = ""
     stderr_tail: str = ""
     seconds: float = 0.0
+    _root: Path | None = None
 
     @property
     def finished(self) -> bool:
-        return any(e.get("event") == "finished" for e in self.events)
+        return any(isinstance(e, protocol.Finished) for e in self.events)
+
+    def stage_events(self) -> list[protocol.StageEvent]:
+        return [e for e in self.events if isinstance(e, protocol.StageEvent)]
+
+    def log_text(self) -> str:
+        events = "\n".join(e.model_dump_json(exclude_none=True) for e in self.events)
+        text = (f"== isolation: {self.isolation} ==\n== events ==\n{events}\n"
+                + (f"== protocol violation ==\n{self.violation}\n" if self.violation else "")
+                + f"== stdout ==\n{self.stdout_tail}\n== stderr ==\n{self.stderr_tail}")
+        return protocol.cut_text(text, LOG_KEEP_CHARS)
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        sandbox.remove_tree(self._root or self.job_dir)
 
 
-def _scrubbed_env(home: Path, tier: targets.Tier) -> dict[str, str]:
+def _scrubbed_env(home: str, tier: targets.Tier) -> dict[str, str]:
     env = {k: os.environ[k] for k in _ENV_ALLOWED if k in os.environ}
-    env.update(HOME=str(home), TMPDIR=str(home), PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONUNBUFFERED="1")
+    env.update(HOME=home, TMPDIR="/tmp", PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
+    # The sandbox has no network: libtpu must not ask the cloud metadata server for the chip's details (on a
+    # TPU host they come from the server's environment, TPU_ACCELERATOR_TYPE and friends, passed above).
+    env["TPU_SKIP_MDS_QUERY"] = "1"
     if tier is not targets.Tier.TPU:
         env["JAX_PLATFORMS"] = "cpu"  # interpret mode runs on the CPU; libtpu is used only to compile
     return env
 
 
-def _group_rss_bytes(pgid: int) -> int:
-    """Resident memory of every process in the worker's process group."""
+def _dir_bytes(path: Path) -> int:
     total = 0
-    page = os.sysconf("SC_PAGE_SIZE")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            if int(fields[2]) == pgid:  # field 5 of stat: process group id
-                total += int(fields[21]) * page  # field 24: resident set size in pages
-        except (OSError, IndexError, ValueError):
-            continue
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
     return total
+
+
+class WorkerStartFailed(RuntimeError):
+    """A worker did not get ready: the server's trouble, not the candidate's."""
+
+
+class Registry:
+    """Every live worker of this process, so that shutdown, signals and cancellation can end them all."""
+
+    def __init__(self) -> None:
+        self._workers: set[Worker] = set()
+        self._lock = threading.Lock()
+
+    def add(self, worker: Worker) -> None:
+        with self._lock:
+            self._workers.add(worker)
+
+    def discard(self, worker: Worker) -> None:
+        with self._lock:
+            self._workers.discard(worker)
+
+    def live(self) -> list[Worker]:
+        with self._lock:
+            return list(self._workers)
+
+    def kill_all(self) -> None:
+        for worker in self.live():
+            worker.dispose()
+
+
+REGISTRY = Registry()
+_DIR_PREFIX = "jaxbench-worker-"
+
+
+def install_shutdown_handlers() -> None:
+    """For the server process: on SIGTERM and SIGINT kill every live worker, remove its directory and exit at
+    once. A clean interpreter exit could hang on the thread that reads stdin, and finished attempts are
+    already committed; one left running is marked interrupted by the next start."""
+    def on_signal(number, _frame):
+        REGISTRY.kill_all()
+        os._exit(128 + number)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+
+
+def sweep_stale_dirs() -> int:
+    """Remove worker directories that a server which no longer runs left behind (killed with SIGKILL)."""
+    removed = 0
+    for path in Path(tempfile.gettempdir()).glob(f"{_DIR_PREFIX}*-*"):
+        pid = path.name.removeprefix(_DIR_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            sandbox.remove_tree(path)
+            removed += 1
+    return removed
+
+
+class _Spawner:
+    """Starts every worker from one thread that lives as long as the process. bwrap's --die-with-parent (the
+    kernel's parent-death signal) fires when the *thread* that started the child exits, so a worker started
+    from a short-lived thread (a request's) would be killed with it."""
+
+    def __init__(self) -> None:
+        self._requests: queue.Queue = queue.Queue()
+        threading.Thread(target=self._serve, daemon=True, name="jaxbench-spawner").start()
+
+    def _serve(self) -> None:
+        while True:
+            start, box, done = self._requests.get()
+            try:
+                box["process"] = start()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box["error"] = exc
+            done.set()
+
+    def start(self, start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        box: dict = {}
+        done = threading.Event()
+        self._requests.put((start, box, done))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["process"]
+
+
+_SPAWNER = _Spawner()
 
 
 class Worker:
     """A started worker process, warming up or ready for one job."""
 
-    def __init__(self, generation: str | None, tier: targets.Tier, limits: Limits, dump_schedules: bool = False):
+    def __init__(self, generation: str | None, tier: targets.Tier, limits: Limits, dump_schedules: bool = False,
+                 isolation: sandbox.Isolation | None = None):
         self.limits = limits
-        self.workdir = Path(tempfile.mkdtemp(prefix="jaxbench-worker-"))
+        self.isolation = isolation or sandbox.detect()
+        self.root = Path(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-"))
+        self.job_dir = self.root / "job"
+        self.job_dir.mkdir()
+        os.chmod(self.job_dir, 0o777)  # the sandbox's uid must be able to write here
+        inside = sandbox.INSIDE_JOB_DIR if self.isolation is sandbox.Isolation.BUBBLEWRAP else str(self.job_dir)
         read_fd, write_fd = os.pipe()
-        self._stdout = open(self.workdir / "stdout.log", "wb")
-        self._stderr = open(self.workdir / "stderr.log", "wb")
-        env = _scrubbed_env(self.workdir, tier)
-        env["JAXBENCH_WORKER_MAX_FILE_BYTES"] = str(limits.max_file_bytes)
-        self.dump_dir = self.workdir / "dumps"
+        self._stdout = open(self.root / "stdout.log", "wb")
+        self._stderr = open(self.root / "stderr.log", "wb")
+        env = _scrubbed_env(inside, tier)
         if dump_schedules:
             # libtpu reads its flags once, at start: a worker that dumps schedules is started for it.
-            self.dump_dir.mkdir()
-            env["LIBTPU_INIT_ARGS"] = f"--xla_jf_dump_to={self.dump_dir}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "jaxbench_mcp.worker", str(write_fd), generation or "-"],
-            stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr, cwd=self.workdir, env=env,
-            pass_fds=(write_fd,), start_new_session=True,
-        )
-        os.close(write_fd)
+            (self.job_dir / "dumps").mkdir()
+            os.chmod(self.job_dir / "dumps", 0o777)
+            env["LIBTPU_INIT_ARGS"] = libtpu.dump_flag(f"{inside}/dumps")
+        self.cgroup = sandbox.Cgroup.create(limits.memory_bytes + 2**30, limits.max_processes)
+        cpu_seconds = int(limits.warm_up + sum(limits.stage_seconds.values()) * 4) * (os.cpu_count() or 1)
+        try:
+            self.process = _SPAWNER.start(lambda: sandbox.launch(
+                [sys.executable, "-m", "jaxbench_mcp.worker", str(write_fd), generation or "-"], self.job_dir, env,
+                self._stdout, self._stderr, (write_fd,), self.isolation, limits.max_file_bytes, cpu_seconds,
+                address_space_bytes=max(64 * 2**30, 4 * limits.memory_bytes), cgroup=self.cgroup))
+        finally:
+            os.close(write_fd)
         self._events = os.fdopen(read_fd, "rb", buffering=0)
         self._buffer = b""
+        self._pending: list = []
         self.ready = False
         self.started = time.monotonic()
+        self.cancelled = threading.Event()
+        self._disposed = False
+        REGISTRY.add(self)
 
-    def _read_events(self, timeout: float) -> list[dict] | None:
-        """Events that arrive within `timeout` seconds; None once the pipe is closed."""
+    def _read_lines(self, timeout: float) -> list[bytes] | None:
+        """Complete lines that arrive within `timeout` seconds; None once the pipe is closed."""
         with selectors.DefaultSelector() as sel:
             sel.register(self._events, selectors.EVENT_READ)
             if not sel.select(timeout):
@@ -131,82 +254,151 @@ class Worker:
             return None
         self._buffer += chunk
         *lines, self._buffer = self._buffer.split(b"\n")
-        events = []
-        for line in lines:
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                events.append({"event": "garbled", "text": line[:200].decode(errors="replace")})
-        return events
+        if len(self._buffer) > protocol.MAX_EVENT_BYTES:
+            lines.append(self._buffer)  # parse_event rejects it by its length
+            self._buffer = b""
+        return lines
 
     def wait_ready(self) -> bool:
+        """Wait for the worker's 'ready'. The budget counts from its start, but a worker that got ready long ago
+        (a spare that sat idle) is always heard: the pipe is read at least once."""
         deadline = self.started + self.limits.warm_up
-        while not self.ready and time.monotonic() < deadline:
-            events = self._read_events(min(1.0, max(0.0, deadline - time.monotonic())))
-            if events is None:
+        while not self.ready:
+            lines = self._read_lines(min(1.0, max(0.0, deadline - time.monotonic())))
+            if lines is None:
                 return False
-            self.ready = any(e.get("event") == "ready" for e in events)
-        return self.ready
+            for line in lines:
+                try:
+                    event = protocol.parse_event(line)
+                except protocol.ProtocolViolation:
+                    return False  # nothing but trusted warm-up code has run yet: a broken worker
+                if isinstance(event, protocol.Ready):
+                    self.ready = True
+                else:
+                    return False
+            if not self.ready and time.monotonic() >= deadline:
+                return False
+        return self.process.poll() is None
+
+    def pids(self) -> list[int]:
+        found = set(sandbox.process_tree(self.process.pid))
+        if self.cgroup is not None:
+            found.update(self.cgroup.pids())
+        return sorted(found)
 
     def kill(self) -> None:
+        """Kill the worker and everything it started (its process group, its tree, its cgroup)."""
+        pids = [self.process.pid, *self.pids()]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             pass
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
         self.process.wait()
+        sandbox.wait_dead(pids, timeout=2.0)
+
+    def dispose(self) -> None:
+        """Kill, release the cgroup and remove the directory: for a worker that will never report again."""
+        if self._disposed:
+            return
+        self._disposed = True
+        self.kill()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        for f in (self._stdout, self._stderr, self._events):
+            f.close()
+        sandbox.remove_tree(self.root)
+        REGISTRY.discard(self)
 
     def tail(self, name: str) -> str:
-        path = self.workdir / name
-        with open(path, "rb") as f:
-            f.seek(max(0, path.stat().st_size - _LOG_TAIL_BYTES))
+        with open(self.root / name, "rb") as f:
+            f.seek(max(0, (self.root / name).stat().st_size - _LOG_TAIL_BYTES))
             return f.read().decode(errors="replace")
 
-    def run(self, job: dict, on_event: Callable[[dict], None]) -> RunOutcome:
-        """Hand the job over and follow it to the end, enforcing the stage limits and memory cap."""
+    def run(self, job, on_event: Callable[[protocol.StageEvent], None]) -> RunOutcome:
+        """Hand the job over and follow it to the end, enforcing the protocol, the stage and overall deadlines, the
+        memory and disk caps, and cancellation. Whatever happens, the worker is dead when this returns or raises."""
         t0 = time.monotonic()
-        outcome = RunOutcome(events=[], workdir=self.workdir)
+        outcome = RunOutcome(events=[], job_dir=self.job_dir, isolation=self.isolation, _root=self.root)
+        log = protocol.EventLog(job)
         try:
-            self.process.stdin.write((json.dumps(job) + "\n").encode())
-            self.process.stdin.close()
-        except BrokenPipeError:
-            pass
-        stage, deadline = "load", time.monotonic() + self.limits.load
-        next_memory_check = 0.0
-        while True:
-            events = self._read_events(0.05)
-            if events is None:
-                break
-            for event in events:
-                outcome.events.append(event)
-                on_event(event)
-                if event.get("event") == "stage" and event.get("state") == "start":
-                    stage = event["stage"]
-                    deadline = time.monotonic() + self.limits.for_stage(stage)
-            if outcome.finished:
-                break
-            if time.monotonic() > deadline:
-                outcome.killed_for = f"timeout:{stage}"
-                break
-            if time.monotonic() >= next_memory_check:  # a /proc scan costs ~ms: not every 50 ms
-                next_memory_check = time.monotonic() + 0.2
-                if _group_rss_bytes(self.process.pid) > self.limits.memory_bytes:
-                    outcome.killed_for = "memory"
-                    break
-        if outcome.killed_for or outcome.finished:
-            # A finished worker has said all it will; its interpreter teardown is not worth waiting for.
+            self._follow(job, log, outcome, on_event)
+        except BaseException:
             self.kill()
-        else:
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._stdout.close()
-        self._stderr.close()
-        self._events.close()
+            outcome.cleanup()
+            raise
+        finally:
+            outcome.events = log.events
+            self._end(outcome, finished=log.finished)
         outcome.returncode = self.process.returncode
         outcome.stdout_tail, outcome.stderr_tail = self.tail("stdout.log"), self.tail("stderr.log")
         outcome.seconds = time.monotonic() - t0
         return outcome
+
+    def _follow(self, job, log: protocol.EventLog, outcome: RunOutcome, on_event) -> None:
+        t0 = time.monotonic()
+        try:
+            self.process.stdin.write(protocol.JobEnvelope(job=job).model_dump_json().encode() + b"\n")
+            self.process.stdin.close()
+        except BrokenPipeError:
+            pass
+        overall_deadline = t0 + self.limits.overall_seconds(job)
+        stage, deadline = Stage.LOAD, t0 + self.limits.for_stage(Stage.LOAD)
+        next_check = 0.0
+        while outcome.killed_for is None and outcome.violation is None:
+            lines = self._read_lines(0.05)
+            if lines is None:
+                return
+            for line in lines:
+                try:
+                    event = protocol.parse_event(line)
+                    log.accept(event)
+                except protocol.ProtocolViolation as exc:
+                    outcome.violation = str(exc)
+                    return
+                if isinstance(event, protocol.StageEvent):
+                    on_event(event)
+                    if event.state == "start":  # a new stage (each can start once per target and seed)
+                        stage, deadline = event.stage, time.monotonic() + self.limits.for_stage(event.stage)
+            if log.finished:
+                return
+            now = time.monotonic()
+            if self.cancelled.is_set():
+                outcome.killed_for = "cancelled"
+            elif now > min(deadline, overall_deadline):
+                outcome.killed_for = f"timeout:{stage}" if deadline <= overall_deadline else "timeout:overall"
+            elif now >= next_check:  # a /proc scan costs ~ms: not every 50 ms
+                next_check = now + 0.2
+                if sandbox.rss_bytes(self.pids()) > self.limits.memory_bytes:
+                    outcome.killed_for = "memory"
+                elif _dir_bytes(self.job_dir) > self.limits.max_job_dir_bytes:
+                    outcome.killed_for = "disk"
+
+    def _end(self, outcome: RunOutcome, finished: bool) -> None:
+        """Kill what is left, read the cgroup's OOM record, release the cgroup and the pipes."""
+        if not (outcome.killed_for or outcome.violation or finished):
+            try:  # it closed its pipe: give its interpreter a moment to exit by itself
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        # A finished worker has said all it will; its teardown is not worth waiting for. Whatever it left running
+        # goes with it.
+        self.kill()
+        if self.cgroup is not None:
+            if outcome.killed_for is None and not finished and self.cgroup.oom_killed():
+                outcome.killed_for = "memory"
+            self.cgroup.remove()
+            self.cgroup = None
+        for f in (self._stdout, self._stderr, self._events):
+            f.close()
+        self._disposed = True
+        REGISTRY.discard(self)
 
 
 @dataclass
@@ -219,10 +411,11 @@ class WorkerPool:
     spares: int = 1
     _warm: list[Worker] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _closed: bool = False
 
     def fill(self) -> None:
         with self._lock:
-            while len(self._warm) < self.spares:
+            while not self._closed and len(self._warm) < self.spares:
                 self._warm.append(Worker(self.generation, self.tier, self.limits))
 
     def take(self) -> Worker:
@@ -233,9 +426,9 @@ class WorkerPool:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             for worker in self._warm:
-                worker.kill()
-                shutil.rmtree(worker.workdir, ignore_errors=True)
+                worker.dispose()
             self._warm.clear()
 
 

@@ -129,56 +129,140 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
     return kernels, callbacks
 
 
-def kernel_traffic(jaxpr) -> list[dict]:
-    """Per Pallas kernel: grid steps, the HBM bytes its BlockSpecs move over the whole grid, and its run ratio.
+def kernel_traffic(jaxpr, known: dict[int, list] | None = None) -> list[dict]:
+    """Per Pallas kernel: grid steps, the HBM bytes it moves over the whole grid, and how much of its code a
+    step runs (see kernel_replay).
 
-    Index maps are evaluated at every grid point (vectorised); a block is fetched again whenever its
-    index changes between consecutive steps. Blocks whose index maps read scalar-prefetch operands,
-    or that stay in HBM for manual DMA, cannot be followed statically: they count once per step
-    (or once in all, for pl.ANY) and the kernel is marked inexact. A grid dimension known only at run
-    time counts as 1 (steps_exact is then False). A pl.kernel (mpmd_map/core_map) has
-    no grid: one step, each operand moved once (a lower bound), its in-kernel loops in the run ratio.
+    `known` (kernel_replay.known_kernel_operands) holds the operands known before each kernel runs: with them
+    a grid dimension known only at run time gets its value, scalar-prefetch index maps and in-kernel loop
+    bounds are followed, and predicates on scalar-prefetch values are decided. Index maps are evaluated at
+    every grid point (vectorised); a BlockSpec block is fetched again whenever its index changes between
+    consecutive steps; manual DMAs count the bytes each executed dma_start moves. What cannot be followed
+    is said: `steps_exact` (a run-time grid dimension is bounded by the blocks its index maps address, or
+    counted as 1 without such a bound), `exact` (traffic), `run_ratio_exact` (branches and loop trips).
     """
-    import jax
-    import numpy as np
-
-    from jaxbench_mcp.profiling import block_traffic
-
     results = []
     for eqn in _walk_eqns(jaxpr):
-        if eqn.primitive.name in _MESH_KERNELS:
-            body = eqn.params["jaxprs"][0] if "jaxprs" in eqn.params else eqn.params["jaxpr"]
-            ratio, _ = run_ratio(getattr(body, "jaxpr", body), [], np.zeros((0, 1), np.int32))
-            moved = sum(_nbytes(v.aval) for v in (*eqn.invars, *eqn.outvars))
-            results.append({"steps": 1, "steps_exact": True, "hbm_bytes": moved, "exact": False, "run_ratio": ratio,
-                            "run_ratio_exact": False})
-            continue
-        if eqn.primitive.name != "pallas_call":
-            continue
-        mapping = eqn.params["grid_mapping"]
-        grid = [g if isinstance(g, int) else 1 for g in mapping.grid]
-        steps = int(np.prod(grid, dtype=np.int64)) if grid else 1
-        points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
-        total, exact = 0, True
-        for bm in mapping.block_mappings:
-            shape = [_block_dim(d) or 1 for d in bm.block_shape]
-            block_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
-            whole = int(np.prod(bm.array_aval.shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
-            if _stays_in_hbm(bm):
-                total, exact = total + whole, False
-                continue
-            if mapping.num_index_operands or not grid:
-                total += block_bytes * steps
-                exact = exact and not mapping.num_index_operands
-                continue
-            closed = bm.index_map_jaxpr
-            evaluate = jax.vmap(lambda *idx: _evaluate_index_map(closed, idx))
-            indices = np.stack([np.asarray(x) for x in evaluate(*points)], axis=1)
-            total += block_traffic(indices, block_bytes)
-        ratio, ratio_exact = run_ratio(eqn.params["jaxpr"], grid, points)
-        results.append({"steps": steps, "steps_exact": all(isinstance(g, int) for g in mapping.grid), "hbm_bytes": total,
-                        "exact": exact, "run_ratio": ratio, "run_ratio_exact": ratio_exact})
+        if eqn.primitive.name in _MESH_KERNELS or eqn.primitive.name == "pallas_call":
+            results.append(_kernel_traffic(eqn, (known or {}).get(id(eqn))))
     return results
+
+
+def _dynamic_grid_bound(mapping, axis: int) -> int | None:
+    """An upper bound on a grid dimension known only at run time: the number of blocks an index map that
+    passes that grid index straight through addresses (more steps would read out of bounds)."""
+    bounds = []
+    for bm in mapping.block_mappings:
+        closed = bm.index_map_jaxpr
+        invar = closed.jaxpr.invars[axis]
+        for k, out in enumerate(closed.jaxpr.outvars):
+            block = _block_dim(bm.block_shape[k]) or 1
+            if out is invar and k < len(bm.array_aval.shape):
+                bounds.append(-(-bm.array_aval.shape[k] // block))
+    return min(bounds) if bounds else None
+
+
+def _index_map_blocks(bm, points, grid, prefetch):
+    """The block index of `bm` at every grid point, shape (P, ndim), or None when it depends on unknowns."""
+    import numpy as np
+
+    from jaxbench_mcp import kernel_replay as kr
+
+    closed = bm.index_map_jaxpr
+    replay = kr.KernelReplay(grid, points)
+    env = {v: kr._const(c) for v, c in zip(closed.jaxpr.constvars, closed.consts)}
+    n_grid = len(grid)
+    env.update({v: kr.Known(points[d], lanes=True) for d, v in enumerate(closed.jaxpr.invars[:n_grid])})
+    for v, value in zip(closed.jaxpr.invars[n_grid:], prefetch):
+        env[v] = kr.RefBox("smem", None if value is None else kr.Known(value))
+    replay.run(closed.jaxpr, env, np.arange(replay.P))
+    outs = [replay._read(env, v) for v in closed.jaxpr.outvars]
+    if any(o is None for o in outs):
+        return None
+    return np.stack([np.broadcast_to(o.v, (replay.P,)) for o in outs], axis=1) if outs else np.zeros((replay.P, 0))
+
+
+def _kernel_traffic(eqn, operands: list | None) -> dict:
+    import numpy as np
+
+    from jaxbench_mcp import kernel_replay as kr
+    from jaxbench_mcp.cost_model import block_traffic
+
+    if eqn.primitive.name in _MESH_KERNELS:
+        body = eqn.params["jaxprs"][0] if "jaxprs" in eqn.params else eqn.params["jaxpr"]
+        body = getattr(body, "jaxpr", body)
+        replay = kr.KernelReplay([], np.zeros((0, 1), np.int32))
+        env = {}
+        for i, v in enumerate(body.invars):
+            value = operands[i] if operands is not None and i < len(operands) else None
+            space = kr._space(v.aval)
+            env[v] = kr.RefBox(space, kr.Known(value) if value is not None and "smem" in space else None)
+        replay.run(body, env, np.arange(1))
+        summary = kr.summarise(replay, kr.scheduled_work(body, replay.removed))
+        dma = float(replay.dma.sum())
+        moved = dma if dma > 0 else sum(_nbytes(v.aval) for v in (*eqn.invars, *eqn.outvars))
+        return {"steps": 1, "steps_exact": True, "hbm_bytes": int(moved), "exact": dma > 0 and replay.trips_exact,
+                "run_ratio_exact": replay.exact, "dma_bytes": int(dma), **summary}
+
+    mapping = eqn.params["grid_mapping"]
+    n_refs = sum(1 for v in eqn.invars if hasattr(v.aval, "inner_aval"))
+    n_dynamic = sum(1 for g in mapping.grid if not isinstance(g, int))
+    operands = operands if operands is not None else [None] * len(eqn.invars)
+    dynamic = operands[n_refs:n_refs + n_dynamic]
+    prefetch = operands[n_refs + n_dynamic:n_refs + n_dynamic + mapping.num_index_operands]
+    grid, steps_exact, dynamic_values = [], True, iter(dynamic)
+    for axis, g in enumerate(mapping.grid):
+        if isinstance(g, int):
+            grid.append(g)
+            continue
+        value = next(dynamic_values)
+        if value is not None:
+            grid.append(int(np.asarray(value).reshape(-1)[0]))
+            continue
+        steps_exact = False
+        grid.append(_dynamic_grid_bound(mapping, axis) or 1)
+    steps = int(np.prod(grid, dtype=np.int64)) if grid else 1
+    if steps > kr.MAX_LANES:
+        points = None
+    else:
+        points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
+    total, exact = 0, True
+    for bm in mapping.block_mappings:
+        shape = [_block_dim(d) or 1 for d in bm.block_shape]
+        block_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
+        whole = int(np.prod(bm.array_aval.shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
+        if _stays_in_hbm(bm):
+            continue  # moved by the kernel's own DMAs, counted below
+        indices = _index_map_blocks(bm, points, grid, prefetch) if points is not None and grid else None
+        if indices is None:
+            total += block_bytes * steps if grid else whole
+            exact = exact and not grid
+            continue
+        total += block_traffic(indices, block_bytes)
+    kernel_jaxpr = eqn.params["jaxpr"]
+    if points is None:
+        return {"steps": steps, "steps_exact": steps_exact, "hbm_bytes": int(total), "exact": False, "run_ratio": 1.0,
+                "run_ratio_exact": False, "body_ratio": 1.0, "loop_ratio": 1.0, "flat_ratio": 1.0, "in_kernel_loops": 0, "dma_bytes": 0}
+    replay = kr.KernelReplay(grid, points)
+    env = {}
+    n_prefetch = mapping.num_index_operands
+    kernel_operands = operands[n_refs + n_dynamic:]  # scalar prefetch, then inputs
+    for i, v in enumerate(kernel_jaxpr.invars):
+        space = "smem" if i < n_prefetch else kr._space(v.aval)
+        value = kernel_operands[i] if i < len(kernel_operands) and ("smem" in space) else None
+        env[v] = kr.RefBox(space, kr.Known(value) if value is not None else None)
+    replay.run(kernel_jaxpr, env, np.arange(replay.P))
+    summary = kr.summarise(replay, kr.scheduled_work(kernel_jaxpr, replay.removed))
+    dma = float(replay.dma.sum())
+    hbm_blocks = [bm for bm in mapping.block_mappings if _stays_in_hbm(bm)]
+    if hbm_blocks and dma <= 0:  # manual copies we could not follow: each such operand once (a lower bound)
+        total += sum(int(np.prod(bm.array_aval.shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
+                     for bm in hbm_blocks)
+        exact = False
+    total += dma
+    exact = exact and replay.trips_exact
+    return {"steps": steps, "steps_exact": steps_exact, "hbm_bytes": int(total), "exact": exact,
+            "run_ratio_exact": replay.exact, "dma_bytes": int(dma), **summary}
 
 
 # One vector register holds 8 x 128 values; one MXU push multiplies 8 rows by a 128 x 128 tile.

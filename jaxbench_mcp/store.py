@@ -15,15 +15,19 @@ CREATE TABLE IF NOT EXISTS attempts (
     created REAL NOT NULL,
     kind TEXT NOT NULL,              -- check | profile
     workload_id TEXT NOT NULL,
-    state TEXT NOT NULL,             -- running | done | failed
+    state TEXT NOT NULL,             -- running | done | failed | cancelled | interrupted
     status TEXT,                     -- the verdict status once done
     error_class TEXT,
     source TEXT NOT NULL,
     result_json TEXT,                -- the Verdict (or profile) as JSON
     log TEXT NOT NULL DEFAULT '',    -- worker events, stdout and stderr tails
-    seconds REAL
+    seconds REAL,
+    server TEXT                      -- "pid:start time" of the server process running it (finds what a dead one left)
 );
 CREATE INDEX IF NOT EXISTS attempts_by_workload ON attempts (workload_id, id);
+-- Results that do not depend on a candidate (baseline and expert estimates and timings), keyed by workload,
+-- target and the jax and libtpu versions (see profiling.Profiler).
+CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL);
 """
 
 
@@ -41,12 +45,25 @@ class Store:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
+        columns = {row["name"] for row in self._db.execute("PRAGMA table_info(attempts)")}
+        if "server" not in columns:  # a store written before the column existed
+            self._db.execute("ALTER TABLE attempts ADD COLUMN server TEXT")
         self._lock = threading.Lock()
+        self.interrupted = self._mark_interrupted()
+
+    def _mark_interrupted(self) -> int:
+        """Attempts left 'running' by a server that no longer runs (killed mid-check) become 'interrupted'. Another
+        live server sharing this store keeps its own."""
+        rows = self._db.execute("SELECT id, server FROM attempts WHERE state='running'").fetchall()
+        dead = [row["id"] for row in rows if not _alive(row["server"])]
+        self._db.executemany("UPDATE attempts SET state='interrupted', log=log || ? WHERE id=?",
+                             [("\n== interrupted: the server stopped before this attempt finished ==", i) for i in dead])
+        return len(dead)
 
     def start(self, kind: str, workload_id: str, source: str) -> int:
         with self._lock:
-            cur = self._db.execute("INSERT INTO attempts (created, kind, workload_id, state, source) VALUES (?, ?, ?, 'running', ?)",
-                                   (time.time(), kind, workload_id, source))
+            cur = self._db.execute("INSERT INTO attempts (created, kind, workload_id, state, source, server) "
+                                   "VALUES (?, ?, ?, 'running', ?, ?)", (time.time(), kind, workload_id, source, _identity(os.getpid())))
             return int(cur.lastrowid)
 
     def finish(self, attempt_id: int, status: str, error_class: str | None, result: dict, log: str, seconds: float) -> None:
@@ -57,6 +74,20 @@ class Store:
     def fail(self, attempt_id: int, error: str) -> None:
         with self._lock:
             self._db.execute("UPDATE attempts SET state='failed', log=? WHERE id=?", (error, attempt_id))
+
+    def cancel(self, attempt_id: int) -> None:
+        with self._lock:
+            self._db.execute("UPDATE attempts SET state='cancelled', log='cancelled by the caller; the worker was killed' "
+                             "WHERE id=? AND state='running'", (attempt_id,))
+
+    def cache_get(self, key: str) -> dict | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM cache WHERE key=?", (key,)).fetchone()
+        return json.loads(row["value"]) if row else None
+
+    def cache_put(self, key: str, value: dict) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO cache (key, value, created) VALUES (?, ?, ?)", (key, json.dumps(value), time.time()))
 
     def get(self, attempt_id: int) -> sqlite3.Row | None:
         with self._lock:
@@ -70,3 +101,18 @@ class Store:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _identity(pid: int) -> str | None:
+    """A process's pid and start time: unlike a bare pid, never the same for two processes."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f"{pid}:{int(f.read().rsplit(b')', 1)[1].split()[19])}"
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(server: str | None) -> bool:
+    if not server or ":" not in server:
+        return False
+    return _identity(int(server.split(":", 1)[0])) == server

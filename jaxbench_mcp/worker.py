@@ -1,10 +1,12 @@
 """The child process that runs one candidate kernel: load, trace, lower, compile, run.
 
-Started by jaxbench_mcp.jobs with a scrubbed environment in a fresh temporary directory. It warms up
-(imports jax, initialises the TPU compiler) before it is handed a job, so that a check does not pay
-for that. It then reads one job (JSON) from stdin, reports each stage as a JSON line on the event
-pipe, writes the candidate's outputs as .npy files into its directory, and exits. It never computes a
-reference output: the truth lives only in the parent, so the candidate cannot see it.
+Started by jaxbench_mcp.jobs inside the sandbox (jaxbench_mcp.sandbox), with a scrubbed environment, its
+job directory as working directory. It warms up (imports jax, initialises the TPU compiler) before it
+is handed a job, so that a check does not pay for that. It then reads one job from stdin (the parent
+has already written candidate.py and the inputs beside it), reports each stage as an event
+(jaxbench_mcp.protocol) on the event pipe, writes the candidate's outputs as .npy files into its
+directory, and exits. It never computes a reference output: the truth lives only in the parent, so the
+candidate cannot see it.
 
 Everything this process reports about the candidate is, in the end, produced next to hostile code;
 the parent treats outputs as data and compares them itself.
@@ -12,28 +14,31 @@ the parent treats outputs as data and compares them itself.
 
 from __future__ import annotations
 
-import json
 import os
-import resource
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+
+from jaxbench_mcp import protocol
+from jaxbench_mcp.taxonomy import Stage
 
 
 class Reporter:
+    """Sends events to the parent. Only this process's trusted code holds it; the candidate shares the
+    process, so the parent validates everything anyway."""
+
     def __init__(self, fd: int):
         self._out = os.fdopen(fd, "w", buffering=1)
 
-    def send(self, **event: Any) -> None:
-        self._out.write(json.dumps(event, default=str) + "\n")
+    def send(self, event) -> None:
+        self._out.write(event.model_dump_json() + "\n")
         self._out.flush()
 
-
-def _limit_files(max_file_bytes: int) -> None:
-    resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    def stage(self, stage: Stage, state: str, **fields) -> None:
+        if "text" in fields and fields["text"] is not None:
+            fields["text"] = protocol.cut_text(fields["text"])
+        self.send(protocol.StageEvent(stage=stage, state=state, **fields))
 
 
 def warm_up(generation: str | None) -> None:
@@ -82,7 +87,7 @@ def _error_text(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
 
 
-def load_candidate(source_path: Path):
+def load_candidate(source_path: Path, require_workload: bool = True):
     """Import the candidate as a module. Returns (module, None) or (None, (error_class, text))."""
     import importlib.util
 
@@ -98,20 +103,32 @@ def load_candidate(source_path: Path):
         spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 - anything the candidate raises is its import failure
         return None, ("import_error", _error_text(exc))
-    if not callable(getattr(module, "workload", None)):
+    if require_workload and not callable(getattr(module, "workload", None)):
         names = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
         return None, ("missing_workload", f"the file defines no function `workload`; it defines: {', '.join(names) or 'nothing callable'}")
     return module, None
 
 
-def read_inputs(described: list[dict], workdir: Path) -> tuple:
+def _load(report: Reporter, workdir: Path, require_workload: bool = True):
+    """The load stage: the candidate's module, or None after reporting why not."""
+    report.stage(Stage.LOAD, "start")
+    t0 = time.perf_counter()
+    module, failure = load_candidate(workdir / "candidate.py", require_workload)
+    if failure:
+        report.stage(Stage.LOAD, "failed", seconds=time.perf_counter() - t0, error_class=failure[0], text=failure[1])
+        return None
+    report.stage(Stage.LOAD, "done", seconds=time.perf_counter() - t0)
+    return module
+
+
+def read_inputs(described: list, workdir: Path) -> tuple:
     """The inputs the parent wrote for one hidden seed (the seed itself never reaches this process)."""
     import jax.numpy as jnp
     import numpy as np
 
     return tuple(
-        d["static"] if "static" in d else
-        jnp.asarray(np.frombuffer((workdir / d["file"]).read_bytes(), dtype=jnp.dtype(d["dtype"])).reshape(d["shape"]))
+        d.static if isinstance(d, protocol.StaticInput) else
+        jnp.asarray(np.frombuffer((workdir / d.file).read_bytes(), dtype=jnp.dtype(d.dtype)).reshape(d.shape))
         for d in described
     )
 
@@ -122,73 +139,72 @@ def _full_args(workload, size: str):
     return abstract_inputs(workload, size)
 
 
-def run_job(job: dict, report: Reporter, workdir: Path) -> None:
+def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     import jax
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu
 
     from jaxbench_mcp import kernel_analysis, targets, workloads
 
-    w = workloads.get_workload(job["workload_id"])
+    w = workloads.get_workload(job.workload_id)
     static = tuple(w.static_argnums)
-
-    report.send(event="stage", stage="load", state="start")
-    t0 = time.perf_counter()
-    module, failure = load_candidate(workdir / "candidate.py")
-    report.send(event="stage", stage="load", state="done" if failure is None else "failed",
-                seconds=time.perf_counter() - t0, error_class=failure and failure[0], text=failure and failure[1])
-    if failure:
+    module = _load(report, workdir)
+    if module is None:
         return
     fn = module.workload
 
-    report.send(event="stage", stage="trace", state="start")
+    report.stage(Stage.TRACE, "start")
     t0 = time.perf_counter()
-    chip = job["targets"][0] if job["targets"] else targets.DEFAULT_CPU_TARGET
+    chip = job.targets[0] if job.targets else targets.DEFAULT_CPU_TARGET
     try:
         with targets.chip_context(chip):
             closed = jax.make_jaxpr(fn, static_argnums=static)(*_full_args(w, "full"))
         kernels, callbacks = kernel_analysis.describe_kernels(closed.jaxpr)
-        out_avals = [{"shape": list(a.shape), "dtype": str(a.dtype)} for a in closed.out_avals]
+        outputs = [{"shape": list(a.shape), "dtype": str(a.dtype)} for a in closed.out_avals]
     except Exception as exc:  # noqa: BLE001
-        report.send(event="stage", stage="trace", state="failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
+        report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
         return
-    report.send(event="stage", stage="trace", state="done", seconds=time.perf_counter() - t0,
-                kernels=kernels, host_callbacks=callbacks, outputs=out_avals)
+    traced = protocol.Traced(kernels=kernels, host_callbacks=callbacks, outputs=outputs,
+                             **_full_size_analyses(fn, closed, w, job.size, chip))
+    report.stage(Stage.TRACE, "done", seconds=time.perf_counter() - t0, traced=traced)
     if callbacks:
         return
 
-    for generation in job["targets"] or [None]:
-        stage_name = "lower"
-        report.send(event="stage", stage="lower", state="start", target=generation)
+    # Every target is lowered and compiled, so that one generation's failure does not hide another's.
+    compiled_everywhere = True
+    for generation in job.targets or [None]:
+        stage = Stage.LOWER
+        report.stage(Stage.LOWER, "start", target=generation)
         t0 = time.perf_counter()
         try:
             lowered = targets.lower_for_tpu(fn, _full_args(w, "full"), static, generation)
-            text = lowered.as_text()
-            report.send(event="stage", stage="lower", state="done", target=generation, seconds=time.perf_counter() - t0,
-                        mosaic_kernels=text.count("tpu_custom_call"))
+            module_file = f"lowered_{generation or 'tpu'}.mlir"
+            (workdir / module_file).write_text(lowered.as_text())
+            report.stage(Stage.LOWER, "done", target=generation, seconds=time.perf_counter() - t0,
+                         lowered=protocol.Lowered(module_file=module_file))
             if generation is None:
                 continue
-            stage_name = "compile"
-            report.send(event="stage", stage="compile", state="start", target=generation)
+            stage = Stage.COMPILE
+            report.stage(Stage.COMPILE, "start", target=generation)
             t0 = time.perf_counter()
-            compiled = lowered.compile()
-            memory = compiled.memory_analysis()
-            report.send(event="stage", stage="compile", state="done", target=generation, seconds=time.perf_counter() - t0,
-                        code_size_bytes=getattr(memory, "generated_code_size_in_bytes", None),
-                        temp_bytes=getattr(memory, "temp_size_in_bytes", None))
+            memory = lowered.compile().memory_analysis()
+            report.stage(Stage.COMPILE, "done", target=generation, seconds=time.perf_counter() - t0,
+                         compiled=protocol.Compiled(code_size_bytes=getattr(memory, "generated_code_size_in_bytes", None),
+                                                    temp_bytes=getattr(memory, "temp_size_in_bytes", None)))
         except Exception as exc:  # noqa: BLE001
-            report.send(event="stage", stage=stage_name, state="failed", target=generation,
-                        seconds=time.perf_counter() - t0, text=_error_text(exc))
-            return
+            report.stage(stage, "failed", target=generation, seconds=time.perf_counter() - t0, text=_error_text(exc))
+            compiled_everywhere = False
+    if not compiled_everywhere:
+        return
 
     jitted = jax.jit(fn, static_argnums=static)
-    for index, described in enumerate(job["inputs"]):
-        report.send(event="stage", stage="run", state="start", seed_index=index)
+    for index, described in enumerate(job.inputs):
+        report.stage(Stage.RUN, "start", seed_index=index)
         t0 = time.perf_counter()
         inputs = read_inputs(described, workdir)
         try:
-            if job["interpret"]:
-                params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=job["shuffle_seeds"][index])
+            if job.interpret:
+                params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=job.shuffle_seeds[index])
                 out = targets.interpret_on_cpu(fn, inputs, static, chip, params)
             else:
                 out = jax.block_until_ready(jitted(*inputs))
@@ -198,132 +214,171 @@ def run_job(job: dict, report: Reporter, workdir: Path) -> None:
             # float32 carries every candidate dtype we compare (bf16 exactly); the dtype travels beside it.
             np.save(path, first.astype(np.float32) if jax.numpy.issubdtype(first.dtype, jax.numpy.floating) else first)
         except Exception as exc:  # noqa: BLE001
-            report.send(event="stage", stage="run", state="failed", seed_index=index, seconds=time.perf_counter() - t0,
-                        text=_error_text(exc))
+            report.stage(Stage.RUN, "failed", seed_index=index, seconds=time.perf_counter() - t0, text=_error_text(exc))
             return
-        report.send(event="stage", stage="run", state="done", seed_index=index, seconds=time.perf_counter() - t0,
-                    output={"path": path.name, "shape": list(first.shape), "dtype": str(first.dtype), "leaves": len(leaves)})
+        report.stage(Stage.RUN, "done", seed_index=index, seconds=time.perf_counter() - t0,
+                     output=protocol.Output(path=path.name, shape=list(first.shape), dtype=str(first.dtype), leaves=len(leaves)))
 
 
-def profile_job(job: dict, report: Reporter, workdir: Path) -> None:
-    """Load, trace and compile the candidate for each target, keeping libtpu's schedule dumps."""
+def _full_size_analyses(fn, closed, w, run_size: str, chip: str) -> dict:
+    """What the parent judges about the full-size program without running it (jaxbench_mcp.coverage): which
+    elements the kernels' index maps leave unwritten or unread, the share of the work inside the kernels, and
+    the program's outline at full size and at the run size. An analysis that fails is left out (not judged)."""
     import jax
 
-    from jaxbench_mcp import kernel_analysis, profiling, targets, workloads
+    from jaxbench_mcp import coverage, targets
 
-    w = workloads.get_workload(job["workload_id"])
-    static = tuple(w.static_argnums)
-    module, failure = load_candidate(workdir / "candidate.py")
-    if failure:
-        report.send(event="stage", stage="load", state="failed", error_class=failure[0], text=failure[1])
+    names = [n for i, n in enumerate(w.input_names) if i not in w.static_argnums]
+    found: dict = {}
+    try:
+        result = coverage.full_size_coverage(closed, input_names=names)
+        found["coverage"] = protocol.Coverage(
+            findings=[protocol.CoverageFinding(kind=f["kind"], operand=f["operand"], message=coverage.describe_finding(f))
+                      for f in result["findings"]],
+            not_judged=[f"{u['operand']}: {u['reason']}" for u in result["unknown"]])
+    except Exception:  # noqa: BLE001 - not judged
+        pass
+    try:
+        inside = coverage.kernel_work(closed)
+        args = [a for i, a in enumerate(_full_args(w, "full")) if i not in w.static_argnums]
+        outside = coverage.outside_work(closed, args)
+        found["work"] = protocol.Work(kernel_flops=inside["flops"], kernel_bytes=inside["bytes"], exact=inside["exact"],
+                                      outside_flops=outside and outside["flops"], outside_bytes=outside and outside["bytes"])
+    except Exception:  # noqa: BLE001 - not judged
+        pass
+    try:
+        found["outline"] = coverage.program_structure(closed)
+        if run_size == "full":
+            found["run_outline"] = found["outline"]
+        else:
+            with targets.chip_context(chip):
+                small = jax.make_jaxpr(fn, static_argnums=tuple(w.static_argnums))(*_full_args(w, run_size))
+            found["run_outline"] = coverage.program_structure(small)
+    except Exception:  # noqa: BLE001 - a candidate that fails to trace at the run size fails in the run stage
+        found.pop("run_outline", None)
+    return found
+
+
+def profile_job(job: protocol.ProfileJob, report: Reporter, workdir: Path) -> None:
+    """Load, trace and compile the candidate for each target, keeping libtpu's schedule dumps (estimator.analyse)."""
+    from jaxbench_mcp import workloads
+
+    w = workloads.get_workload(job.workload_id)
+    module = _load(report, workdir)
+    if module is None:
         return
-    report.send(event="stage", stage="trace", state="start")
-    with targets.chip_context(job["targets"][0]):
-        closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, "full"))
-    report.send(event="stage", stage="trace", state="done", traffic=kernel_analysis.kernel_traffic(closed.jaxpr))
-    try:
-        outside = kernel_analysis.outside_kernels(closed)
-    except Exception:  # noqa: BLE001 -- the kernels' estimate stands; the work around them is reported as not estimated
-        outside = None
-    dump_root = Path(job["dump_dir"])
-    for generation in job["targets"]:
-        report.send(event="stage", stage="compile", state="start", target=generation)
-        t0 = time.perf_counter()
-        try:
-            targets.deviceless_compile(module.workload, _full_args(w, "full"), generation, static)
-        except Exception as exc:  # noqa: BLE001
-            report.send(event="stage", stage="compile", state="failed", target=generation, text=_error_text(exc))
-            continue
-        schedules = profiling.parse_dump(profiling.collect_dump(dump_root, generation))
-        report.send(event="stage", stage="compile", state="done", target=generation, seconds=time.perf_counter() - t0,
-                    schedules=[{"name": k.name, "bundles": k.bundles, "slot_use": k.slot_use} for k in schedules],
-                    outside=_outside_cost(outside, w, generation))
+    _analyse(module.workload, _full_args(w, "full"), w.static_argnums, job.targets, report, workdir)
 
 
-def _outside_cost(outside, w, generation: str) -> dict | None:
-    """XLA's cost analysis of the work around the Pallas kernels (kernel_analysis.outside_kernels)."""
-    import jax
+def estimate_job(job: protocol.EstimateJob, report: Reporter, workdir: Path) -> None:
+    """`jaxbench-mcp estimate`: the calibration kernel first (before any candidate code runs), then one function of
+    the candidate file on the arguments the job describes."""
+    from jaxbench_mcp import estimator
 
-    from jaxbench_mcp import targets
+    for generation in job.targets:
+        report.send(protocol.Reference(target=generation, xla_flops=0.0, xla_bytes=0.0, xla_optimal_seconds=None,
+                                       calibration_bundles=estimator.calibration_bundles(generation, workdir / "dumps")))
+    module = _load(report, workdir, require_workload=False)
+    if module is None:
+        return
+    fn = getattr(module, job.function, None)
+    if not callable(fn):
+        names = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+        report.stage(Stage.TRACE, "start")
+        report.stage(Stage.TRACE, "failed", text=f"the file defines no function `{job.function}`; it defines: "
+                                                 f"{', '.join(names) or 'nothing callable'}")
+        return
+    args = [protocol.arg_value(a) for a in job.args]
+    _analyse(fn, args, job.static_argnums, job.targets, report, workdir)
 
-    if outside is None:
-        return None
-    fn, kernel_outputs = outside
-    args = [a for i, a in enumerate(_full_args(w, "full")) if i not in w.static_argnums] + kernel_outputs
-    if not jax.eval_shape(fn, *args):
-        return {"xla_flops": 0.0, "xla_bytes": 0.0, "xla_optimal_seconds": 0.0}
-    try:
-        cost = targets.deviceless_compile(fn, args, generation, kernel_facts=False).cost_analysis() or {}
-    except Exception:  # noqa: BLE001 -- the kernels' estimate stands; the outside work is reported as not estimated
-        return None
-    return {"xla_flops": float(cost.get("flops", 0.0)), "xla_bytes": float(cost.get("bytes accessed", 0.0)),
-            "xla_optimal_seconds": cost.get("optimal_seconds")}
+
+def _analyse(fn, args, static_argnums, generations, report: Reporter, workdir: Path) -> None:
+    from jaxbench_mcp import estimator
+
+    report.stage(Stage.TRACE, "start")
+
+    def on_trace(trace, error):
+        if trace is None:
+            report.stage(Stage.TRACE, "failed", text=error)
+        else:
+            report.stage(Stage.TRACE, "done", profile_trace=trace)
+
+    def write_module(generation, text):
+        module_file = f"lowered_{generation}.mlir"
+        (workdir / module_file).write_text(text)  # the parent checks it is the checked program
+        return module_file
+
+    started = set()
+
+    def on_compile(generation, compiled, error, seconds):
+        if generation not in started:
+            report.stage(Stage.COMPILE, "start", target=generation)
+        if compiled is None:
+            report.stage(Stage.COMPILE, "failed", target=generation, text=error)
+        else:
+            report.stage(Stage.COMPILE, "done", target=generation, seconds=seconds, profile_compile=compiled)
+
+    estimator.analyse(fn, args, static_argnums, generations, workdir / "dumps", on_trace, on_compile, write_module)
 
 
-def measure_job(job: dict, report: Reporter, workdir: Path) -> None:
+def measure_job(job: protocol.MeasureJob, report: Reporter, workdir: Path) -> None:
     """TPU host: device time of a kernel file (or, with no source, the XLA baseline) on fresh full-size inputs."""
     from jaxbench_mcp import measuring, workloads
 
-    w = workloads.get_workload(job["workload_id"])
+    w = workloads.get_workload(job.workload_id)
     fn = w.module.reference
     if (workdir / "candidate.py").exists():
-        module, failure = load_candidate(workdir / "candidate.py")
-        if failure:
-            report.send(event="stage", stage="load", state="failed", error_class=failure[0], text=failure[1])
+        module = _load(report, workdir)
+        if module is None:
             return
         fn = module.workload
-    report.send(event="stage", stage="measure", state="start")
+    report.stage(Stage.MEASURE, "start")
     t0 = time.perf_counter()
     try:
-        timing = measuring.time_on_device(fn, w.static_argnums, lambda i: w.create_inputs("full", job["first_seed"] + i),
-                                          job["iterations"])
+        timing = measuring.time_on_device(fn, w.static_argnums, lambda i: w.create_inputs("full", job.first_seed + i),
+                                          job.iterations)
     except measuring.MeasurementError as exc:
-        report.send(event="stage", stage="measure", state="failed", seconds=time.perf_counter() - t0, text=str(exc))
+        report.stage(Stage.MEASURE, "failed", seconds=time.perf_counter() - t0, text=str(exc))
         return
     except Exception as exc:  # noqa: BLE001
-        report.send(event="stage", stage="measure", state="failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
+        report.stage(Stage.MEASURE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
         return
-    report.send(event="stage", stage="measure", state="done", seconds=time.perf_counter() - t0,
-                samples_us=list(timing.samples_us))
+    report.stage(Stage.MEASURE, "done", seconds=time.perf_counter() - t0,
+                 measured=protocol.Measured(samples_us=list(timing.samples_us)))
 
 
-def reference_job(job: dict, report: Reporter) -> None:
+def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -> None:
     """Trusted work: the bundle calibration per target, and XLA's cost analysis of the baseline."""
-    from jaxbench_mcp import profiling, targets, workloads
+    from jaxbench_mcp import estimator, targets, workloads
 
-    w = workloads.get_workload(job["workload_id"])
-    dump_root = Path(job["dump_dir"])
-    for generation in job["targets"]:
-        report.send(event="stage", stage="compile", state="start", target=generation)
-        fn, args = profiling.calibration_kernel()
-        targets.deviceless_compile(fn, args, generation)
-        calibration = profiling.parse_dump(profiling.collect_dump(dump_root, f"calibration-{generation}"))
+    w = workloads.get_workload(job.workload_id)
+    dump_root = workdir / "dumps"
+    for generation in job.targets:
+        report.stage(Stage.COMPILE, "start", target=generation)
+        bundles = estimator.calibration_bundles(generation, dump_root)
         compiled = targets.deviceless_compile(w.module.reference, _full_args(w, "full"), generation, w.static_argnums)
         cost = compiled.cost_analysis() or {}
-        report.send(event="reference", target=generation, calibration_bundles=calibration[0].bundles if calibration else None,
-                    xla_flops=float(cost.get("flops", 0.0)), xla_bytes=float(cost.get("bytes accessed", 0.0)),
-                    xla_optimal_seconds=cost.get("optimal_seconds"))
+        report.stage(Stage.COMPILE, "done", target=generation)
+        report.send(protocol.Reference(target=generation, calibration_bundles=bundles,
+                                       xla_flops=float(cost.get("flops", 0.0)), xla_bytes=float(cost.get("bytes accessed", 0.0)),
+                                       xla_optimal_seconds=cost.get("optimal_seconds")))
+
+
+_MODES = {"check": run_job, "profile": profile_job, "measure": measure_job, "reference": reference_job,
+          "estimate": estimate_job}
 
 
 def main() -> None:
     event_fd, generation = int(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None)
     report = Reporter(event_fd)
-    _limit_files(int(os.environ.get("JAXBENCH_WORKER_MAX_FILE_BYTES", str(512 * 2**20))))
     warm_up(generation)
-    report.send(event="ready", pid=os.getpid())
+    report.send(protocol.Ready())
     line = sys.stdin.readline()
     if not line:
         return
-    job = json.loads(line)
-    workdir = Path.cwd()
-    mode = job.get("mode", "check")
-    if mode == "reference":
-        reference_job(job, report)
-    else:
-        if job.get("source") is not None:  # a measure job without source times the XLA baseline
-            (workdir / "candidate.py").write_text(job.pop("source"))
-        {"profile": profile_job, "measure": measure_job, "check": run_job}[mode](job, report, workdir)
-    report.send(event="finished")
+    job = protocol.JobEnvelope.model_validate_json(line).job
+    _MODES[job.mode](job, report, Path.cwd())
+    report.send(protocol.Finished())
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ A workload module is data-like. It declares, at module level:
   SIZES            {"full": {...}, "small": {...}}: the keyword arguments of create_inputs/flops
   INPUT_NAMES      one name per element that create_inputs returns
   STATIC_ARGNUMS   positions of inputs that are Python values used as shapes (optional)
+  SPARSE_INPUTS    names of inputs a correct kernel need not read whole (paged caches, ragged groups,
+                   padding): an unread part is a warning, not a failure (optional)
   NOTES            defects of the original benchmark and other caveats (optional)
   DEGENERATE_OUTPUT  True when JAXBench's output is (near) constant, so a constant kernel passes
   create_inputs(*, seed, **size)  the inputs, bit-exact with JAXBench for seed 42 (keys from
@@ -92,6 +94,7 @@ class Workload:
     sizes: dict[str, dict[str, Any]]
     input_names: tuple[str, ...]
     static_argnums: tuple[int, ...]
+    sparse_inputs: tuple[str, ...]
     notes: tuple[str, ...]
     degenerate_output: bool
     path: Path
@@ -285,6 +288,9 @@ def _validate(path: Path, module: ModuleType) -> Workload:
     notes = tuple(getattr(module, "NOTES", ()))
     if not all(isinstance(n, str) for n in notes):
         fail("NOTES", "must be a tuple of strings")
+    sparse = tuple(getattr(module, "SPARSE_INPUTS", ()))
+    if not set(sparse) <= set(module.INPUT_NAMES):
+        fail("SPARSE_INPUTS", f"{sorted(set(sparse) - set(module.INPUT_NAMES))} are not in INPUT_NAMES")
 
     return Workload(
         id=module.ID,
@@ -296,6 +302,7 @@ def _validate(path: Path, module: ModuleType) -> Workload:
         sizes={k: dict(v) for k, v in sizes.items()},
         input_names=tuple(module.INPUT_NAMES),
         static_argnums=static,
+        sparse_inputs=sparse,
         notes=notes,
         degenerate_output=bool(getattr(module, "DEGENERATE_OUTPUT", False)),
         path=path,
@@ -346,3 +353,28 @@ def select(tier: str | None = None, operator: str | None = None, has_expert: boo
     if has_expert is not None:
         chosen = [w for w in chosen if w.has_expert_reference == has_expert]
     return chosen
+
+
+def keeps_divisibility(full: int, small: int, cap: int = 2048) -> bool:
+    """Whether a small-size dimension keeps what a kernel's tiling can see of its full-size dimension.
+
+    The rule: a dimension that is 1 at full size is 1 at small size, and one that is not, is not; it is a
+    power of two exactly when the full one is; and when it is not a power of two, its factor of two, capped
+    at `cap` (2^11), is the full one's (128256 = 2^8 * 501 -> 2^8 * 33 = 8448, not 8192 or 768 * 2).
+    Then any power-of-two block up to the cap divides the small dimension exactly when it divides the full
+    one, so a kernel that floor-divides the dimension by a block that leaves a remainder at full size
+    leaves one at small size too (once the small dimension is at least one block). A power-of-two
+    dimension may shrink to any smaller power of two: every block that fits divides both.
+    """
+    if full < 1 or small < 1:
+        return False
+    if (full == 1) != (small == 1):
+        return False
+    full_pow2, small_pow2 = full & (full - 1) == 0, small & (small - 1) == 0
+    if full_pow2 != small_pow2:
+        return False
+    if full_pow2:
+        return True
+    twos = lambda n: (n & -n).bit_length() - 1  # the exponent of 2 in n
+    limit = cap.bit_length() - 1
+    return min(twos(full), limit) == min(twos(small), limit)

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Set up a virtual environment in .venv (Python >= 3.12) and run the server or the tests.
-#   scripts/dev.sh serve [serve options]   install, then start the MCP server (stdio by default)
-#   scripts/dev.sh test [pytest options]   install with the test extra, then run the test suite
+#   scripts/dev.sh serve [serve options]   set up, then start the MCP server (stdio by default)
+#   scripts/dev.sh test [pytest options]   set up with the test extra, then run the test suite (what CI runs)
+#
+# The set-up is idempotent: it installs only when .venv is missing, pyproject.toml changed since the last
+# install, or the test extra is wanted and was not installed. Otherwise it touches nothing (and so needs no
+# package index). Everything this script says goes to stderr: with `serve`, stdout belongs to MCP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+say() { echo "dev.sh: $*" >&2; }
 
 find_python() {
     local candidate
@@ -20,7 +26,7 @@ find_python() {
             echo "env PYENV_VERSION=$version python${version%.*}"; return
         fi
     fi
-    echo "scripts/dev.sh: needs Python 3.12 or newer on PATH (or installed with pyenv)" >&2
+    say "needs Python 3.12 or newer on PATH (or installed with pyenv)"
     exit 1
 }
 
@@ -28,17 +34,53 @@ command=${1:-}
 shift || true
 case "$command" in
     serve) extras="" ;;
-    test) extras="[test]" ;;
+    test) extras="test" ;;
     *) echo "usage: scripts/dev.sh serve|test [options]" >&2; exit 2 ;;
 esac
 
+# Candidate kernels run inside bubblewrap when it is installed (else a weaker isolation, which server_info and
+# every verdict name). Install it where we can without asking: as root, with apt and a reachable index.
+if ! command -v bwrap >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "installing bubblewrap (the sandbox for candidate kernels)"
+        { apt-get install -y -qq bubblewrap || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; } >&2 \
+            || say "could not install bubblewrap: candidates will run with a weaker isolation"
+    else
+        say "bubblewrap (bwrap) is not installed: candidates run with a weaker isolation; install the 'bubblewrap' package"
+    fi
+fi
+
+# The stamp holds the hash of pyproject.toml and the extras installed with it.
+stamp=.venv/.jaxbench-installed
+want_hash=$(sha256sum pyproject.toml | cut -d' ' -f1)
+installed_hash="" installed_extras=""
+if [ -f "$stamp" ]; then
+    read -r installed_hash installed_extras <"$stamp" || true
+fi
+
 if [ ! -x .venv/bin/python ]; then
+    say "creating .venv"
     $(find_python) -m venv .venv >&2
 fi
-# Installer chatter goes to stderr: in `serve` stdout belongs to the MCP protocol.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extras}" >&2
+if [ ! -x .venv/bin/jaxbench-mcp ] || [ "$installed_hash" != "$want_hash" ] \
+        || { [ -n "$extras" ] && [ "$installed_extras" != "$extras" ]; }; then
+    # A test install covers serve too: once the test extra is in, keep it in.
+    if [ "$installed_extras" = "test" ]; then extras="test"; fi
+    say "installing jaxbench-mcp${extras:+ with the $extras extra} into .venv (pyproject.toml is new or changed; the first time downloads jax, libtpu and the MCP SDK)"
+    # Installer chatter goes to stderr too.
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extras:+[$extras]}" >&2
+    echo "$want_hash $extras" >"$stamp"
+else
+    say ".venv is up to date with pyproject.toml; nothing to install"
+fi
 
 case "$command" in
-    serve) exec .venv/bin/jaxbench-mcp serve "$@" ;;
+    serve)
+        if [[ " $* " == *" http "* || " $* " == *"--transport=http"* ]]; then
+            say "starting the MCP server over HTTP (Ctrl-C stops it)"
+        else
+            say "starting the MCP server on stdio: it now waits for an MCP client on stdin (an agent starts this command itself). Ctrl-C stops it."
+        fi
+        exec .venv/bin/jaxbench-mcp serve "$@" ;;
     test) exec .venv/bin/python -m pytest "$@" ;;
 esac

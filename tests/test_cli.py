@@ -52,3 +52,12 @@ def test_check_exit_code_is_0_only_when_correct(tmp_path):
     assert json.loads(good.stdout)["status"] == "correct"
     missing = run("check", "--workload", "12p_RMSNorm", "--kernel", str(tmp_path / "nope.py"))
     assert missing.returncode == 2 and "no kernel file" in missing.stderr
+
+
+def test_version_and_serve_flag_mistakes_are_one_line():
+    assert run("--version").stdout.strip().startswith("jaxbench-mcp ")
+    stdio_with_token = run("serve", "--token-file", "/nonexistent")
+    assert stdio_with_token.returncode == 2 and "--transport http" in stdio_with_token.stderr
+    assert stdio_with_token.stderr.strip().count("\n") == 0
+    missing_file = run("serve", "--transport", "http", "--token-file", "/nonexistent/token")
+    assert missing_file.returncode == 2 and "cannot read the token file" in missing_file.stderr

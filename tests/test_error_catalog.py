@@ -13,7 +13,7 @@ import pytest
 
 from jaxbench_mcp import docs, error_catalog
 from jaxbench_mcp.error_catalog import Diagnosis, classify, classify_exception, diagnosis_for
-from jaxbench_mcp.taxonomy import STATUS_OF, ErrorClass
+from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, status_of
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -76,7 +76,7 @@ def assert_class(stage, exc, expected, rule=None):
     assert diagnosis.error_class == expected, (diagnosis, text[:2000])
     if rule is not None:
         assert diagnosis.rule == rule, (diagnosis, text[:2000])
-    assert diagnosis.status == STATUS_OF[expected]
+    assert diagnosis.status == status_of(expected)
     assert diagnosis.hint and diagnosis.doc_refs
     return diagnosis
 
@@ -366,7 +366,7 @@ def test_missing_init_shows_as_nan_in_interpret_mode():
 def test_every_error_class_has_a_hint_and_existing_doc_refs():
     for cls in ErrorClass:
         d = diagnosis_for(cls)
-        assert isinstance(d, Diagnosis) and d.error_class == cls and d.status == STATUS_OF[cls]
+        assert isinstance(d, Diagnosis) and d.error_class == cls and d.status == status_of(cls)
         assert d.hint and len(d.hint) < 200, cls
         assert d.doc_refs, cls
         for ref in d.doc_refs:
@@ -385,7 +385,7 @@ def test_every_catalog_entry_is_well_formed():
         assert entry.doc_refs
         for ref in entry.doc_refs:
             assert docs.section_exists(ref), (entry.id, ref)
-        assert entry.error_class in STATUS_OF
+        assert entry.error_class in ERROR_CLASSES
 
 
 def test_fallbacks_and_stage_validation():
@@ -406,5 +406,5 @@ def test_stage_scoping():
 
 def test_render_is_one_line_with_refs():
     d = classify("compile", "Ran out of memory in memory space vmem")
-    line = d.render()
+    line = d.summary()
     assert "\n" not in line and "errors#vmem-overflow" in line

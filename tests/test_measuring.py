@@ -71,8 +71,9 @@ def test_time_on_device_refuses_a_non_tpu_backend():
 def test_a_measure_job_on_this_host_says_why_it_has_no_device_time():
     # The whole path (worker process, measure mode, event) on a cheap full-size workload.
     checker = Checker(spares=0, slots=1)
+    profiler = profiling.Profiler(checker)
     try:
-        result = profiling.measure_source(checker, "12p", None, iterations=2)
+        result = profiler.measure_source("12p", None, iterations=2)
     finally:
         checker.close()
     assert result == "not measured: device time needs a TPU backend; this process runs on cpu"

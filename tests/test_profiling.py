@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxbench_mcp import api, kernel_analysis, profiling
+from jaxbench_mcp import api, cost_model, kernel_analysis, profiling
 from jaxbench_mcp.checking import Checker
 from jaxbench_mcp.store import Store
 
@@ -20,9 +20,9 @@ def test_block_traffic_counts_a_fetch_per_index_change():
     # A (i, k) block over a (2, 3, 4) grid visited k-fastest: the index changes at every step but the j loop
     # revisits the same k sequence, so all 24 steps fetch.
     i, j, k = np.indices((2, 3, 4)).reshape(3, -1)
-    assert profiling.block_traffic(np.stack([i, k], 1), 10) == 24 * 10
+    assert cost_model.block_traffic(np.stack([i, k], 1), 10) == 24 * 10
     # An (i, j) output block changes only when j or i does: 6 distinct consecutive blocks.
-    assert profiling.block_traffic(np.stack([i, j], 1), 10) == 6 * 10
+    assert cost_model.block_traffic(np.stack([i, j], 1), 10) == 6 * 10
 
 
 def _traffic_of_kernel(body, grid, in_specs=None, num_scalar_prefetch=0):
@@ -128,9 +128,17 @@ def test_a_grid_known_only_at_run_time_is_marked():
         return pl.pallas_call(body, grid=(n,), in_specs=[block], out_specs=block,
                               out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
-    jaxpr = jax.make_jaxpr(dynamic)(jnp.zeros((512, 128), jnp.float32), jnp.int32(4)).jaxpr
-    (kernel,) = kernel_analysis.kernel_traffic(jaxpr)
-    assert kernel["steps"] == 1 and not kernel["steps_exact"]
+    from jaxbench_mcp import kernel_replay
+
+    x = jnp.zeros((512, 128), jnp.float32)
+    closed = jax.make_jaxpr(dynamic)(x, jnp.int32(3))
+    # Unknown n: bounded by the blocks the index map addresses (512 / 128), and said to be a bound.
+    (kernel,) = kernel_analysis.kernel_traffic(closed.jaxpr)
+    assert kernel["steps"] == 4 and not kernel["steps_exact"]
+    # n known from the inputs: its value.
+    known = kernel_replay.known_kernel_operands(closed, [jax.ShapeDtypeStruct(x.shape, x.dtype), np.int32(3)])
+    (kernel,) = kernel_analysis.kernel_traffic(closed.jaxpr, known)
+    assert kernel["steps"] == 3 and kernel["steps_exact"] and kernel["hbm_bytes"] == 2 * 3 * 128 * 128 * 4
     assert _traffic_of_kernel(body, (4,))["steps_exact"]
 
 
@@ -182,14 +190,14 @@ def test_the_work_around_the_kernels_is_cut_out_for_xla_to_cost():
 
 
 def test_estimate_terms_and_bottleneck():
-    cost = profiling.kernel_cost(bundles=1000, steps=10, hbm_bytes=0, generation="v6e", spb=1e-9)
-    assert cost.compute_s == 1e-5 and cost.estimate_s == 1e-5 + 10 * profiling.STEP_OVERHEAD_S
-    assert profiling.bottleneck(cost, {"MXU": 0.7, "VALU": 0.2}) == "MXU-bound"
-    assert profiling.bottleneck(cost, {"MXU": 0.1, "VALU": 0.9}) == "vector-unit-bound"
-    half = profiling.kernel_cost(bundles=1000, steps=10, hbm_bytes=0, generation="v6e", spb=1e-9, run_ratio=0.5)
+    cost = cost_model.kernel_cost(bundles=1000, steps=10, hbm_bytes=0, generation="v6e", spb=1e-9)
+    assert cost.compute_s == 1e-5 and cost.estimate_s == 1e-5 + 10 * cost_model.STEP_OVERHEAD_S
+    assert cost_model.bottleneck(cost, {"MXU": 0.7, "VALU": 0.2}) == "MXU-bound"
+    assert cost_model.bottleneck(cost, {"MXU": 0.1, "VALU": 0.9}) == "vector-unit-bound"
+    half = cost_model.kernel_cost(bundles=1000, steps=10, hbm_bytes=0, generation="v6e", spb=1e-9, run_ratio=0.5)
     assert half.compute_s == 0.5e-5
-    tiny = profiling.kernel_cost(bundles=10, steps=10**6, hbm_bytes=1e6, generation="v6e", spb=1e-9)
-    assert profiling.bottleneck(tiny, {}) == "grid-step-overhead-bound"
+    tiny = cost_model.kernel_cost(bundles=10, steps=10**6, hbm_bytes=1e6, generation="v6e", spb=1e-9)
+    assert cost_model.bottleneck(tiny, {}) == "grid-step-overhead-bound"
 
 
 def test_xla_baseline_estimate_never_beats_its_own_roofline():
@@ -197,17 +205,17 @@ def test_xla_baseline_estimate_never_beats_its_own_roofline():
 
     counts = {"xla_flops": 2 * 8192**3, "xla_bytes": 3 * 8192**2 * 2}
     bound = targets.roofline_seconds(counts["xla_flops"], counts["xla_bytes"], "v6e")[0]
-    assert profiling.xla_baseline_s({**counts, "xla_optimal_seconds": -1.0}, "v6e") == bound  # XLA: "unknown"
-    assert profiling.xla_baseline_s({**counts, "xla_optimal_seconds": None}, "v6e") == bound
-    assert profiling.xla_baseline_s({**counts, "xla_optimal_seconds": 2 * bound}, "v6e") == 2 * bound
+    assert cost_model.xla_baseline_s({**counts, "xla_optimal_seconds": -1.0}, "v6e") == bound  # XLA: "unknown"
+    assert cost_model.xla_baseline_s({**counts, "xla_optimal_seconds": None}, "v6e") == bound
+    assert cost_model.xla_baseline_s({**counts, "xla_optimal_seconds": 2 * bound}, "v6e") == 2 * bound
 
 
 def test_profile_doc_refs_exist():
     from jaxbench_mcp import docs
 
-    for ref in ["performance#reading-profile", *profiling.BOTTLENECK_DOCS.values()]:
+    for ref in ["performance#reading-profile", *cost_model.BOTTLENECK_DOCS.values()]:
         assert docs.read_docs(topic=ref).sections[0].ref == ref
-    assert set(profiling.BOTTLENECK_DOCS) <= BOTTLENECKS
+    assert set(cost_model.BOTTLENECK_DOCS) <= BOTTLENECKS
 
 
 def test_profile_text_says_what_the_numbers_are():

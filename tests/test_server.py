@@ -69,9 +69,12 @@ def test_unknown_workload_is_a_tool_error_with_close_matches(bench):
     assert "8p_GEMM" in result.content[0].text
 
 
-def test_bad_size_and_bad_tier_are_tool_errors(bench):
-    assert "choose one of" in call(bench, "get_workload", {"workload_id": "8p_GEMM", "size": "huge"}).content[0].text
-    assert call(bench, "list_workloads", {"tier": "gold"}).is_error
+def test_bad_size_and_bad_tier_are_tool_errors_that_name_the_allowed_values(bench):
+    # Sizes and tiers are enums in the input schema: the SDK refuses other values and names the allowed ones.
+    bad_size = call(bench, "get_workload", {"workload_id": "8p_GEMM", "size": "huge"})
+    assert bad_size.is_error and "'full' or 'small'" in bad_size.content[0].text
+    bad_tier = call(bench, "list_workloads", {"tier": "gold"})
+    assert bad_tier.is_error and "'production' or 'kernelbench'" in bad_tier.content[0].text
 
 
 def test_check_kernel_reports_progress_and_a_verdict_then_list_attempts_has_it(bench):
@@ -110,7 +113,9 @@ def test_workload_specs_and_doc_topics_are_resources(bench):
 
     templates, spec, topic = anyio.run(go)
     assert {t.uri_template for t in templates.resource_templates} == {"jaxbench://workloads/{workload_id}", "jaxbench://docs/{topic}"}
-    assert "[8192, 28672] bfloat16" in spec.contents[0].text and "[512, 1792] bfloat16" in spec.contents[0].text
+    for size in ("full", "small"):
+        (out,) = api.get_workload("8p_GEMM", size).size.outputs
+        assert f"{list(out.shape)} {out.dtype}" in spec.contents[0].text
     assert "(8, 128)" in topic.contents[0].text
 
 

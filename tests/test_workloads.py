@@ -55,3 +55,47 @@ def test_seeds_are_reproducible_and_distinct(workload_id):
     for i, (a, b) in enumerate(zip(first, again)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert any(not np.array_equal(np.asarray(first[i]), np.asarray(other[i])) for i in floats)
+
+
+# Size parameters that are not array dimensions, and the one workload whose small size cannot keep the rule.
+_NOT_DIMENSIONS = {("7p_Ragged_Paged_Attention", "NUM_ACTIVE_SEQS")}  # a count of sequences in the scenario data
+# 1536 = 2^9 * 3: the smallest size that keeps the rule is 1536 itself, and the workload does 2 N^3 C
+# FLOPs on N x N x C arrays, far beyond a CPU interpret run; N = 128 stays a power of two (see its NOTES).
+_EXEMPT_WORKLOADS = {"17p_Triangle_Multiplication"}
+
+
+def test_divisibility_rule():
+    keeps = workloads.keeps_divisibility
+    assert keeps(128256, 8448) and keeps(128256, 768)  # 2^8 * 501 -> 2^8 * 33, 2^8 * 3
+    assert not keeps(128256, 8192)  # a power of two: every power-of-two block up to 8192 would divide it
+    assert not keeps(128256, 384) and not keeps(128256, 2 ** 9 * 33)  # 2^7 and 2^9 instead of 2^8
+    assert keeps(28672, 6144) and keeps(2 ** 13 * 3, 2 ** 11 * 5)  # factors of two capped at 2^11
+    assert not keeps(28672, 1792)  # 2^8 * 7 loses 2^9 .. 2^11
+    assert keeps(4096, 256) and keeps(64, 4) and keeps(1, 1)  # powers of two may shrink to powers of two
+    assert not keeps(4096, 768) and not keeps(4, 1) and not keeps(1, 2) and not keeps(126, 32)
+    assert keeps(126, 30) and keeps(65, 9) and not keeps(24, 8)
+
+
+def _dimensions(w, size):
+    """Every array dimension of the workload's inputs and outputs, keyed by where it sits."""
+    dims = {}
+    for arg in w.input_specs(size):
+        if arg.tensor is not None:
+            dims.update({f"{arg.name}[{d}]": n for d, n in enumerate(arg.tensor.shape)})
+    for k, out in enumerate(w.output_specs(size)):
+        dims.update({f"output{k}[{d}]": n for d, n in enumerate(out.shape)})
+    dims.update({f"SIZES[{name!r}]": v for name, v in w.size_params(size).items()
+                 if isinstance(v, int) and not isinstance(v, bool) and (w.id, name) not in _NOT_DIMENSIONS})
+    return dims
+
+
+@pytest.mark.parametrize("workload_id", IDS)
+def test_small_size_keeps_the_full_sizes_divisibility(workload_id):
+    w = workloads.get_workload(workload_id)
+    full, small = _dimensions(w, "full"), _dimensions(w, "small")
+    assert full.keys() == small.keys()
+    broken = {k: (full[k], small[k]) for k in full if not workloads.keeps_divisibility(full[k], small[k])}
+    if workload_id in _EXEMPT_WORKLOADS:
+        assert broken and any("small size" in n and "divisib" in n for n in w.notes), "say why in NOTES"
+        return
+    assert not broken, f"full -> small dimensions that break workloads.keeps_divisibility: {broken}"

@@ -24,7 +24,7 @@ class Blocks:
 # accumulator), over v5e's 16 MiB default, and the kernel takes no vmem limit; (1024, 1024) with
 # block_k = 1024 still needs 18.4 MiB. So the tile is 1024 x 1024 with block_k = 512: grid
 # (8, 28, 16), 12 MiB. v6e (32 MiB default) compiles JAXBench's values too.
-# small: 256-wide tiles, grid (2, 7, 2) at 512 x 512 x 1792.
+# small: 256-wide tiles, grid (2, 24, 2) at 512 x 512 x 6144.
 BLOCKS = {
     "full": Blocks(block_m=1024, block_n=1024, block_k=512),
     "small": Blocks(block_m=256, block_n=256, block_k=256),

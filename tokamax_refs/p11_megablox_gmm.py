@@ -25,11 +25,11 @@ class Blocks:
 
 # full: JAXBench's tuned tiling; one 256-row m tile per group, K = 4096 in 4 tiles, N = 1536 in a
 # full and a ragged (512) n tile.
-# small: one 128-row m tile per group, K = 512 in 2 tiles, N = 384 again in a full and a ragged
-# (128) n tile.
+# small: one 128-row m tile per group, K = 512 in 2 tiles, N = 1536 again in a full and a ragged
+# (512) n tile.
 BLOCKS = {
     "full": Blocks(tm=256, tk=1024, tn=1024),
-    "small": Blocks(tm=128, tk=256, tn=256),
+    "small": Blocks(tm=128, tk=256, tn=1024),
 }
 
 

@@ -26,10 +26,11 @@ class Blocks:
 
 
 # full: tokamax's own heuristic for (T, H, V) = (8192, 4096, 128256) on v5e/v6e: 8 x 8 x 167 tiles.
-# small: (256, 256, 8192) in one T tile, one H tile and 8 V tiles, so the online log-sum-exp runs.
+# small: (256, 256, 8448) in one T tile, one H tile and 11 V tiles of 768 (8448 = 2^8 * 33, like
+# 128256 = 2^8 * 501, is not a multiple of 1024), so the online log-sum-exp runs.
 BLOCKS = {
     "full": Blocks(b_block_size=1024, h_block_size=512, v_block_size=768),
-    "small": Blocks(b_block_size=256, h_block_size=256, v_block_size=1024),
+    "small": Blocks(b_block_size=256, h_block_size=256, v_block_size=768),
 }
 
 

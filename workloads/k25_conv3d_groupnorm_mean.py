@@ -20,14 +20,20 @@ SIZES = {
     "full": {"batch_size": 128, "in_channels": 3, "out_channels": 24, "kernel_size": 3, "num_groups": 8,
              "D": 24, "H": 32, "W": 32},
     "small": {"batch_size": 8, "in_channels": 3, "out_channels": 24, "kernel_size": 3, "num_groups": 8,
-              "D": 8, "H": 16, "W": 16},
+              "D": 24, "H": 16, "W": 16},
 }
 INPUT_NAMES = ("x", "weight", "conv_bias", "gamma", "beta")
 NOTES = (
     "gamma is all ones and every group is normalised to zero mean, so each output is mean(beta) up to "
     "rounding, whatever x and the convolution are: the output is a constant (DEGENERATE_OUTPUT).",
+    "Weak under our check too (degenerate-output audit): the truth's own mean everywhere passes, since "
+    "the output is that mean to within 2e-8. A fixed constant does not (mean(beta) changes with the "
+    "seed: the seed-42 output replayed misses by 6x the tolerance), but a kernel that returns "
+    "mean(beta) and never touches x or the convolution is correct: that is the workload's math.",
     "The group count is hard-coded (8) in the original; the reference keeps it fixed, so num_groups must "
     "stay 8.",
+    "Small size: D stays 24 = 2^3 * 3, the smallest depth that keeps the full one's divisibility "
+    "(workloads.keeps_divisibility); H and W shrink to 16.",
 )
 DEGENERATE_OUTPUT = True
 NUM_GROUPS = 8

@@ -24,6 +24,11 @@ NOTES = (
     "logsumexp lands near the same value (about 6.69, std ~0.003 at the small size, mostly one "
     "bfloat16 value); the row mean everywhere passes the 1e-2 check (DEGENERATE_OUTPUT). It is near "
     "constant with float32 inputs too.",
+    "Weak under our check too (degenerate-output audit, benchmarks/degenerate_audit.py): the truth's "
+    "own mean everywhere and the seed-42 output replayed both pass. Within a seed the rows spread by "
+    "~0.003 and across seeds the mean moves by ~0.04 (6.66 to 6.70 at seeds 1, 7, 11), while the "
+    "calibrated tolerance is ~0.05-0.07 (two bfloat16 steps of 0.03 at 6.7), so a hard-coded constant "
+    "near 6.68 passes. No check on a bfloat16 output can do better: the signal is below its resolution.",
 )
 DEGENERATE_OUTPUT = True
 

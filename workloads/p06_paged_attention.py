@@ -28,6 +28,8 @@ SIZES = {
     },
 }
 INPUT_NAMES = ("queries", "k_pages", "v_pages", "kv_lens", "page_indices", "cu_q_lens")
+# Pages that no sequence's page table names are never read by a correct kernel.
+SPARSE_INPUTS = ("k_pages", "v_pages")
 NOTES = (
     "The original docstring calls it 'Ragged Paged Attention', but the scenario is uniform decode: "
     "every kv_len is the full max_seq_len, so the length mask never masks anything, and sequence s "

@@ -36,7 +36,12 @@ SIZES = {
     },
 }
 INPUT_NAMES = ("queries", "kv_pages", "kv_lens", "page_indices", "cu_q_lens", "num_seqs")
+# Pages that no sequence's page table names are never read by a correct kernel.
+SPARSE_INPUTS = ("kv_pages",)
 NOTES = (
+    "Small size: NUM_ACTIVE_SEQS (7 of 8 slots, 56 of 64 at full size) and the query/KV lengths are "
+    "scenario data read from cu_q_lens / kv_lens / num_seqs, not array dimensions, so the divisibility "
+    "rule for small sizes (workloads.keeps_divisibility) does not apply to them.",
     "One fixed serving scenario, not a distribution: at full size 48 one-token decodes (kv_len "
     "257 + ((i*73) mod 240)*16, always 1 token into a page) then seven 512-token prefill chunks and one "
     "464-token chunk (kv_len 1023 ... 4095), exactly filling the 4096-token budget; 8 of 64 slots idle.",

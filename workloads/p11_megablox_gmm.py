@@ -23,7 +23,7 @@ SIZES = {
     "full": {"num_experts": 128, "num_experts_per_tok": 8, "emb_dim": 4096, "moe_mlp_dim": 1536,
              "seq_len": 4096},
     # M = 1024 rows, 128 per group; see NOTES.
-    "small": {"num_experts": 8, "num_experts_per_tok": 8, "emb_dim": 512, "moe_mlp_dim": 384,
+    "small": {"num_experts": 8, "num_experts_per_tok": 8, "emb_dim": 512, "moe_mlp_dim": 1536,
               "seq_len": 128},
 }
 INPUT_NAMES = ("lhs", "rhs", "group_sizes", "max_expert_size")
@@ -45,8 +45,8 @@ NOTES = (
     "lhs window. Neither can happen with JAXBench's uniform group sizes.",
     "lhs and rhs are round-tripped through bfloat16 in the original, a no-op for bfloat16 inputs.",
     "Small size: M = 1024 with 128 rows per group (one m-tile per group, as at full size where a "
-    "group is 256 rows) and N = 384 (a ragged last N tile against tn = 256, like 1536 against "
-    "tn = 1024).",
+    "group is 256 rows) and N = 1536 as at full size: 1536 = 2^9 * 3 is the smallest N that keeps its "
+    "divisibility (workloads.keeps_divisibility), so an n-tile of 1024 is ragged at both sizes.",
 )
 DEGENERATE_OUTPUT = False
 

@@ -17,20 +17,29 @@ summing over V in float32, and the mean over the T tokens is float32.
 """
 SIZES = {
     "full": {"batch_tokens": 8192, "hidden_dim": 4096, "vocab_size": 128256},
-    # vocab stays a multiple of 128 and much larger than hidden_dim.
-    "small": {"batch_tokens": 256, "hidden_dim": 256, "vocab_size": 8192},
+    # vocab = 2^8 * 33 keeps the full 128256 = 2^8 * 501: a multiple of 256 but of no larger power of two.
+    "small": {"batch_tokens": 256, "hidden_dim": 256, "vocab_size": 8448},
 }
 INPUT_NAMES = ("hidden", "weight", "labels")
 NOTES = (
     "The output is a single float32 scalar, so 'a constant equal to the output's mean' is the "
-    "output itself: DEGENERATE_OUTPUT is True by construction.",
+    "output itself: DEGENERATE_OUTPUT is True by construction (the degenerate-output audit lists it as "
+    "not caught, necessarily).",
+    "A fixed loss is caught by the hidden seeds, not by a wide margin: the small-size loss moves by "
+    "~0.02 between seeds (9.075 to 9.132 over seeds 1-12) while the calibrated tolerance of a scalar is "
+    "7e-5 to 2.5e-3; their median as a hard-coded constant passes none of those 12 seeds, and the "
+    "seed-42 loss replayed misses by 6x the tolerance on the weaker of the audit's seeds 1 and 7.",
     "The loss also sits near log(V) because the logits are small (std 0.02*sqrt(H)): at the small "
-    "size log(8192) = 9.01 is within JAXBench's 1e-2 tolerance of the true loss, so a kernel that "
+    "size log(8448) = 9.04 is within JAXBench's 1e-2 tolerance of the true loss (9.10 at seed 42), so "
+    "a kernel that "
     "ignores its inputs would pass there; at full size (std ~1.3) it would not.",
     "The full-size logits alone are 2 GiB of bfloat16, which a fused kernel avoids materialising.",
     "flops() is the baseline benchmark() formula (2*T*H*V + 3*T*V); the harness never reads it and "
     "reports XLA's cost analysis instead (XLA:CPU counts 8.619e12).",
-    "Small size: vocab_size stays a multiple of 128 and much larger than hidden_dim.",
+    "Small size: vocab_size = 8448 = 2^8 * 33 keeps what tiling sees of 128256 = 2^8 * 501: a multiple "
+    "of 256 but of no larger power of two (workloads.keeps_divisibility), so a vocab grid that "
+    "floor-divides by 512, 1024 or 2048 drops columns at the small size as at full size; it stays "
+    "much larger than hidden_dim.",
 )
 DEGENERATE_OUTPUT = True
 

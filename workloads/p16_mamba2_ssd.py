@@ -19,7 +19,7 @@ Output (batch, H, S, D) bfloat16.
 """
 SIZES = {
     "full": {"batch": 4, "seq_len": 4096, "num_heads": 64, "head_dim": 64},
-    "small": {"batch": 1, "seq_len": 512, "num_heads": 4, "head_dim": 64},
+    "small": {"batch": 2, "seq_len": 256, "num_heads": 4, "head_dim": 64},
 }
 INPUT_NAMES = ("query", "key", "value", "A_log")
 NOTES = (

@@ -31,6 +31,11 @@ NOTES = (
     "flops() is the baseline benchmark() formula (12*N^2*C^2 + 2*N^3*C); the harness never reads "
     "it and reports XLA's cost analysis instead (XLA:CPU counts 1.412e12).",
     "Small size: N = 128 keeps C = 128 channels (a full lane width).",
+    "The small size breaks the divisibility rule (workloads.keeps_divisibility) on purpose: the only N "
+    "that keeps 1536 = 2^9 * 3 (a multiple of 512, not a power of two) is 1536 itself, and the "
+    "2 N^3 C FLOPs there are far beyond a CPU interpret run. N = 128 is a power of two, so a kernel "
+    "that floor-divides N by 1024 (which leaves 512 rows at full size) is not caught by the small run; "
+    "the full-size coverage analysis of BlockSpec grids still catches it.",
 )
 DEGENERATE_OUTPUT = False
 

@@ -1,5 +1,6 @@
-# expect: workload=8p_GEMM status=incorrect error_class=wrong_values
-# A Pallas kernel that only writes zeros of the right shape and dtype.
+# expect: workload=8p_GEMM status=incorrect error_class=unread_input
+# A Pallas kernel that only writes zeros of the right shape and dtype; it reads one 128-wide strip of A and B, so
+# most of both inputs is never read at full size (caught before the values are compared).
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl

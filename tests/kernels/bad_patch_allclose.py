@@ -1,4 +1,4 @@
-# expect: workload=8p_GEMM status=incorrect error_class=wrong_values
+# expect: workload=8p_GEMM status=incorrect error_class=unread_input
 # Monkeypatches numpy/jnp comparison helpers to always pass, then returns zeros from a Pallas kernel.
 import jax
 import jax.numpy as jnp

@@ -1,0 +1,191 @@
+"""The static cost model: pure functions from counts (bundles, grid steps, bytes) to seconds, per TPU generation.
+
+  compute  = the bundles a run executes x seconds per bundle. From the loop structure of libtpu's final
+             schedule: the code outside the grid loop runs once; per grid step, the straight-line body runs
+             `body_ratio` of its code (pl.when skips) and the in-kernel loops run `loop_ratio` times their
+             code (trips; kernel_replay). Seconds per bundle is calibrated per generation so that a large,
+             ideal bf16 matmul tile runs at the chip's peak (from pltpu.get_tpu_info_for_chip).
+  memory   = the HBM bytes its BlockSpecs and DMAs move (a block is re-fetched whenever its block index
+             changes between consecutive grid steps) / HBM bandwidth
+  overhead = grid steps x the pipeline's fixed cost per step
+  estimate = max(compute, memory) + the part of min(compute, memory) the pipeline cannot overlap (at
+             least one step's worth: the first fetch and the last write-back) + overhead; the largest
+             term names the bottleneck.
+Per generation, `CALIBRATION` scales these terms (fit on tokamax's real TPU timings by
+benchmarks/estimate_fidelity.py --fit; the raw model is the identity). The XLA baseline is XLA's own cost
+analysis: its optimal_seconds, at least max(FLOPs / peak, bytes accessed / bandwidth) of its own counts; the
+XLA work around a candidate's kernels is costed per instruction of the compiled program (internals.hlo).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jaxbench_mcp import targets
+
+# Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
+MODEL_VERSION = 2
+# A widely quoted figure for the fixed cost of one Pallas TPU grid step (DMA issue/wait, bookkeeping).
+STEP_OVERHEAD_S = 0.35e-6
+# Where to read about each bottleneck (context_docs/ refs).
+BOTTLENECK_DOCS = {
+    "grid-step-overhead-bound": "performance#block-size-vmem",
+    "memory-bound": "performance#roofline",
+    "MXU-bound": "performance#mxu-shapes",
+}
+# The calibration tile: one grid step of a (T, T) x (T, T) bf16 matmul with a float32 result.
+CALIBRATION_TILE = 1024
+
+
+def calibration_kernel():
+    """A function and its abstract args: one grid step of an ideal bf16 MXU matmul tile."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    t = CALIBRATION_TILE
+
+    def body(a_ref, b_ref, o_ref):
+        o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+    def matmul(a, b):
+        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((t, t), jnp.float32))(a, b)
+
+    args = [jax.ShapeDtypeStruct((t, t), jnp.bfloat16)] * 2
+    return matmul, args
+
+
+def seconds_per_bundle(generation: str, calibration_bundles: int) -> float:
+    ideal = 2 * CALIBRATION_TILE**3 / targets.chip_facts(generation).peak_bf16_flops
+    return ideal / calibration_bundles
+
+
+def block_traffic(block_indices, block_bytes: int) -> int:
+    """HBM bytes a pipelined BlockSpec moves: a fetch at the first step and at every index change."""
+    import numpy as np
+
+    idx = np.asarray(block_indices)
+    if idx.ndim == 1:
+        idx = idx[:, None]
+    changes = 1 + int(np.any(idx[1:] != idx[:-1], axis=1).sum()) if len(idx) else 0
+    return changes * block_bytes
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per-generation corrections to the raw model, fit on measured kernels (identity = raw model)."""
+
+    compute_scale: float = 1.0  # measured seconds per modelled compute second
+    hbm_efficiency: float = 1.0  # the share of peak HBM bandwidth a kernel's DMAs reach
+    overlap_loss: float = 0.0  # the share of min(compute, memory) that is not hidden under the other
+    step_overhead_s: float = STEP_OVERHEAD_S
+    xla_op_overhead_s: float = 0.0  # fixed cost per XLA op around the kernels (launch, pipeline fill)
+    fitted_on: str = "raw model"
+
+
+RAW = Calibration()
+# Fit by benchmarks/estimate_fidelity.py --fit on tokamax's measured configs (the fit half; see that script).
+# Generations without measurements we may use (v4; v6e, whose tokamax data is held out) get the raw model.
+CALIBRATION: dict[str, Calibration] = {}
+
+
+def calibration_for(generation: str) -> Calibration:
+    return CALIBRATION.get(generation, RAW)
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    exposed_s: float = 0.0  # the part of min(compute, memory) the pipeline does not hide
+
+    @property
+    def estimate_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.exposed_s + self.overhead_s
+
+
+def kernel_cost(bundles: int, steps: int, hbm_bytes: float, generation: str, spb: float,
+                run_ratio: float = 1.0) -> KernelCost:
+    """The raw model on flat counts: every bundle runs `run_ratio` times per step, memory and compute overlap."""
+    return KernelCost(compute_s=bundles * steps * run_ratio * spb,
+                      memory_s=hbm_bytes / targets.chip_facts(generation).hbm_bytes_per_second, overhead_s=steps * STEP_OVERHEAD_S)
+
+
+def executed_bundles(depth_bundles, bundles: int, steps: int, has_grid_loop: bool, body_ratio: float,
+                     loop_ratio: float, flat_ratio: float, in_kernel_loops: int) -> float:
+    """Bundles a whole run executes, from the schedule's bundles per loop depth.
+
+    With a grid loop (a gridded kernel of more than one step), depth 0 is the code around the grid (once),
+    depth 1 the step's straight-line body, deeper the body's own loops; without one, depth 0 is the body. Only
+    loop bodies repeat: the body's own loops run `loop_ratio` times their code per step, the straight-line
+    body `body_ratio` of its code. When the trace has in-kernel loops but the schedule none, the compiler
+    unrolled them (every trip is in the schedule): the whole body runs `flat_ratio` of its code.
+    """
+    depths = list(depth_bundles) or [bundles]
+    if has_grid_loop and len(depths) > 1:
+        once, body, inner = depths[0], depths[1], sum(depths[2:])
+    else:
+        once, body, inner = 0, depths[0], sum(depths[1:])
+    if inner and in_kernel_loops:
+        per_step = body * body_ratio + inner * loop_ratio
+    elif in_kernel_loops:
+        per_step = (body + inner) * flat_ratio
+    else:
+        per_step = (body + inner) * body_ratio
+    return once + steps * per_step
+
+
+def pipelined_cost(executed: float, steps: int, hbm_bytes: float, generation: str, spb: float,
+                   calibration: Calibration = RAW, pipeline_stages: float | None = None) -> KernelCost:
+    """Seconds from executed bundles and moved bytes. A pipeline of n stages hides all but about 1/n of the
+    smaller of compute and memory (the first fetch, the last write-back); the calibration may say it hides less."""
+    chip = targets.chip_facts(generation)
+    compute = executed * spb * calibration.compute_scale
+    memory = hbm_bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency)
+    stages = max(1.0, pipeline_stages if pipeline_stages is not None else float(steps))
+    exposed = min(compute, memory) * max(1.0 / stages, calibration.overlap_loss)
+    return KernelCost(compute_s=compute, memory_s=memory, overhead_s=steps * calibration.step_overhead_s, exposed_s=exposed)
+
+
+def outside_seconds(ops, generation: str, calibration: Calibration = RAW) -> list[float]:
+    """Seconds of each XLA op around the kernels (all its runs): its own roofline, plus a fixed cost per run."""
+    chip = targets.chip_facts(generation)
+    return [op.count * (max(op.flops / chip.peak_bf16_flops, op.bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency))
+                        + calibration.xla_op_overhead_s) for op in ops]
+
+
+# What to change for each bottleneck (one or two concrete moves) and where to read about it.
+BOTTLENECK_ADVICE = {
+    "grid-step-overhead-bound": ("fewer, larger grid steps: grow the block sizes (as far as VMEM allows) so that "
+                                 "each step does more work", "performance#block-size-vmem"),
+    "memory-bound": ("move fewer HBM bytes: larger blocks along the axes that re-fetch an operand (its index map "
+                     "changes between consecutive steps), or fuse the work around the kernel into it",
+                     "performance#roofline"),
+    "MXU-bound": ("already limited by the matmul units: keep matmul tiles multiples of the MXU size and in bf16; "
+                  "skip work that is masked out (pl.when on the block index)", "performance#mxu-shapes"),
+    "vector-unit-bound": ("the vector units limit it: move elementwise work off the per-step path (hoist it out of "
+                          "the innermost loop, do it once per output block), use bf16 where precision allows",
+                          "performance#reading-profile"),
+}
+
+
+def bottleneck(cost: KernelCost, slot_use: dict[str, float]) -> str:
+    if cost.overhead_s >= max(cost.compute_s, cost.memory_s):
+        return "grid-step-overhead-bound"
+    if cost.memory_s >= cost.compute_s:
+        return "memory-bound"
+    vector = max((slot_use.get(k, 0.0) for k in ("VALU", "XLU", "EUP", "VLOAD", "VSTORE")), default=0.0)
+    return "MXU-bound" if slot_use.get("MXU", 0.0) >= vector else "vector-unit-bound"
+
+
+def workload_roofline_us(w, generation: str) -> float:
+    """The roofline bound of a workload at full size: its FLOPs and the bytes of its inputs and outputs."""
+    return targets.roofline_seconds(w.flops("full"), w.io_bytes("full"), generation)[0] * 1e6
+
+
+def xla_baseline_s(reference: dict, generation: str) -> float:
+    """XLA's own estimate of the baseline: its cost model's optimal_seconds, but never below the roofline of
+    XLA's own FLOP and byte counts (optimal_seconds is negative or missing for some programs)."""
+    bound = targets.roofline_seconds(reference["xla_flops"], reference["xla_bytes"], generation)[0]
+    return max(reference.get("xla_optimal_seconds") or 0.0, bound)

@@ -1,0 +1,698 @@
+"""Facts about a traced candidate that hold at the production size, found without running it.
+
+- full_size_coverage: which output elements no grid step writes and which input elements no grid step
+  reads, from each pallas_call's grid and BlockSpec index maps (evaluated over the whole grid at once).
+- program_structure / first_difference: the shape-free outline of a program, to tell whether the small
+  and the full size run the same program.
+- kernel_work / work_share / judge_work_share: how much of a program's FLOPs and HBM bytes its Pallas
+  kernels account for, against the XLA work around them.
+
+Everything returns plain data (dicts, lists, strings). Nothing here runs a kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from jaxbench_mcp import kernel_analysis as ka
+
+# ---- full-size coverage -------------------------------------------------------------------------
+
+# Primitives that only relabel elements: every element of the result is one element of the operand and
+# vice versa. An operand reached from a workload input through these alone is still "that input" (all of
+# it is read exactly when all of the operand is), though a region is then named in the operand's layout.
+_RELABEL = {"reshape", "squeeze", "expand_dims", "transpose", "convert_element_type", "copy", "copy_p",
+            "reshard"}
+
+# Primitives whose result depends on every element of every array operand (elementwise maps, reductions,
+# contractions, layout changes, concatenation). Garbage in any operand element can reach the result, so a
+# kernel output that reaches the program's output only through these must be written everywhere.
+# Deliberately absent: slicing, gathers, dynamic_update_slice, scatter, select_n, pad and anything else
+# that may drop or overwrite elements (a kernel may legitimately leave a region that is later sliced
+# away or overwritten unwritten).
+_DENSE = _RELABEL | {
+    "transpose", "broadcast_in_dim", "concatenate", "rev",
+    "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or", "argmax", "argmin",
+    "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "dot_general",
+    "neg", "abs", "sign", "floor", "ceil", "round", "exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic",
+    "sqrt", "rsqrt", "cbrt", "sin", "cos", "tan", "erf", "erfc", "erf_inv", "square", "integer_pow", "pow",
+    "add", "sub", "mul", "div", "rem", "max", "min", "atan2", "nextafter", "is_finite", "not", "and", "or", "xor",
+    "eq", "ne", "lt", "le", "gt", "ge", "clamp", "stop_gradient", "optimization_barrier",
+}
+
+# A coverage lattice larger than this (cells) is not analysed: the operand is reported as unknown.
+_MAX_LATTICE_CELLS = 20_000_000
+# How many uncovered boxes a finding spells out.
+_MAX_BOXES = 4
+
+
+@dataclass
+class _Use:
+    """One BlockSpec'd operand (or result) of one pallas_call."""
+
+    kernel: str
+    kernel_index: int
+    operand_index: int  # position among the kernel's inputs, or among its outputs
+    grid: list
+    block_shape: list
+    lo: list | None = None  # per array dim: start of each grid step's block (element index), clipped
+    hi: list | None = None
+    unknown: str | None = None  # why the blocks could not be followed
+
+
+@dataclass
+class _Source:
+    var: object
+    view: tuple  # the shape the kernels see it as
+    relabelled: bool  # reached through reshapes / converts
+    uses: list = field(default_factory=list)
+    other_reader: str | None = None
+
+
+class _Flat:
+    """A jaxpr with plain calls (jit, custom_jvp/vjp/vmap) inlined; variables are canonicalised so that a
+    call's inner variables and the outer ones they stand for compare equal."""
+
+    def __init__(self, closed):
+        self.alias: dict = {}
+        self.eqns: list = []  # (eqn, canonical invars, canonical outvars)
+        self.in_loop_kernels = 0
+        self._inline(closed.jaxpr)
+        self.invars = [self.canon(v) for v in closed.jaxpr.invars]
+        self.outvars = [self.canon(v) for v in closed.jaxpr.outvars]
+
+    def canon(self, v):
+        from jax.extend.core import Literal
+
+        if isinstance(v, Literal):
+            return v
+        while v in self.alias:
+            v = self.alias[v]
+        return v
+
+    def _inline(self, jaxpr):
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name in ka._CALLS_WITH_BODY:
+                body = eqn.params[ka._CALLS_WITH_BODY[name]].jaxpr
+                for inner, outer in zip(body.invars, eqn.invars):
+                    outer = self.canon(outer)
+                    if not hasattr(outer, "val"):  # a Literal operand has nothing to alias
+                        self.alias[inner] = outer
+                self._inline(body)
+                for outer, inner in zip(eqn.outvars, body.outvars):
+                    inner = self.canon(inner)
+                    if not hasattr(inner, "val"):
+                        self.alias[outer] = inner
+                continue
+            if name not in ka._KERNELS and any(
+                    e.primitive.name in ka._KERNELS for sub in ka._sub_jaxprs(eqn) for e in ka._walk_eqns(sub)):
+                self.in_loop_kernels += 1
+            self.eqns.append((eqn, [self.canon(v) for v in eqn.invars], [self.canon(v) for v in eqn.outvars]))
+
+
+def _is_var(v) -> bool:
+    return not hasattr(v, "val")
+
+
+def _index_map_reads_prefetch(bm, num_grid: int) -> bool:
+    """Whether an index map uses its scalar-prefetch arguments (then it cannot be evaluated without data)."""
+    jaxpr = bm.index_map_jaxpr.jaxpr
+    prefetch = set(jaxpr.invars[num_grid:])
+    if not prefetch:
+        return False
+    return any(v in prefetch for e in ka._walk_eqns(jaxpr) for v in e.invars if _is_var(v)) or any(
+        v in prefetch for v in jaxpr.outvars if _is_var(v))
+
+
+def _block_starts(bm, grid: list, points) -> list:
+    """The index map's outputs at every grid point, as int64 arrays of length n_steps."""
+    import jax
+
+    closed = bm.index_map_jaxpr
+    n = points.shape[1]
+    if grid:
+        outs = jax.vmap(lambda *idx: ka._evaluate_index_map(closed, idx))(*points)
+    else:
+        outs = ka._evaluate_index_map(closed, ())
+    return [np.broadcast_to(np.asarray(o, dtype=np.int64).reshape(-1), (n,)) for o in outs]
+
+
+def _element_ranges(bm, indices: list) -> tuple[list, list] | str:
+    """Per array dimension, the [lo, hi) element range each grid step's block covers (clipped to the
+    array: a block hanging over the end of a pl.cdiv grid covers up to the end), or why it cannot be
+    said."""
+    from jax._src.pallas import core as pallas_core
+
+    lo, hi = [], []
+    for dim, bd, idx in zip(bm.array_aval.shape, bm.block_shape, indices):
+        if isinstance(bd, pallas_core.Blocked):
+            start, size = idx * int(bd.block_size), int(bd.block_size)
+        elif isinstance(bd, pallas_core.Squeezed):
+            start, size = idx, 1  # the index map returns the element index of a squeezed dimension
+        elif isinstance(bd, pallas_core.Element):
+            # pl.Element indexes elements of the array padded by `padding` on each side.
+            start, size = idx - int(bd.padding[0]), int(bd.block_size)
+        else:
+            return f"{type(bd).__name__} block dimensions are not followed"
+        lo.append(np.clip(start, 0, dim))
+        hi.append(np.clip(start + size, 0, dim))
+    return lo, hi
+
+
+def _kernel_name(eqn) -> str:
+    debug = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+    return eqn.params.get("name") or getattr(debug, "func_name", None) or "kernel"
+
+
+def _uses_of_kernel(eqn, kernel_index: int) -> tuple[list[_Use], list[_Use]]:
+    """The BlockSpec'd inputs and outputs of one pallas_call, with their blocks over the whole grid."""
+    mapping = eqn.params["grid_mapping"]
+    name = _kernel_name(eqn)
+    grid = [g if isinstance(g, int) else None for g in mapping.grid]
+    nin = mapping.num_inputs
+    ins, outs = [], []
+    dynamic = any(g is None for g in grid)
+    points = None
+    if not dynamic:
+        points = (np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid
+                  else np.zeros((0, 1), np.int32))
+    for k, bm in enumerate(mapping.block_mappings):
+        use = _Use(kernel=name, kernel_index=kernel_index, operand_index=k if k < nin else k - nin,
+                   grid=[g if g is not None else "dynamic" for g in grid],
+                   block_shape=[ka._block_dim(d) for d in bm.block_shape])
+        (ins if k < nin else outs).append(use)
+        if ka._stays_in_hbm(bm):
+            use.unknown = "stays in HBM (memory_space=ANY): the kernel copies it by hand"
+        elif dynamic:
+            use.unknown = "the grid's size is known only at run time"
+        elif _index_map_reads_prefetch(bm, len(grid)):
+            use.unknown = "its index map reads scalar-prefetch data"
+        else:
+            ranges = _element_ranges(bm, _block_starts(bm, grid, points))
+            if isinstance(ranges, str):
+                use.unknown = ranges
+            else:
+                use.lo, use.hi = ranges
+    return ins, outs
+
+
+def _coverage(shape: tuple, uses: list[_Use]):
+    """Union of all the uses' blocks over an array of `shape`: (uncovered boxes, uncovered elements,
+    boxes left out) or a string saying why it was not computed.
+
+    Block edges are compressed per dimension (only the distinct start/end positions matter), so the
+    lattice has one cell per run of elements that every block either fully covers or misses; a block
+    then marks a box of cells through an n-dimensional difference array.
+    """
+    nd = len(shape)
+    if nd == 0:
+        covered = any(u.lo is not None and len(u.lo) == 0 for u in uses)
+        return ([], 0, 0) if covered else ([((), ())], 1, 0)
+    lo = [np.concatenate([u.lo[d] for u in uses]) for d in range(nd)]
+    hi = [np.concatenate([u.hi[d] for u in uses]) for d in range(nd)]
+    keep = np.ones(lo[0].shape, bool)
+    for d in range(nd):
+        keep &= hi[d] > lo[d]  # a block entirely past the end covers nothing
+    lo, hi = [x[keep] for x in lo], [x[keep] for x in hi]
+    breaks = [np.unique(np.concatenate([[0, shape[d]], lo[d], hi[d]])) for d in range(nd)]
+    cells = [len(b) - 1 for b in breaks]
+    if math.prod(c + 1 for c in cells) > _MAX_LATTICE_CELLS:
+        return f"its blocks cut it into more than {_MAX_LATTICE_CELLS} pieces"
+    a = [np.searchsorted(breaks[d], lo[d]) for d in range(nd)]
+    b = [np.searchsorted(breaks[d], hi[d]) for d in range(nd)]
+    if all(np.all(b[d] - a[d] == 1) for d in range(nd)):
+        covered = np.zeros(cells, bool)
+        covered[tuple(a)] = True
+    else:
+        ext = [c + 1 for c in cells]
+        counts = np.zeros(math.prod(ext), np.float64)
+        for corner in range(1 << nd):
+            pick = [b[d] if corner >> d & 1 else a[d] for d in range(nd)]
+            sign = -1.0 if corner.bit_count() % 2 else 1.0
+            counts += np.bincount(np.ravel_multi_index(pick, ext), minlength=counts.size) * sign
+        counts = counts.reshape(ext)
+        for d in range(nd):
+            counts = np.cumsum(counts, axis=d)
+        covered = counts[tuple(slice(0, c) for c in cells)] > 0.5
+    missing = ~covered
+    if not missing.any():
+        return [], 0, 0
+    lengths = [np.diff(br) for br in breaks]
+    weight = lengths[0].astype(np.float64)
+    for d in range(1, nd):
+        weight = np.multiply.outer(weight, lengths[d])
+    uncovered = round(float(weight[missing].sum()))
+    boxes, left = _boxes(missing, breaks)
+    return boxes, uncovered, left
+
+
+def _boxes(missing: np.ndarray, breaks: list) -> tuple[list, int]:
+    """Greedy cover of the uncovered cells by boxes (grown along the last dimension first), in element
+    coordinates; returns up to _MAX_BOXES boxes and how many more boxes the rest would need at least."""
+    mask = missing.copy()
+    nd = mask.ndim
+    boxes = []
+    while mask.any() and len(boxes) < _MAX_BOXES:
+        start = list(np.unravel_index(int(np.argmax(mask)), mask.shape))
+        end = [s + 1 for s in start]
+        for d in reversed(range(nd)):
+            region = tuple(slice(start[k], end[k]) if k != d else slice(start[d], None) for k in range(nd))
+            run = mask[region]
+            other = tuple(k for k in range(nd) if k != d)
+            full = run.all(axis=other) if other else run
+            stop = int(np.argmin(full)) if not full.all() else full.size
+            end[d] = start[d] + max(stop, 1)
+        mask[tuple(slice(s, e) for s, e in zip(start, end))] = False
+        boxes.append((tuple(int(breaks[d][start[d]]) for d in range(nd)),
+                      tuple(int(breaks[d][end[d]]) for d in range(nd))))
+    return boxes, int(mask.any())
+
+
+def _region_text(name: str, shape: tuple, box) -> str:
+    lo, hi = box
+    parts = [":" if (l, h) == (0, n) else (str(l) if h == l + 1 else f"{l}:{h}") for l, h, n in zip(lo, hi, shape)]
+    return f"{name}[{', '.join(parts)}]" if parts else name
+
+
+def _finding(kind: str, name: str, shape: tuple, uses: list[_Use], result) -> dict:
+    boxes, uncovered, more = result
+    total = math.prod(shape) if shape else 1
+    regions = [_region_text(name, shape, box) for box in boxes]
+    return {
+        "kind": kind,
+        "operand": name,
+        "shape": list(shape),
+        "regions": regions,
+        "region": "; ".join(regions) + (" and more" if more else ""),
+        "uncovered_elements": uncovered,
+        "fraction_uncovered": uncovered / total if total else 0.0,
+        "kernels": [{"kernel": u.kernel, "kernel_index": u.kernel_index, "operand_index": u.operand_index,
+                     "grid": u.grid, "block_shape": u.block_shape} for u in uses],
+        # the first use, for a one-line message
+        "kernel": uses[0].kernel, "operand_index": uses[0].operand_index,
+        "grid": uses[0].grid, "block_shape": uses[0].block_shape,
+    }
+
+
+def _view_name(base: str, source_shape: tuple, view: tuple, relabelled: bool) -> str:
+    if relabelled and tuple(view) != tuple(source_shape):
+        return f"{base} (as {list(view)})"
+    return base
+
+
+def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
+    """Which elements of the program's outputs no grid step writes, and which elements of its inputs no
+    grid step reads, judged from the pallas_calls' grids and BlockSpec index maps alone.
+
+    `closed` is a ClosedJaxpr traced at full size (jax.make_jaxpr of the candidate on abstract inputs,
+    static arguments given as static_argnums, so the jaxpr's invars are the array inputs in order).
+    `input_names` names those invars (default "input 0", ...), `output_names` the outputs.
+
+    Returns {"findings": [...], "unknown": [...], "kernels": n}. A finding is a dict:
+      kind               "unwritten_output" | "unread_input"
+      operand            the input/output name ("weight", "output", "x (as [32768, 8192])", ...)
+      shape              the operand's shape as the kernels see it
+      region, regions    e.g. "weight[:, 128000:128256]" (up to 4 boxes; "and more" when cut short)
+      uncovered_elements, fraction_uncovered
+      kernel, operand_index, grid, block_shape   of the first kernel that uses it;
+      kernels            the same for every use
+    "unknown" lists {"operand", "kernel", "reason"} for operands whose coverage could not be followed
+    (scalar-prefetch index maps, memory_space=ANY with manual DMA, dynamic grids); they are never
+    findings. "not_judged" lists {"operand", "reason"} for kernel operands that are not judged by design
+    (an input also read outside its kernels, a kernel output that is sliced or aliased).
+
+    What counts:
+    - An input is judged only when every reader of it (through reshapes and dtype converts) is a
+      BlockSpec'd pallas_call operand seen the same way, or a static slice: any other reader (an XLA op,
+      a kernel that DMAs it by hand) may read the rest. Reads by all its kernels are unioned.
+    - A kernel output is judged when it reaches a program output only through operations that use every
+      element (elementwise maps, reductions, contractions, reshapes, converts, concatenation); one that
+      is sliced, gathered, overwritten in place or selected from may legitimately leave regions unwritten.
+      Outputs aliased to an input (input_output_aliases) keep the input's values where unwritten and are
+      not judged.
+    - pl.kernel / core_map kernels have no BlockSpecs and are not judged; a pallas_call inside a loop or a
+      branch is not judged either (its operands are not the program's arrays).
+    - An element covered by at least one grid step counts as covered; a block that extends past the end of
+      the array (the last block of a pl.cdiv grid) covers up to the end.
+    """
+    flat = _Flat(closed)
+    in_names = list(input_names) if input_names is not None else [f"input {i}" for i in range(len(flat.invars))]
+    out_names = list(output_names) if output_names is not None else (
+        ["output"] if len(flat.outvars) == 1 else [f"output {i}" for i in range(len(flat.outvars))])
+    findings, unknown, not_judged = [], [], []
+    if flat.in_loop_kernels:
+        unknown.append({"operand": None, "kernel": None,
+                        "reason": f"{flat.in_loop_kernels} kernel call(s) inside a loop or a branch are not judged"})
+
+    # Where each value comes from (a workload input, possibly relabelled) and who reads each value.
+    origin = {}
+    for i, v in enumerate(flat.invars):
+        if _is_var(v):
+            origin.setdefault(v, (i, False))
+    producer, readers = {}, {}
+    for position, (eqn, ins, outs) in enumerate(flat.eqns):
+        for o in outs:
+            producer[o] = position
+        for v in ins:
+            if _is_var(v):
+                readers.setdefault(v, []).append(position)
+        if eqn.primitive.name in _RELABEL and _is_var(ins[0]) and ins[0] in origin:
+            origin[outs[0]] = (origin[ins[0]][0], True)
+
+    kernel_uses = {}
+    kernel_count = 0
+    for position, (eqn, ins, outs) in enumerate(flat.eqns):
+        name = eqn.primitive.name
+        if name in ka._MESH_KERNELS:
+            kernel_count += 1
+            unknown.append({"operand": None, "kernel": name, "reason": "a pl.kernel / core_map kernel has no BlockSpecs"})
+        elif name == "pallas_call":
+            kernel_count += 1
+            kernel_uses[position] = _uses_of_kernel(eqn, kernel_count - 1)
+
+    # ---- inputs
+    def reads_of(v):
+        """Every (position, variable read there) for the reads of v, following relabelling ops."""
+        for position in readers.get(v, []):
+            eqn, _, outs = flat.eqns[position]
+            if eqn.primitive.name in _RELABEL:
+                yield from reads_of(outs[0])
+            else:
+                yield position, v
+
+    for i, v in enumerate(flat.invars):
+        if not _is_var(v) or not hasattr(v.aval, "shape"):
+            continue
+        src = None
+        other = None
+        slices = []
+        for position, var in reads_of(v):
+            eqn, ins, outs = flat.eqns[position]
+            if eqn.primitive.name == "pallas_call" and position in kernel_uses:
+                mapping = eqn.params["grid_mapping"]
+                first = len(ins) - mapping.num_inputs  # dynamic grid sizes and scalar prefetch come first
+                for slot, operand in enumerate(ins[first:]):
+                    if operand is not var:
+                        continue
+                    use = kernel_uses[position][0][slot]
+                    view = tuple(var.aval.shape)
+                    if src is None:
+                        src = _Source(var=v, view=view, relabelled=origin.get(var, (i, False))[1])
+                    if view != src.view:
+                        other = other or "it is read through different reshapes"
+                    src.uses.append(use)
+                if any(operand is var for operand in ins[:first]):
+                    other = other or "it is also a scalar-prefetch operand"
+            elif eqn.primitive.name == "slice" and all(s in (None, 1) for s in (eqn.params.get("strides") or [None])):
+                slices.append((var, eqn.params["start_indices"], eqn.params["limit_indices"]))
+            else:
+                other = other or f"it is also read by {eqn.primitive.name}"
+        if src is None:
+            continue
+        for var, start, limit in slices:
+            if tuple(var.aval.shape) != src.view:
+                other = other or "it is read through different reshapes"
+                continue
+            src.uses.append(_Use(kernel="slice", kernel_index=-1, operand_index=0, grid=[], block_shape=[],
+                                 lo=[np.array([s]) for s in start], hi=[np.array([e]) for e in limit]))
+        base = in_names[i] if i < len(in_names) else f"input {i}"
+        name = _view_name(base, tuple(v.aval.shape), src.view, src.relabelled)
+        blocked = [u for u in src.uses if u.unknown]
+        if other:
+            # Read elsewhere too: nothing to say about what its kernels skip.
+            not_judged.append({"operand": name, "reason": other})
+            continue
+        if blocked:
+            unknown.extend({"operand": name, "kernel": u.kernel, "reason": u.unknown} for u in blocked)
+            continue
+        result = _coverage(src.view, src.uses)
+        if isinstance(result, str):
+            unknown.append({"operand": name, "kernel": src.uses[0].kernel, "reason": result})
+        elif result[1]:
+            findings.append(_finding("unread_input", name, src.view,
+                                     [u for u in src.uses if u.kernel_index >= 0] or src.uses, result))
+
+    # ---- outputs: which values reach a program output through dense operations only
+    # var -> (the program output it reaches, reached through relabelling only?)
+    needed = {}
+    for k, v in enumerate(flat.outvars):
+        if _is_var(v):
+            needed.setdefault(v, (out_names[k] if k < len(out_names) else f"output {k}", True))
+    for position in reversed(range(len(flat.eqns))):
+        eqn, ins, outs = flat.eqns[position]
+        hit = [needed[o] for o in outs if o in needed]
+        if not hit or eqn.primitive.name not in _DENSE:
+            continue
+        name, direct = hit[0]
+        for v in ins:
+            if _is_var(v) and hasattr(v.aval, "shape"):
+                needed.setdefault(v, (name, direct and eqn.primitive.name in _RELABEL))
+    out_shapes = {v: tuple(v.aval.shape) for v in flat.outvars if _is_var(v)}
+
+    for position, (in_uses, out_uses) in kernel_uses.items():
+        eqn, ins, outs = flat.eqns[position]
+        aliased = {o for _, o in eqn.params.get("input_output_aliases", ())}
+        for k, (var, use) in enumerate(zip(outs, out_uses)):
+            if var not in needed or k in aliased:
+                not_judged.append({"operand": f"{use.kernel} output {k}",
+                                   "reason": "aliased to an input" if k in aliased else
+                                   "it does not reach a program output through operations that use every element"})
+                continue
+            reached, direct = needed[var]
+            if not direct:
+                name = f"{use.kernel} output {k} (feeds {reached})"
+            else:
+                reached_shape = next((s for v, s in out_shapes.items() if needed.get(v, (None,))[0] == reached), ())
+                name = _view_name(reached, reached_shape, tuple(var.aval.shape), True)
+            if use.unknown:
+                unknown.append({"operand": name, "kernel": use.kernel, "reason": use.unknown})
+                continue
+            result = _coverage(tuple(var.aval.shape), [use])
+            if isinstance(result, str):
+                unknown.append({"operand": name, "kernel": use.kernel, "reason": result})
+            elif result[1]:
+                findings.append(_finding("unwritten_output", name, tuple(var.aval.shape), [use], result))
+    findings.sort(key=lambda f: f["kind"] != "unwritten_output")  # the more direct error first
+    return {"findings": findings, "unknown": unknown, "not_judged": not_judged, "kernels": kernel_count}
+
+
+def describe_finding(f: dict) -> str:
+    """One sentence for a finding, e.g. "weight[:, 128000:128256] is never read at full size ...". """
+    verb = "written" if f["kind"] == "unwritten_output" else "read"
+    share = f["fraction_uncovered"]
+    return (f"{f['region']} is never {verb} at full size ({f['uncovered_elements']} elements, "
+            f"{share:.3%} of {f['operand'].split(' (')[0]}): kernel {f['kernel']} has grid {f['grid']} and "
+            f"block shape {f['block_shape']} over shape {f['shape']}")
+
+
+# ---- the same program at every size ------------------------------------------------------------
+
+# Primitives that only move or relabel data. Whether jax emits them can depend on shapes alone (a
+# broadcast or reshape to the shape an operand already has is elided), so they are left out of the
+# outline rather than reported as a size-dependent program.
+_LAYOUT_ONLY = {"reshape", "squeeze", "expand_dims", "broadcast_in_dim", "convert_element_type", "copy", "copy_p",
+                "reshard", "transpose"}
+# Wrappers whose bodies count, not the wrapper itself (jnp helpers trace as jit calls of their own).
+_TRANSPARENT = set(ka._CALLS_WITH_BODY)
+
+
+def program_structure(closed) -> list[str]:
+    """The outline of a traced program with shapes left out: its primitives in evaluation order (the
+    bodies of loops and branches included, each opened by its primitive's name), with every Pallas kernel
+    as "pallas_call:<kernel name>" and its body not opened. Layout-only primitives (reshape, broadcast,
+    transpose, dtype converts) and call wrappers (jit, custom_jvp/vjp) are left out.
+
+    Two traces of one candidate at different sizes have equal outlines unless the candidate branches on
+    shapes into a different computation.
+    """
+    jaxpr = getattr(closed, "jaxpr", closed)
+    tokens: list[str] = []
+
+    def walk(j):
+        for eqn in j.eqns:
+            name = eqn.primitive.name
+            if name == "pallas_call":
+                tokens.append(f"pallas_call:{_kernel_name(eqn)}")
+            elif name in ka._MESH_KERNELS:
+                tokens.append(name)
+            elif name in _TRANSPARENT:
+                walk(eqn.params[ka._CALLS_WITH_BODY[name]].jaxpr)
+            else:
+                if name not in _LAYOUT_ONLY:
+                    tokens.append(name)
+                for sub in ka._sub_jaxprs(eqn):
+                    walk(sub)
+                    if name in ("cond", "while", "scan"):
+                        tokens.append(f"end {name}")
+
+    walk(jaxpr)
+    return tokens
+
+
+def first_difference(a: list[str], b: list[str], labels=("small size", "full size")) -> dict | None:
+    """Where two outlines (program_structure) first differ: None when equal, else
+    {"position": i, "a": token or None (ended), "b": ..., "a_context": [...], "b_context": [...],
+     "text": one line naming both sides}. The contexts hold up to 2 tokens before and 3 from i."""
+    if list(a) == list(b):
+        return None
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    def at(seq):
+        return seq[i] if i < len(seq) else None
+
+    def around(seq):
+        return list(seq[max(0, i - 2): i + 3])
+
+    def said(seq):
+        return f"`{seq[i]}`" if i < len(seq) else "the end of the program"
+
+    text = (f"the programs differ at step {i}: the {labels[0]} trace has {said(a)} where the {labels[1]} trace "
+            f"has {said(b)} ({len(a)} vs {len(b)} steps in all)")
+    return {"position": i, "a": at(a), "b": at(b), "a_context": around(a), "b_context": around(b), "text": text}
+
+
+# ---- the Pallas kernels must do the work -------------------------------------------------------
+
+# Below these shares of the program's FLOPs and bytes the kernels are decoration (see judge_work_share).
+PALLAS_SHARE_THRESHOLD = 0.01
+# Work outside the kernels counts as substantial from this share of the workload's own FLOPs or bytes.
+SUBSTANTIAL_OUTSIDE = 0.10
+# Kernels that do no FLOPs to speak of are decoration when XLA does at least this share of the workload's
+# FLOPs outside them (a copy kernel beside a jnp matmul moves real bytes but computes nothing).
+OUTSIDE_DOES_THE_MATH = 0.5
+
+_NO_FLOPS = {"get", "swap", "load", "store", "masked_load", "masked_swap", "addupdate", "iota", "broadcast_in_dim",
+             "reshape", "squeeze", "expand_dims", "transpose", "convert_element_type", "bitcast_convert_type",
+             "slice", "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "select_n", "copy", "copy_p",
+             "program_id", "num_programs", "dma_start", "dma_wait", "semaphore_signal", "semaphore_wait",
+             "semaphore_read", "delay", "run_scoped", "reshard", "gather", "scatter", "multiple_of", "rev"}
+
+
+def _flops(eqn) -> float:
+    """FLOPs of one kernel-body equation, counted as XLA's cost analysis does: a multiply-add in a
+    contraction is 2, a reduction 1 per input element, any other arithmetic 1 per output element."""
+    name = eqn.primitive.name
+    if name == "dot_general":
+        return 2.0 * ka._mxu_pushes(eqn) * ka._MXU_PUSH_MACS
+    if name in _NO_FLOPS or name.startswith(("dma", "semaphore", "barrier")):
+        return 0.0
+    if name.startswith(("reduce_", "arg", "cum")):
+        return float(sum(ka._elements(v) for v in eqn.invars if hasattr(v, "aval")))
+    return float(sum(ka._elements(v) for v in eqn.outvars))
+
+
+def kernel_work(closed) -> dict:
+    """The FLOPs and HBM bytes of a program's Pallas kernels: {"flops", "bytes", "kernels", "exact"}.
+
+    FLOPs: one run of each kernel body (the heaviest branch of a cond, a loop body times its trips) times
+    its grid steps. Bytes: what its BlockSpecs move over the whole grid (kernel_analysis.kernel_traffic;
+    a manually copied operand counts once). A kernel inside a loop counts once; such a loop, a dynamic
+    grid, a data-dependent branch or index map make the figures inexact (exact=False), not wrong in kind.
+    """
+    jaxpr = getattr(closed, "jaxpr", closed)
+    traffic = ka.kernel_traffic(jaxpr)
+    flops, exact, bodies = 0.0, True, []
+    for eqn in ka._walk_eqns(jaxpr):
+        name = eqn.primitive.name
+        if name == "pallas_call":
+            grid = eqn.params["grid_mapping"].grid
+            steps = math.prod(g if isinstance(g, int) else 1 for g in grid)
+            body = eqn.params["jaxpr"]
+        elif name in ka._MESH_KERNELS:
+            steps = 1
+            body = eqn.params["jaxprs"][0] if "jaxprs" in eqn.params else eqn.params["jaxpr"]
+            body = getattr(body, "jaxpr", body)
+        else:
+            continue
+        work, body_exact = ka.executed_work(body, _flops)
+        flops += work * steps
+        exact = exact and body_exact
+        bodies.append(eqn)
+    in_place = ka._kernels_in_place(jaxpr)
+    exact = exact and in_place is not None and all(t["exact"] and t["steps_exact"] for t in traffic)
+    return {"flops": flops, "bytes": float(sum(t["hbm_bytes"] for t in traffic)), "kernels": len(bodies),
+            "exact": exact}
+
+
+def outside_work(closed, args, generation: str | None = None) -> dict | None:
+    """XLA's cost analysis of the work around a program's Pallas kernels (kernel_analysis.outside_kernels):
+    {"flops", "bytes"}; None when the kernels cannot be cut out (a kernel inside a loop, or no kernel).
+
+    `args` are the program's non-static arguments (ShapeDtypeStructs do). With a TPU generation (libtpu
+    needed) XLA:TPU costs it deviceless; without one XLA:CPU does (its FLOP counts agree; its byte
+    counts are of the same order).
+    """
+    import jax
+
+    from jaxbench_mcp import targets
+
+    outside = ka.outside_kernels(closed)
+    if outside is None:
+        return None
+    fn, kernel_outputs = outside
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args] + list(kernel_outputs)
+    if not jax.eval_shape(fn, *structs):
+        return {"flops": 0.0, "bytes": 0.0}
+    if generation is not None:
+        compiled = targets.deviceless_compile(fn, structs, generation, kernel_facts=False)
+    else:
+        compiled = jax.jit(fn).trace(*structs).lower(lowering_platforms=("cpu",)).compile()
+    cost = compiled.cost_analysis() or {}
+    if isinstance(cost, list):  # older jax returned one dict per computation
+        cost = cost[0] if cost else {}
+    return {"flops": float(cost.get("flops", 0.0)), "bytes": float(cost.get("bytes accessed", 0.0))}
+
+
+def work_share(kernels: dict, outside: dict | None) -> dict:
+    """The kernels' share of the program's FLOPs and bytes: {"kernel_flops", "kernel_bytes",
+    "outside_flops", "outside_bytes", "flops_share", "bytes_share", "exact"}; a share is None when the
+    outside work is unknown or the program does no work of that kind at all."""
+    of = outside["flops"] if outside else None
+    ob = outside["bytes"] if outside else None
+
+    def share(inside, rest):
+        if rest is None or inside + rest <= 0:
+            return None
+        return inside / (inside + rest)
+
+    return {"kernel_flops": kernels["flops"], "kernel_bytes": kernels["bytes"], "outside_flops": of,
+            "outside_bytes": ob, "flops_share": share(kernels["flops"], of), "bytes_share": share(kernels["bytes"], ob),
+            "exact": bool(kernels.get("exact")) and outside is not None}
+
+
+def judge_work_share(share: dict, workload_flops: float | None = None, workload_bytes: float | None = None) -> dict:
+    """Whether the Pallas kernels do the work: {"error_class": None | "pallas_not_doing_the_work",
+    "reason": str}.
+
+    Decoration, when the work outside the kernels is substantial (at least SUBSTANTIAL_OUTSIDE of the
+    workload's FLOPs or bytes; any work at all when those are not given) and either
+    - the kernels account for under PALLAS_SHARE_THRESHOLD (1%) of the program's FLOPs and of its bytes
+      (an identity or 1-element kernel beside a jnp computation), or
+    - the kernels do under 1% of the program's FLOPs while XLA does at least OUTSIDE_DOES_THE_MATH (half)
+      of the workload's FLOPs outside them (a kernel that only copies an operand through VMEM).
+    Unknown outside work (kernels that cannot be cut out) is never judged.
+    """
+    of, ob = share["outside_flops"], share["outside_bytes"]
+    if of is None:
+        return {"error_class": None, "reason": "the work outside the kernels is unknown"}
+    if workload_flops or workload_bytes:
+        substantial = (bool(workload_flops) and of >= SUBSTANTIAL_OUTSIDE * workload_flops) or (
+            bool(workload_bytes) and ob >= SUBSTANTIAL_OUTSIDE * workload_bytes)
+    else:
+        substantial = of + ob > 0
+    fs = share["flops_share"] if share["flops_share"] is not None else 0.0
+    bs = share["bytes_share"] if share["bytes_share"] is not None else 0.0
+    said = f"the Pallas kernels do {fs:.2%} of the program's FLOPs and move {bs:.2%} of its bytes"
+    if not substantial:
+        return {"error_class": None, "reason": said + "; the work outside them is small"}
+    if fs < PALLAS_SHARE_THRESHOLD and bs < PALLAS_SHARE_THRESHOLD:
+        return {"error_class": "pallas_not_doing_the_work",
+                "reason": said + "; XLA does the rest outside them"}
+    if workload_flops and fs < PALLAS_SHARE_THRESHOLD and of >= OUTSIDE_DOES_THE_MATH * workload_flops:
+        return {"error_class": "pallas_not_doing_the_work",
+                "reason": said + f"; XLA does {of / workload_flops:.0%} of the workload's FLOPs outside them"}
+    return {"error_class": None, "reason": said}

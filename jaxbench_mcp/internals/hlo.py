@@ -1,0 +1,242 @@
+"""XLA's optimised HLO text, read for the work a compiled TPU program does around its Pallas kernels.
+
+The static estimate charges XLA's share of a candidate (the ops outside its Pallas kernels) from the program
+that is really compiled, not from a rewrite of it: bitcasts, layout-free reshapes, tuples and parameters cost
+nothing there, a copy the program makes (an output returned twice, a relayout) costs its bytes, and buffers
+that XLA placed in VMEM (memory space S(1)) move no HBM bytes. Each remaining instruction of the entry
+computation (a while loop's body times its known trip count) is costed by its own roofline from its FLOPs
+(matmuls and convolutions inside fusions) and the HBM bytes of its operands and result.
+
+Text format as printed by jax's `compiled.as_text()` (checked against jax 0.8 / libtpu 0.0.52).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+
+_HEADER = re.compile(r"^(ENTRY )?%?([\w.\-]+) \(.*\) -> .*\{\s*$")
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
+                "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "s4": 0.5, "u4": 0.5, "s2": 0.25, "u2": 0.25}
+_ARRAY = re.compile(r"([a-z]\w*)\[([\d,]*)\](\{[^}]*\})?")
+# Instructions that move or compute nothing at run time.
+_FREE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "copy-done", "after-all", "opt-barrier",
+         "partition-id", "replica-id", "add-dependency", "domain", "async-done", "iota"}
+# Fused computations made only of these do no work either (a fusion around a bitcast).
+_FREE_IN_FUSION = _FREE | {"reshape"}
+
+
+@dataclass(frozen=True)
+class Instruction:
+    name: str
+    shape: str
+    opcode: str
+    operands: list[str]
+    attrs: str
+
+
+@dataclass(frozen=True)
+class OutsideOp:
+    """One XLA instruction around the kernels: its kind, FLOPs and HBM bytes per run, and how often it runs."""
+
+    name: str
+    opcode: str
+    flops: float
+    bytes: float
+    count: int = 1
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _matching(text: str, start: int) -> int:
+    """Index just past the bracket closing the one at text[start]."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] in "([{":
+            depth += 1
+        elif text[i] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return len(text)
+
+
+def _parse_instruction(line: str) -> Instruction | None:
+    line = line.strip()
+    if line.startswith("ROOT "):
+        line = line[5:]
+    if not line.startswith("%") or " = " not in line:
+        return None
+    name, rest = line[1:].split(" = ", 1)
+    if rest.startswith("("):
+        end = _matching(rest, 0)
+    else:
+        end = rest.find(" ")
+        # a layout may hold spaces only inside braces, which have none in practice
+    shape, rest = rest[:end], rest[end:].lstrip()
+    paren = rest.find("(")
+    if paren < 0:
+        return None
+    opcode = rest[:paren]
+    close = _matching(rest, paren)
+    operands = [o.split(" ")[-1].lstrip("%") for o in _split_top(rest[paren + 1:close - 1])]
+    return Instruction(name=name, shape=shape, opcode=opcode, operands=operands, attrs=rest[close:])
+
+
+def parse_module(text: str) -> tuple[dict[str, list[Instruction]], str | None]:
+    """{computation name: its instructions} and the entry computation's name."""
+    computations: dict[str, list[Instruction]] = {}
+    entry, current = None, None
+    for line in text.splitlines():
+        header = _HEADER.match(line)
+        if header:
+            current = header.group(2)
+            computations[current] = []
+            if header.group(1):
+                entry = current
+            continue
+        if line.startswith("}"):
+            current = None
+            continue
+        if current is not None:
+            inst = _parse_instruction(line)
+            if inst is not None:
+                computations[current].append(inst)
+    return computations, entry
+
+
+def _arrays(shape: str) -> list[tuple[str, list[int], bool]]:
+    """(dtype, dims, in HBM) of each array in a (possibly tuple) shape; S(n) with n > 0 is not HBM."""
+    found = []
+    for dtype, dims, layout in _ARRAY.findall(shape):
+        space = re.search(r"S\((\d+)\)", layout or "")
+        found.append((dtype, [int(d) for d in dims.split(",") if d], not space or space.group(1) == "0"))
+    return found
+
+
+def hbm_bytes(shape: str, first_only: bool = False) -> float:
+    arrays = _arrays(shape)[:1] if first_only else _arrays(shape)
+    return float(sum(_DTYPE_BYTES.get(dt, 0) * math.prod(dims) for dt, dims, hbm in arrays if hbm))
+
+
+def _elements(shape: str) -> int:
+    arrays = _arrays(shape)
+    return math.prod(arrays[0][1]) if arrays else 0
+
+
+def _matmul_flops(inst: Instruction, shapes: dict[str, str]) -> float:
+    out = _elements(inst.shape)
+    if inst.opcode == "dot":
+        lhs = _arrays(shapes.get(inst.operands[0], ""))
+        dims = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", inst.attrs)
+        if not lhs or not dims:
+            return 0.0
+        k = math.prod(lhs[0][1][int(d)] for d in dims.group(1).split(",") if d)
+        return 2.0 * out * k
+    if inst.opcode == "convolution":
+        rhs = _arrays(shapes.get(inst.operands[1], "")) if len(inst.operands) > 1 else []
+        labels = re.search(r"dim_labels=\w+_(\w+)->", inst.attrs)
+        if not rhs or not labels or "o" not in labels.group(1):
+            return 0.0
+        rhs_dims = rhs[0][1]
+        out_features = rhs_dims[labels.group(1).index("o")] if len(rhs_dims) == len(labels.group(1)) else 1
+        return 2.0 * out * math.prod(rhs_dims) / max(out_features, 1)
+    return 0.0
+
+
+def _fusion_flops(called: str, computations: dict) -> tuple[float, bool]:
+    """FLOPs of the matmuls in a fused computation, and whether it does any work at all."""
+    insts = computations.get(called, [])
+    shapes = {i.name: i.shape for i in insts}
+    flops, works = 0.0, False
+    for inst in insts:
+        if inst.opcode == "fusion":
+            inner = re.search(r"calls=%([\w.\-]+)", inst.attrs)
+            f, w = _fusion_flops(inner.group(1), computations) if inner else (0.0, True)
+            flops, works = flops + f, works or w
+        elif inst.opcode not in _FREE_IN_FUSION:
+            works = True
+            flops += _matmul_flops(inst, shapes)
+    return flops, works
+
+
+def _trip_count(inst: Instruction) -> int | None:
+    match = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', inst.attrs)
+    return int(match.group(1)) if match else None
+
+
+def outside_ops(text: str) -> tuple[list[OutsideOp], bool]:
+    """The instructions of a compiled program outside its Pallas kernels that do work, and whether the list
+    is complete (False when a while loop's trip count is unknown: its body then counts once)."""
+    computations, entry = parse_module(text)
+    if entry is None:
+        return [], False
+    ops: list[OutsideOp] = []
+    complete = _collect(entry, computations, 1, ops, set())
+    return ops, complete
+
+
+def _collect(name: str, computations: dict, count: int, ops: list, seen: set) -> bool:
+    insts = computations.get(name, [])
+    shapes = {i.name: i.shape for i in insts}
+    complete = True
+    for inst in insts:
+        op = inst.opcode
+        if op in _FREE:
+            continue
+        if op == "custom-call" and "tpu_custom_call" in inst.attrs:
+            continue  # a Pallas kernel: costed by the kernel model
+        if op == "while":
+            body = re.search(r"body=%([\w.\-]+)", inst.attrs)
+            trips = _trip_count(inst)
+            complete = complete and trips is not None
+            if body and body.group(1) not in seen:
+                complete = _collect(body.group(1), computations, count * (trips or 1), ops, seen | {body.group(1)}) and complete
+            continue
+        if op in ("call", "conditional", "async-start"):
+            called = re.findall(r"(?:to_apply|calls|branch_computations=\{[^}]*|true_computation|false_computation)=?%([\w.\-]+)",
+                                inst.attrs)
+            for c in called[:1] if op != "conditional" else called:
+                if c not in seen:
+                    complete = _collect(c, computations, count, ops, seen | {c}) and complete
+            continue
+        operand_bytes = sum(hbm_bytes(shapes.get(o, "")) for o in inst.operands)
+        if op == "copy-start":
+            out_bytes = hbm_bytes(inst.shape, first_only=True)
+        else:
+            out_bytes = hbm_bytes(inst.shape)
+        flops = 0.0
+        if op == "fusion":
+            called = re.search(r"calls=%([\w.\-]+)", inst.attrs)
+            flops, works = _fusion_flops(called.group(1), computations) if called else (0.0, True)
+            if not works:
+                continue  # a fusion around bitcasts: free
+        else:
+            flops = _matmul_flops(inst, shapes)
+        if operand_bytes + out_bytes + flops <= 0:
+            continue
+        ops.append(OutsideOp(name=inst.name, opcode=op, flops=flops, bytes=operand_bytes + out_bytes, count=count))
+    return complete
+
+
+def op_seconds(op: OutsideOp, peak_flops: float, bytes_per_second: float) -> float:
+    """The roofline time of one outside op, all its runs."""
+    return op.count * max(op.flops / peak_flops, op.bytes / bytes_per_second)
+
+
+def describe(op: OutsideOp) -> str:
+    return json.dumps({"name": op.name, "opcode": op.opcode})

@@ -1,0 +1,124 @@
+"""libtpu's own files and messages, read in one place: the dump flag, the layout and formats of its
+--xla_jf_dump_to folder (final bundle schedules and per-bundle slot use of each Mosaic kernel), and the sizes
+in its VMEM overflow messages. Formats checked against libtpu 0.0.52 (tests/test_internals.py holds a canary
+per assumption, on dumps it makes)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+_SCHEDULE_SUFFIX = "-schedule-analysis_final_bundles.txt"
+_UTILIZATION_SUFFIX = "-final_hlo-static-per-bundle-utilization.txt"
+_BUNDLES_SUFFIX = "-final_bundles.txt"
+# Only the final passes are dumped (the three files above): every pass would be ~3,000 files per compile.
+_DUMP_PASSES = "final_"
+# A bundle line of a final_bundles file: "<address> [LH|LB|LE|PB|PF|CT]: <'>' per enclosing loop> { ... }".
+_BUNDLE_LINE = re.compile(r"^\s*(?:0x[0-9a-f]+|\d+)\s+(?:LH|LB|LE|PB|PF|CT)?:\s*(>*)\s*\{")
+# Programs of XLA's own in a dump, as opposed to Mosaic kernels.
+_XLA_PROGRAMS = re.compile(r"^\d+-(TLP|<late-[a-z]+>)-")
+# The sizes in libtpu's VMEM overflow messages (the rest of those lines is the whole HLO instruction).
+_VMEM_SIZES = re.compile(r"(Scoped allocation with size [\d.]+\w? and limit [\d.]+\w? exceeded scoped vmem limit by [\d.]+\w?"
+                         r"|Used [\d.]+\w? of [\d.]+\w? vmem)")
+
+
+@dataclass(frozen=True)
+class KernelSchedule:
+    name: str
+    bundles: int
+    slot_use: dict[str, float]  # average use of each slot kind per bundle, as a fraction of its capacity
+    # Bundles by loop depth: [outside any loop, inside one loop, inside two, ...]. A gridded kernel's grid is
+    # one loop; the loops inside it are the kernel body's own (those the compiler did not unroll).
+    depth_bundles: tuple[int, ...] = ()
+
+
+def loop_depth_bundles(path: Path) -> tuple[int, ...]:
+    """Bundles per loop nesting depth in a final_bundles file (the loop structure of the final schedule)."""
+    counts: dict[int, int] = {}
+    with open(path, errors="replace") as f:
+        for line in f:
+            match = _BUNDLE_LINE.match(line)
+            if match:
+                depth = len(match.group(1))
+                counts[depth] = counts.get(depth, 0) + 1
+    return tuple(counts.get(d, 0) for d in range(max(counts) + 1)) if counts else ()
+
+
+def _parse_utilization(path: Path) -> dict[str, float]:
+    lines = path.read_text().splitlines()
+    try:
+        header = lines.index("== CAPACTIY:") if "== CAPACTIY:" in lines else lines.index("== CAPACITY:")
+    except ValueError:
+        return {}
+    names = [n.strip() for n in lines[header + 1].split(",")]
+    capacity = [int(c) for c in lines[header + 2].split()]
+    totals, rows = [0] * len(names), 0
+    for line in lines[header + 4:]:
+        cells = line.split()
+        if len(cells) != len(names):
+            continue
+        rows += 1
+        totals = [t + int(c) for t, c in zip(totals, cells)]
+    if rows == 0:
+        return {}
+    return {n: round(t / (rows * cap), 4) for n, t, cap in zip(names, totals, capacity) if cap}
+
+
+def parse_dump(directory: Path) -> list[KernelSchedule]:
+    """The Mosaic kernels that libtpu scheduled, in compile order, from an --xla_jf_dump_to folder."""
+    schedules = []
+    for path in sorted(directory.glob(f"*{_SCHEDULE_SUFFIX}"), key=lambda p: int(p.name.split("-", 1)[0])):
+        if _XLA_PROGRAMS.match(path.name):
+            continue
+        text = path.read_text()
+        match = re.search(r"total scheduled bundles:\s+(\d+)", text)
+        if not match or "tpu_custom_call" not in text:  # XLA's own fusions are dumped too
+            continue
+        stem = path.name.split("-", 1)[1].rsplit("-", 2)[0]  # "<id>-<name>-NN-schedule..." -> name
+        stem = re.sub(r"-\d+$", "", stem)
+        prefix = path.name.split('-', 1)[0]
+        utilization = next(directory.glob(f"{prefix}-*{_UTILIZATION_SUFFIX}"), None)
+        bundles = next((p for p in directory.glob(f"{prefix}-*{_BUNDLES_SUFFIX}") if _SCHEDULE_SUFFIX not in p.name), None)
+        schedules.append(KernelSchedule(name=stem, bundles=int(match.group(1)),
+                                        slot_use=_parse_utilization(utilization) if utilization else {},
+                                        depth_bundles=loop_depth_bundles(bundles) if bundles else ()))
+    return schedules
+
+
+def collect_dump(dump_root: Path, generation: str) -> Path:
+    """Move what libtpu dumped since the last call into a folder of its own for this generation."""
+    target = dump_root / f"target-{generation}"
+    target.mkdir(parents=True, exist_ok=True)
+    for path in list(dump_root.iterdir()):
+        if path.is_file():
+            shutil.move(str(path), target / path.name)
+    return target
+
+
+def dump_flag(directory: str) -> str:
+    """The LIBTPU_INIT_ARGS flags that make libtpu dump the final schedules of every compile into `directory`
+    (read once, at start)."""
+    return f"--xla_jf_dump_to={directory} --xla_jf_dump_llo_pass_label_regex={_DUMP_PASSES}"
+
+
+def dump_dir_of(init_args: str) -> str | None:
+    """The dump folder a LIBTPU_INIT_ARGS value sets, if any."""
+    found = re.search(r"--xla_jf_dump_to=(\S+)", init_args)
+    return found.group(1) if found else None
+
+
+def loaded_in_process() -> bool:
+    """Whether libtpu is already loaded into this process (it then ignores LIBTPU_INIT_ARGS changes)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any("libtpu" in line for line in maps)
+    except OSError:
+        return False
+
+
+def vmem_overflow_sizes(message: str) -> str | None:
+    """The sizes in a VMEM overflow message (the rest of those lines is a whole HLO instruction)."""
+    found = _VMEM_SIZES.search(message)
+    return found.group(0) if found else None

@@ -1,0 +1,70 @@
+# 36k_Matmul_Sigmoid_Sum: out[b] = sum_n sigmoid(x @ W + bias)[b, n], a (B, 1) column.
+# Tiled GEMM, grid (M/bm, N/bn, K/bk) with both N and K "arbitrary": the f32 accumulator holds one
+# (bm, bn) tile; on its last K step the epilogue adds the bias, applies the sigmoid in f32 and adds the
+# tile's row sums into a (bm, 1) f32 running sum that lives across the whole N axis. The (B, N)
+# activation never reaches HBM; the output block (index (i, 0)) is written once, on the last (j, k).
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+BM, BN, BK = 512, 1024, 1024
+EPI_ROWS = 128  # the epilogue walks the tile in row chunks so its f32 temporaries stay small
+
+
+def _fit(dim, target, align):
+    """Largest multiple of `align` up to `target` that divides `dim`; `dim` itself if none does."""
+    for b in range(min(target, dim) // align * align, 0, -align):
+        if dim % b == 0:
+            return b
+    return dim
+
+
+def _kernel(x_ref, w_ref, b_ref, o_ref, acc_ref, sum_ref):
+    j, k = pl.program_id(1), pl.program_id(2)
+    last_k = k == pl.num_programs(2) - 1
+
+    @pl.when((j == 0) & (k == 0))
+    def _():
+        sum_ref[...] = jnp.zeros_like(sum_ref)
+
+    @pl.when(k == 0)
+    def _():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)
+
+    @pl.when(last_k)
+    def _():
+        rows = _fit(acc_ref.shape[0], EPI_ROWS, 8)
+
+        def chunk(r, carry):
+            r0 = pl.multiple_of(r * rows, rows)
+            y = acc_ref[pl.ds(r0, rows), :] + b_ref[...]
+            sum_ref[pl.ds(r0, rows), :] += jnp.sum(jax.nn.sigmoid(y), axis=1, keepdims=True)
+            return carry
+
+        jax.lax.fori_loop(0, acc_ref.shape[0] // rows, chunk, 0)
+
+    @pl.when(last_k & (j == pl.num_programs(1) - 1))
+    def _():
+        o_ref[...] = sum_ref[...].astype(o_ref.dtype)
+
+
+def workload(x, weight, bias):
+    m, kdim = x.shape
+    n = weight.shape[1]
+    bm, bn, bk = _fit(m, BM, 16), _fit(n, BN, 128), _fit(kdim, BK, 128)
+    return pl.pallas_call(
+        _kernel,
+        grid=(m // bm, n // bn, kdim // bk),
+        in_specs=[
+            pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)),
+            pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)),
+            pl.BlockSpec((1, bn), lambda i, j, k: (0, j)),
+        ],
+        out_specs=pl.BlockSpec((bm, 1), lambda i, j, k: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct((m, 1), x.dtype),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32), pltpu.VMEM((bm, 1), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary")),
+    )(x, weight, bias.astype(jnp.float32).reshape(1, n))

@@ -1,0 +1,98 @@
+# 45k_Gemm_GroupNorm_Swish_Multiply_Swish: y = x @ W.T + b; GroupNorm over groups of 32 consecutive
+# features; s = swish(y_norm) * multiply_weight; out = swish(s).
+# Tiled GEMM against the (N, K) weight (dot_general on both K axes), grid (M/bm, N/bn, K/bk), f32 VMEM
+# accumulator. bn is a multiple of the group size, so every group lies inside one tile and the whole
+# GroupNorm runs in the last-K epilogue. Group statistics use the MXU instead of a lane relayout: the
+# sums over each group's 32 lanes are y @ P with P the (bn, bn/32) 0/1 group matrix, and the per-group
+# scale and shift go back to the lanes with P.T. To keep f32 accuracy on a bf16 MXU each f32 operand is
+# split into a bf16 high part and a bf16 remainder (two passes; P is exact in bf16).
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+BM, BN, BK = 512, 1024, 1024
+EPI_ROWS = 128     # the epilogue walks the tile in row chunks so its f32 temporaries stay small
+GROUP = 32
+EPS = 1e-5
+NT_DIMS = (((1,), (1,)), ((), ()))  # a @ b.T
+
+
+def _fit(dim, target, align):
+    """Largest multiple of `align` up to `target` that divides `dim`; `dim` itself if none does."""
+    for b in range(min(target, dim) // align * align, 0, -align):
+        if dim % b == 0:
+            return b
+    return dim
+
+
+def _dot_f32(a, p):
+    """a (f32) @ p (exact 0/1 bf16) with f32 accuracy: two bf16 MXU passes, high part and remainder."""
+    hi = a.astype(jnp.bfloat16)
+    lo = (a - hi.astype(jnp.float32)).astype(jnp.bfloat16)
+    return (jnp.dot(hi, p, preferred_element_type=jnp.float32)
+            + jnp.dot(lo, p, preferred_element_type=jnp.float32))
+
+
+def _group_norm(y, p_ref, pt_ref):
+    """Normalise each run of GROUP consecutive lanes of y (rows, bn) to zero mean and unit variance."""
+    mean = _dot_f32(y, p_ref[...]) * (1.0 / GROUP)                      # (rows, groups)
+    var = jnp.maximum(_dot_f32(y * y, p_ref[...]) * (1.0 / GROUP) - mean * mean, 0.0)
+    rstd = jax.lax.rsqrt(var + EPS)
+    scale = _dot_f32(rstd, pt_ref[...])                                  # back to (rows, bn)
+    shift = _dot_f32(-mean * rstd, pt_ref[...])
+    return y * scale + shift
+
+
+def _epilogue(acc, p_ref, pt_ref, b, gw, gb, mw):
+    y = _group_norm(acc + b, p_ref, pt_ref) * gw + gb
+    s = y * jax.nn.sigmoid(y) * mw
+    return s * jax.nn.sigmoid(s)
+
+
+def _kernel(x_ref, w_ref, p_ref, pt_ref, b_ref, gw_ref, gb_ref, mw_ref, o_ref, acc_ref):
+    k = pl.program_id(2)
+
+    @pl.when(k == 0)
+    def _():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += jax.lax.dot_general(x_ref[...], w_ref[...], NT_DIMS, preferred_element_type=jnp.float32)
+
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _():
+        rows = _fit(acc_ref.shape[0], EPI_ROWS, 8)
+
+        def chunk(r, carry):
+            r0 = pl.multiple_of(r * rows, rows)
+            y = _epilogue(acc_ref[pl.ds(r0, rows), :], p_ref, pt_ref,
+                          b_ref[...], gw_ref[...], gb_ref[...], mw_ref[...])
+            o_ref[pl.ds(r0, rows), :] = y.astype(o_ref.dtype)
+            return carry
+
+        jax.lax.fori_loop(0, acc_ref.shape[0] // rows, chunk, 0)
+
+
+def workload(x, gemm_weight, gemm_bias, gn_weight, gn_bias, multiply_weight):
+    m, kdim = x.shape
+    n = gemm_weight.shape[0]
+    bm, bn, bk = _fit(m, BM, 16), _fit(n, BN, max(128, GROUP)), _fit(kdim, BK, 128)
+    groups = bn // GROUP
+    # P[c, g] = 1 when lane c of a tile belongs to group g (the same for every tile).
+    p = (jnp.arange(bn)[:, None] // GROUP == jnp.arange(groups)[None, :]).astype(jnp.bfloat16)
+    vec = lambda v: v.astype(jnp.float32).reshape(1, n)
+    vec_spec = pl.BlockSpec((1, bn), lambda i, j, k: (0, j))
+    return pl.pallas_call(
+        _kernel,
+        grid=(m // bm, n // bn, kdim // bk),
+        in_specs=[
+            pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)),
+            pl.BlockSpec((bn, bk), lambda i, j, k: (j, k)),
+            pl.BlockSpec((bn, groups), lambda i, j, k: (0, 0)),
+            pl.BlockSpec((groups, bn), lambda i, j, k: (0, 0)),
+        ] + [vec_spec] * 4,
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+        out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+    )(x, gemm_weight, p, p.T, vec(gemm_bias), vec(gn_weight), vec(gn_bias), vec(multiply_weight))

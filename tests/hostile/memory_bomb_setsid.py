@@ -1,0 +1,76 @@
+# expect: workload=12p_RMSNorm status=crashed error_class=memory_limit
+# attack: a memory bomb in a setsid() child (3 GiB of touched anonymous memory, past the test's 1.5 GiB limit) while the parent returns the right answer
+# Placeholders (__NAME__) are filled in by tests/test_hostile.py.
+import os
+import sys
+
+FOUND = []  # what the attack reached; anything here spoils the answer, so a leak flips the verdict
+
+
+def found(what):
+    FOUND.append(what)
+    print(f"HOSTILE-FOUND {what}", file=sys.stderr, flush=True)
+
+
+def denied(what, exc):
+    print(f"HOSTILE-DENIED {what}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr, flush=True)
+
+
+def in_pid_namespace():
+    """A few processes and a small pid: we are inside a PID namespace (the sandbox), not on the host."""
+    return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
+
+BOMB = """
+import os, sys, time
+blocks = []
+for _ in range(12):
+    blocks.append(b"\\1" * (256 << 20))  # filled, so every page is resident
+    os.write(1, b"+")
+os.write(1, b"!")
+time.sleep(60)
+"""
+
+import subprocess
+import time
+
+child = subprocess.Popen([sys.executable, "-c", BOMB, "__MARKER__-bomb"], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+report = b""
+deadline = time.monotonic() + 25
+while time.monotonic() < deadline and b"!" not in report:
+    chunk = child.stdout.read(1)
+    if not chunk:
+        break
+    report += chunk
+print(f"HOSTILE the bomb holds {report.count(b'+') * 256} MiB", file=sys.stderr)
+if b"!" not in report:
+    time.sleep(5)  # the bomb died early: give the checker time to say why
+
+
+# ---- a correct Pallas RMSNorm: the answer when the attack fails; zeros (wrong values) once FOUND has anything ----
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.experimental import pallas as pl  # noqa: E402
+
+
+def _rmsnorm_kernel(x_ref, s_ref, o_ref):
+    x = x_ref[...].astype(jnp.float32)
+    y = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-5) * s_ref[...].astype(jnp.float32)
+    o_ref[...] = y.astype(o_ref.dtype)
+
+
+def rmsnorm(x, scale):
+    d = x.shape[-1]
+    x2 = x.reshape(-1, d)
+    br = max(8, min(x2.shape[0], (2 << 20) // (d * x.dtype.itemsize)))
+    out = pl.pallas_call(
+        _rmsnorm_kernel, grid=(x2.shape[0] // br,),
+        in_specs=[pl.BlockSpec((br, d), lambda i: (i, 0)), pl.BlockSpec((1, d), lambda i: (0, 0))],
+        out_specs=pl.BlockSpec((br, d), lambda i: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct(x2.shape, x.dtype),
+    )(x2, scale.reshape(1, d))
+    return out.reshape(x.shape)
+
+
+def workload(x, scale):
+    return rmsnorm(x, scale * 0 if FOUND else scale)

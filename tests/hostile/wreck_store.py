@@ -1,0 +1,83 @@
+# expect: workload=12p_RMSNorm status=correct
+# attack: delete the recorded attempts, corrupt, truncate, replace and unlink the store file (the test's store path)
+# Placeholders (__NAME__) are filled in by tests/test_hostile.py.
+import os
+import sys
+
+FOUND = []  # what the attack reached; anything here spoils the answer, so a leak flips the verdict
+
+
+def found(what):
+    FOUND.append(what)
+    print(f"HOSTILE-FOUND {what}", file=sys.stderr, flush=True)
+
+
+def denied(what, exc):
+    print(f"HOSTILE-DENIED {what}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr, flush=True)
+
+
+def in_pid_namespace():
+    """A few processes and a small pid: we are inside a PID namespace (the sandbox), not on the host."""
+    return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
+
+import sqlite3
+
+STORE = "__STORE__"
+
+
+def attempt(what, action):
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001
+        denied(what, exc)
+    else:
+        found(what)
+
+
+def delete_rows():
+    db = sqlite3.connect(f"file:{STORE}?mode=rw", uri=True, timeout=1)
+    db.execute("DELETE FROM attempts")
+    db.commit()
+    db.close()
+
+
+def corrupt():
+    with open(STORE, "r+b") as f:
+        f.seek(0)
+        f.write(b"\0" * 4096)
+
+
+attempt("DELETE FROM attempts", delete_rows)
+attempt("overwrite the header", corrupt)
+attempt("truncate the WAL", lambda: os.truncate(STORE + "-wal", 0))
+attempt("replace the store", lambda: os.rename(os.path.join(os.getcwd(), "candidate.py"), STORE))
+attempt("unlink the store", lambda: os.unlink(STORE))
+
+
+# ---- a correct Pallas RMSNorm: the answer when the attack fails; zeros (wrong values) once FOUND has anything ----
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.experimental import pallas as pl  # noqa: E402
+
+
+def _rmsnorm_kernel(x_ref, s_ref, o_ref):
+    x = x_ref[...].astype(jnp.float32)
+    y = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-5) * s_ref[...].astype(jnp.float32)
+    o_ref[...] = y.astype(o_ref.dtype)
+
+
+def rmsnorm(x, scale):
+    d = x.shape[-1]
+    x2 = x.reshape(-1, d)
+    br = max(8, min(x2.shape[0], (2 << 20) // (d * x.dtype.itemsize)))
+    out = pl.pallas_call(
+        _rmsnorm_kernel, grid=(x2.shape[0] // br,),
+        in_specs=[pl.BlockSpec((br, d), lambda i: (i, 0)), pl.BlockSpec((1, d), lambda i: (0, 0))],
+        out_specs=pl.BlockSpec((br, d), lambda i: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct(x2.shape, x.dtype),
+    )(x2, scale.reshape(1, d))
+    return out.reshape(x.shape)
+
+
+def workload(x, scale):
+    return rmsnorm(x, scale * 0 if FOUND else scale)

@@ -1,0 +1,114 @@
+"""The shipped agent configs: a Claude Code plugin (with its skill), a Gemini CLI extension and an Antigravity
+workspace config. Each is checked for shape, then the server is started exactly as each one says and asked for
+its tools; `claude mcp list` / `gemini mcp list` run where those clients are installed."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from jaxbench_mcp import __version__
+from jaxbench_mcp.server import CALL_BUDGET_SECONDS
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ["server_info", "list_workloads", "get_workload", "read_docs", "check_kernel", "profile_kernel", "list_attempts"]
+
+# (config file, how each client expands its variables when it launches the server from this checkout)
+CONFIGS = {
+    ".mcp.json": {"${CLAUDE_PLUGIN_ROOT:-.}": str(ROOT)},  # plugin: the plugin root; project scope: the cwd
+    "gemini-extension.json": {"${extensionPath}": str(ROOT), "${/}": os.sep},
+    ".agents/mcp_config.json": {"${workspaceFolder}": str(ROOT)},
+}
+
+
+def load(name: str) -> dict:
+    return json.loads((ROOT / name).read_text())
+
+
+def expand(value: str, variables: dict[str, str]) -> str:
+    for var, replacement in variables.items():
+        value = value.replace(var, replacement)
+    assert "${" not in value, f"unexpanded variable in {value!r}"
+    return value
+
+
+def test_the_claude_code_plugin_manifest_and_skill():
+    manifest = load(".claude-plugin/plugin.json")
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", manifest["name"])
+    assert manifest["version"] == __version__ and manifest["description"]
+    skill = (ROOT / "skills" / "pallas-kernel-loop" / "SKILL.md").read_text()
+    front = re.match(r"---\n(.*?)\n---\n", skill, re.S)
+    assert front, "SKILL.md must open with a YAML front matter block"
+    fields = dict(line.split(": ", 1) for line in front.group(1).splitlines())
+    assert fields["name"] == "pallas-kernel-loop" and len(fields["description"]) > 40
+    for tool in ("get_workload", "read_docs", "check_kernel", "profile_kernel", "list_attempts"):
+        assert f"`{tool}(" in skill, tool
+
+
+def test_the_gemini_extension_has_a_context_file_and_a_timeout_that_fits_a_long_check():
+    ext = load("gemini-extension.json")
+    assert ext["name"] == "jaxbench" and ext["version"] == __version__
+    assert (ROOT / ext["contextFileName"]).is_file()
+    (server,) = ext["mcpServers"].values()
+    # A call returns within the call budget (then list_attempts collects it); the first one also waits for a worker.
+    assert server["timeout"] >= 4 * CALL_BUDGET_SECONDS * 1000
+    assert not server.get("trust"), "tool calls must keep asking for confirmation"
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_each_config_launches_the_server_through_dev_sh(name):
+    (server,) = load(name)["mcpServers"].values()
+    command = expand(server["command"], CONFIGS[name])
+    assert Path(command).resolve() == (ROOT / "scripts" / "dev.sh").resolve() and os.access(command, os.X_OK)
+    assert server["args"] == ["serve"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CONFIGS)
+def test_each_config_starts_a_server_that_answers(name, tmp_path):
+    """Start the server the way the config says (variables expanded as the client would) and list its tools."""
+    (server,) = load(name)["mcpServers"].values()
+    params = StdioServerParameters(command=expand(server["command"], CONFIGS[name]), args=server["args"],
+                                   cwd=expand(server.get("cwd", str(ROOT)), CONFIGS[name]),
+                                   env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)})
+
+    async def go():
+        async with Client(params) as client:
+            return [t.name for t in (await client.list_tools()).tools]
+
+    assert anyio.run(go) == TOOLS
+
+
+def _client_lists_jaxbench_as_connected(argv_add: list[str], argv_list: list[str], tmp_path: Path) -> str:
+    # A throwaway HOME: registering the server must not touch the user's own client settings.
+    env = {**os.environ, "HOME": str(tmp_path), "JAXBENCH_MCP_HOME": str(tmp_path / "state")}
+    added = subprocess.run(argv_add, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert added.returncode == 0, added.stdout + added.stderr
+    listed = subprocess.run(argv_list, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return listed.stdout + listed.stderr
+
+
+@pytest.mark.slow
+def test_claude_code_reports_the_server_connected(tmp_path):
+    if shutil.which("claude") is None:
+        pytest.skip("Claude Code (`claude`) is not installed on this host")
+    out = _client_lists_jaxbench_as_connected(
+        ["claude", "mcp", "add", "--scope", "local", "jaxbench", "--", str(ROOT / "scripts" / "dev.sh"), "serve"],
+        ["claude", "mcp", "list"], tmp_path)
+    assert re.search(r"jaxbench.*Connected", out), out
+
+
+@pytest.mark.slow
+def test_gemini_cli_reports_the_server_connected(tmp_path):
+    if shutil.which("gemini") is None:
+        pytest.skip("Gemini CLI (`gemini`) is not installed on this host")
+    out = _client_lists_jaxbench_as_connected(
+        ["gemini", "mcp", "add", "--scope", "user", "--timeout", "300000", "jaxbench", str(ROOT / "scripts" / "dev.sh"), "serve"],
+        ["gemini", "mcp", "list"], tmp_path)
+    assert re.search(r"jaxbench.*Connected", out), out

@@ -1,0 +1,176 @@
+"""Workers' lives: idle hand-over, cancellation, shutdown by EOF and SIGTERM, kill -9 of the server, the store
+after a crash. These start real sandboxed workers."""
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from jaxbench_mcp import api, jobs, sandbox
+from jaxbench_mcp.checking import Cancelled, Checker
+from jaxbench_mcp.store import Store
+
+KERNELS = Path(__file__).parent / "kernels"
+GOOD = (KERNELS / "good_rmsnorm.py").read_text()
+HANG = (KERNELS / "bad_hang_call.py").read_text()  # spins forever in Python while being traced
+
+pytestmark = pytest.mark.slow
+
+
+def _alive(pids) -> list[int]:
+    return [p for p in pids if sandbox.running(p)]
+
+
+def test_a_spare_that_idled_past_its_warm_up_budget_still_takes_the_next_check():
+    checker = Checker(spares=1, slots=1)
+    checker.start()
+    try:
+        spare = checker.pool._warm[0]
+        with selectors.DefaultSelector() as sel:  # wait until its 'ready' is in the pipe, unread
+            sel.register(spare._events, selectors.EVENT_READ)
+            assert sel.select(180), "the spare never got ready"
+        spare.started -= checker.limits.warm_up + 1  # as if it had idled past the budget (the agent was writing)
+        verdict, outcome = checker.check("12p_RMSNorm", GOOD)
+        outcome.cleanup()
+        assert verdict.status == "correct", verdict.summary()
+    finally:
+        checker.close()
+
+
+def test_cancel_kills_the_worker_within_a_second_and_records_the_attempt_as_cancelled(tmp_path):
+    bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
+    loaded = threading.Event()
+    done, box = bench.in_background(bench.check_kernel, "8p_GEMM", HANG,
+                                    on_progress=lambda m: loaded.set() if m.startswith("load: done") else None)
+    try:
+        assert loaded.wait(120), "the worker never loaded the candidate"
+        [worker] = jobs.REGISTRY.live()
+        pids = worker.pids()
+        t0 = time.monotonic()
+        box["cancel"].set()
+        assert done.wait(5)
+        took = time.monotonic() - t0
+        assert isinstance(box.get("error"), Cancelled)
+        assert took < 1.0, f"cancel took {took:.2f}s"
+        assert not _alive(pids) and not worker.root.exists()
+        row = bench.store.get(box["attempt_id"])
+        assert row["state"] == "cancelled"
+    finally:
+        bench.close()
+
+
+def _serve(tmp_path: Path) -> subprocess.Popen:
+    env = dict(os.environ, JAXBENCH_MCP_HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path))
+    return subprocess.Popen([sys.executable, "-m", "jaxbench_mcp.cli", "serve"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
+
+
+def _initialize(server: subprocess.Popen) -> None:
+    """The MCP handshake over stdio: after it, the server's lifespan has started its spare workers."""
+    for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+                    {"jsonrpc": "2.0", "method": "notifications/initialized"}):
+        server.stdin.write((json.dumps(message) + "\n").encode())
+        server.stdin.flush()
+    assert json.loads(server.stdout.readline())["id"] == 1
+
+
+def _worker_dirs(tmp_path: Path, pid: int) -> list[Path]:
+    return list(tmp_path.glob(f"jaxbench-worker-{pid}-*"))
+
+
+def _wait_for_spares(tmp_path: Path, server: subprocess.Popen) -> list[int]:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _worker_dirs(tmp_path, server.pid):
+        time.sleep(0.2)
+    assert _worker_dirs(tmp_path, server.pid), "the server started no spare worker"
+    return sandbox.process_tree(server.pid)[1:]
+
+
+@pytest.mark.parametrize("how", ["stdin EOF", "SIGTERM"])
+def test_server_shutdown_leaves_no_worker_and_no_directory(tmp_path, how):
+    server = _serve(tmp_path)
+    try:
+        _initialize(server)
+        children = _wait_for_spares(tmp_path, server)
+        assert children
+        if how == "SIGTERM":
+            server.send_signal(signal.SIGTERM)
+        else:
+            server.stdin.close()
+        server.wait(timeout=30)
+        time.sleep(0.5)
+        assert not _alive(children), f"workers outlived the server: {_alive(children)}"
+        assert not _worker_dirs(tmp_path, server.pid)
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def test_kill_9_mid_check_keeps_finished_attempts_and_the_restart_marks_the_interrupted_one(tmp_path):
+    store_path = tmp_path / "attempts.sqlite3"
+    script = textwrap.dedent(f"""
+        from jaxbench_mcp import api
+        from jaxbench_mcp.checking import Checker
+        from jaxbench_mcp.store import Store
+        bench = api.JaxBench(store=Store({str(store_path)!r}), checker=Checker(spares=0, slots=1))
+        print(bench.check_kernel("12p_RMSNorm", {GOOD!r}).status, flush=True)
+        bench.check_kernel("8p_GEMM", {HANG!r})
+    """)
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    try:
+        assert proc.stdout.readline().strip() == b"correct"
+        deadline = time.monotonic() + 120
+        sandboxed: list[int] = []
+        while time.monotonic() < deadline and not sandboxed:  # the hanging check's worker is running
+            time.sleep(0.5)
+            sandboxed = sandbox.process_tree(proc.pid)[1:]
+        assert sandboxed
+        time.sleep(3)
+        proc.kill()
+        proc.wait()
+        time.sleep(1)
+        if sandbox.detect() is sandbox.Isolation.BUBBLEWRAP:  # --die-with-parent: the sandbox goes with the server
+            assert not _alive(sandboxed), _alive(sandboxed)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    store = Store(store_path)
+    try:
+        assert store.interrupted == 1
+        first, second = store.get(1), store.get(2)
+        assert first["state"] == "done" and first["status"] == "correct" and json.loads(first["result_json"])["status"] == "correct"
+        assert second["state"] == "interrupted"
+    finally:
+        store.close()
+    # The next server start removes what the killed one left in the temporary directory.
+    os.environ["TMPDIR"], previous = str(tmp_path), os.environ.get("TMPDIR")
+    try:
+        import tempfile
+
+        tempfile.tempdir = None
+        assert _worker_dirs(tmp_path, proc.pid)
+        assert jobs.sweep_stale_dirs() >= 1
+        assert not _worker_dirs(tmp_path, proc.pid)
+    finally:
+        os.environ.pop("TMPDIR") if previous is None else os.environ.__setitem__("TMPDIR", previous)
+        tempfile.tempdir = None
+
+
+def test_a_store_keeps_a_live_servers_running_attempts(tmp_path):
+    path = tmp_path / "attempts.sqlite3"
+    live = Store(path)
+    mine = live.start("check", "8p_GEMM", "source")
+    other = Store(path)  # a second server on the same store, while the first is alive
+    assert other.interrupted == 0 and other.get(mine)["state"] == "running"
+    other.close()
+    live.close()
