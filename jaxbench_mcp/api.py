@@ -14,7 +14,7 @@ from collections.abc import Callable
 import jax
 import jaxlib
 
-from jaxbench_mcp import executors, expert_refs, jobs, targets, workloads
+from jaxbench_mcp import executors, expert_refs, jobs, profiling, protocol, targets, workloads
 from jaxbench_mcp.checking import DEFAULT_SEEDS, Cancelled, Checker
 from jaxbench_mcp.jobs import Limits
 from jaxbench_mcp.models import (AttemptDetail, AttemptList, AttemptSummary, Profile, RooflineBound, ServerInfo, SizeSpec,
@@ -258,7 +258,7 @@ class JaxBench:
                           total_seconds=seconds,
                           log_tail=log[-_SERVER_LOG_TAIL_CHARS:])
         result = verdict if kind == "check" else Profile(
-            workload_id=workload_id, tier=str(self.executor.tier), kind=_PROFILE_KIND[self.executor.tier],
+            workload_id=workload_id, tier=str(self.executor.tier), kind=profiling.PROFILE_KINDS[self.executor.tier],
             label="not profiled: the server failed", verdict=verdict, attempt_id=attempt_id)
         self.store.finish(attempt_id, verdict.status, verdict.error_class, result.model_dump(mode="json"), log, seconds)
         return result
@@ -297,7 +297,7 @@ class JaxBench:
             profile = Profile(**result) if result is not None and row["kind"] == "profile" else None
             verdict = profile.verdict if profile else Verdict(**result) if result else None
             detail = AttemptDetail(**_summary_fields(row), verdict=verdict, profile=profile,
-                                   source=_head_and_tail(row["source"], ATTEMPT_SOURCE_CHARS), log_tail=row["log"][-ATTEMPT_LOG_CHARS:])
+                                   source=protocol.cut_text(row["source"], ATTEMPT_SOURCE_CHARS), log_tail=row["log"][-ATTEMPT_LOG_CHARS:])
             return AttemptList(attempts=[AttemptSummary(**_summary_fields(row))], detail=detail)
         if workload_id is not None:
             workload_id = workloads.get_workload(workload_id).id
@@ -314,16 +314,6 @@ class BadRequest(ValueError):
 
 # Mistakes in a request that the agent can fix; anything else raised during a check is the server's fault.
 AGENT_ERRORS = (workloads.UnknownWorkload, workloads.UnknownSize, targets.UnknownTarget, UnknownAttempt, BadRequest)
-
-_PROFILE_KIND = {targets.Tier.TPU: "measured", targets.Tier.CPU_LIBTPU: "static estimate", targets.Tier.CPU: "roofline only"}
-
-
-def _head_and_tail(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n... ({len(text) - 2 * half:,} characters cut) ...\n{text[-half:]}"
-
 
 def _summary_fields(row) -> dict:
     created = datetime.datetime.fromtimestamp(row["created"], datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -24,8 +24,10 @@ import hashlib
 import json
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -165,9 +167,9 @@ def _cache_key(source: str, workload_id: str, target: str | None, tier: str) -> 
     return f"campaign/{digest}/{workload_id}/{target}/{tier}/jax-{jax.__version__}/libtpu-{targets.libtpu_version()}"
 
 
-def score(bench, workload_id: str, source: str, target: str | None) -> dict:
+def score(bench, workload_id: str, source: str, target: str | None, cancel: threading.Event | None = None) -> dict:
     """Check one attempt and, when correct, profile it (profile_kernel checks first): its AttemptResult fields."""
-    profile = bench.profile_kernel(workload_id, source, [target] if target else None)
+    profile = bench.profile_kernel(workload_id, source, [target] if target else None, cancel=cancel)
     verdict = profile.verdict
     entry = next((t for t in profile.targets if t.target == target), profile.targets[0] if profile.targets else None)
     worst = max((s.max_abs_error for s in verdict.seeds), default=None)
@@ -188,11 +190,13 @@ def score(bench, workload_id: str, source: str, target: str | None) -> dict:
 
 
 def evaluate(run_dir: Path | str, bench=None, target: str | None = None, force: bool = False,
-             progress: Callable[[int, int, str], None] | None = None) -> Summary:
+             progress: Callable[[int, int, str], None] | None = None, jobs: int | None = None) -> Summary:
     """Score every attempt in run_dir; write results.json and summary.json there; return the summary.
 
-    Results are cached in the bench's store; force re-runs them. On KeyboardInterrupt what finished is written
-    (summary.interrupted is set) before the interrupt goes on."""
+    Up to `jobs` attempts run at once (default: as many as the executor has slots, e.g. one per fleet host).
+    Results are cached in the bench's store; force re-runs them. On KeyboardInterrupt the attempts in flight
+    are cancelled (their workers killed, nothing cached for them) and what finished is written, with
+    summary.interrupted set, before the interrupt goes on."""
     from jaxbench_mcp import api
 
     run_dir = Path(run_dir)
@@ -201,26 +205,36 @@ def evaluate(run_dir: Path | str, bench=None, target: str | None = None, force: 
     bench = bench or api.JaxBench.one_shot()
     target = targets.check_generation(target) if target else (bench.executor.default_target or None)
     tier = str(bench.executor.tier)
-    results: list[AttemptResult] = []
+    stop = threading.Event()
+
+    def one(workload_id: str, path: Path) -> AttemptResult:
+        source = path.read_text(errors="replace")
+        key = _cache_key(source, workload_id, target, tier)
+        kept = None if force else bench.store.cache_get(key)
+        fields = kept if kept is not None else score(bench, workload_id, source, target, cancel=stop)
+        if kept is None and fields["status"] != "server_error":  # the server's failure is worth retrying
+            bench.store.cache_put(key, json.loads(json.dumps(fields, default=lambda m: m.model_dump(mode="json"))))
+        return AttemptResult(attempt=str(path.relative_to(run_dir)), sha256=key.split("/")[1], cached=kept is not None, **fields)
+
+    finished: dict[int, AttemptResult] = {}
     interrupted = False
+    pool = ThreadPoolExecutor(max_workers=jobs or max(1, bench.executor.queue().slots), thread_name_prefix="campaign")
     try:
-        for index, (workload_id, path) in enumerate(attempts):
-            name = str(path.relative_to(run_dir))
-            if progress:
-                progress(index, len(attempts), name)
-            source = path.read_text(errors="replace")
-            key = _cache_key(source, workload_id, target, tier)
-            kept = None if force else bench.store.cache_get(key)
-            fields = kept if kept is not None else score(bench, workload_id, source, target)
-            if kept is None and fields["status"] != "server_error":  # the server's failure is worth retrying
-                bench.store.cache_put(key, json.loads(json.dumps(fields, default=lambda m: m.model_dump(mode="json"))))
-            results.append(AttemptResult(attempt=name, sha256=key.split("/")[1], cached=kept is not None, **fields))
+        futures = {pool.submit(one, *attempt): index for index, attempt in enumerate(attempts)}
         if progress:
-            progress(len(attempts), len(attempts), "done")
-    except KeyboardInterrupt:
+            progress(0, len(attempts), "")
+        for future in as_completed(futures):
+            index = futures[future]
+            finished[index] = future.result()
+            if progress:
+                progress(len(finished), len(attempts), finished[index].attempt if len(finished) < len(attempts) else "done")
+    except BaseException:  # Ctrl-C, or an attempt that failed outright: what finished is still written
         interrupted = True
+        stop.set()  # the attempts in flight raise Cancelled within about a second
         raise
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        results = [finished[i] for i in sorted(finished)]
         summary = summarize(run_dir, results, tier, target, interrupted)
         (run_dir / RESULTS_FILE).write_text(json.dumps({"problems": problems, "attempts": [r.model_dump(mode="json") for r in results]},
                                                        indent=2))

@@ -26,6 +26,7 @@ import numpy as np
 
 from jaxbench_mcp import error_catalog, protocol, sandbox, targets, workloads
 from jaxbench_mcp.comparison import jaxbench_allclose
+from jaxbench_mcp.internals import libtpu
 from jaxbench_mcp.jobs import JobQueue, Limits, RunOutcome, Worker, WorkerPool, WorkerStartFailed, default_slots
 from jaxbench_mcp.models import CompileReport, KernelDescription, SeedReport, StageReport, Verdict
 from jaxbench_mcp.taxonomy import ErrorClass, Stage, Status, status_of
@@ -195,6 +196,15 @@ _MAX_MODULE_BYTES = 64 * 2**20
 _MOSAIC_OP = "tpu_custom_call"
 
 
+def _compile_error_line(text: str) -> str | None:
+    """One line for one target's failed compile: the VMEM sizes when it ran out of VMEM, else its last decisive line."""
+    sizes = libtpu.vmem_overflow_sizes(text)
+    if sizes:
+        return f"out of VMEM: {sizes}"
+    lines = decisive_lines(text).splitlines() if text.strip() else []
+    return lines[-1][:300] if lines else None
+
+
 def _signal_name(number: int) -> str:
     import signal
 
@@ -357,11 +367,11 @@ class Checker:
         return verdict, outcome
 
     @staticmethod
-    def _fail(verdict: Verdict, cls: ErrorClass | None, text: str, stage: Stage | None = None) -> None:
+    def _fail(verdict: Verdict, cls: ErrorClass | None, text: str, stage: Stage | None = None, preface: str = "") -> None:
         diagnosis = error_catalog.classify(stage, text) if cls is None else error_catalog.diagnosis_for(cls)
         verdict.error_class = diagnosis.error_class
         verdict.status = status_of(diagnosis.error_class)
-        verdict.message = decisive_lines(text) if cls is None else text
+        verdict.message = preface + (decisive_lines(text) if cls is None else text)
         verdict.hint, verdict.docs = diagnosis.hint, list(diagnosis.doc_refs)
 
     # ---- turning the worker's events into a verdict ----
@@ -401,8 +411,7 @@ class Checker:
                 verdict.compiles.append(CompileReport(target=e.target, ok=ok, seconds=round(e.seconds, 3),
                                                       code_size_bytes=e.compiled.code_size_bytes if e.compiled else None,
                                                       vmem_estimate_bytes=vmem or None,
-                                                      error=None if ok else decisive_lines(e.text or "").splitlines()[-1:][0][:300]
-                                                      if (e.text or "").strip() else None))
+                                                      error=None if ok else _compile_error_line(e.text or "")))
             if e.output is not None:
                 outputs[e.seed_index] = e.output
             if not ok:
@@ -452,11 +461,12 @@ class Checker:
             verdict.warnings.append("this workload's output is near-constant: an all-zeros or constant output passes JAXBench's own check (see the workload notes)")
         if failures:
             cls, text, stage = failures[0]
-            if len(failed_compiles) > 1 or (failed_compiles and len(verdict.compiles) > 1):
+            preface = ""
+            if stage is Stage.COMPILE and len(verdict.compiles) > 1:
                 ok_targets = [c.target for c in verdict.compiles if c.ok]
-                text = (f"compile failed for {', '.join(failed_compiles)}"
-                        + (f" (ok for {', '.join(ok_targets)})" if ok_targets else "") + f"; first failure:\n{text}")
-            self._fail(verdict, cls, text, stage)
+                preface = (f"compile failed for {', '.join(failed_compiles)}" + (f" (ok for {', '.join(ok_targets)})" if ok_targets
+                           else "") + f"; the first failure ({failed_compiles[0]}):\n")
+            self._fail(verdict, cls, text, stage, preface)
 
     @staticmethod
     def _full_size(w, traced: protocol.Traced | None, verdict: Verdict) -> list[tuple[ErrorClass, str, None]]:

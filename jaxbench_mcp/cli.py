@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--target", help="the TPU generation to compile and estimate for (default: the host's)")
     p.add_argument("--force", action="store_true", help="re-run attempts whose results are cached")
+    p.add_argument("--jobs", type=int, help="attempts checked at once (default: the executor's slots)")
     p.add_argument("--ray", metavar="ADDRESS", help="check and profile on a Ray cluster of hosts (HEAD:6379); needs the fleet extra")
     p.add_argument("--host-slots", type=int, metavar="N", help="with --ray: checks each host runs at once (default: the host's own)")
     p.add_argument("--json", action="store_true", help="print summary.json instead of the table")
@@ -185,7 +186,8 @@ def _campaign(args) -> None:
             return
         bench = _fleet_bench(args.ray, args.host_slots) if args.ray else None
         try:
-            summary = campaign.evaluate(args.run_dir, bench, target=args.target, force=args.force, progress=campaign.ProgressBar())
+            summary = campaign.evaluate(args.run_dir, bench, target=args.target, force=args.force, progress=campaign.ProgressBar(),
+                                        jobs=args.jobs)
         except KeyboardInterrupt:
             _fail(f"interrupted: the finished attempts are in {args.run_dir / campaign.RESULTS_FILE} and cached; "
                   "run the same command again to resume", code=130)
@@ -224,6 +226,7 @@ def _fleet_bench(address: str, host_slots: int | None = None):
     except fleet.FleetUnavailable as exc:
         bench.close()
         _fail(f"no fleet at {address}: {exc}")
+    sys.stderr.write(f"jaxbench-mcp: fleet at {address}: {bench.executor.describe()}\n")
     return bench
 
 

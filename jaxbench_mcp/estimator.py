@@ -99,48 +99,68 @@ def analyse(fn: Callable, args: Sequence, static_argnums: Sequence[int], generat
     is the program the check judged)."""
     import traceback
 
+    try:
+        trace = trace_kernels(fn, args, static_argnums, generations[0])
+    except Exception as exc:  # noqa: BLE001 -- reported, not raised: the caller decides
+        on_trace(None, "".join(traceback.format_exception(exc)))
+        return
+    on_trace(trace, None)
+    for generation in generations:
+        t0 = time.perf_counter()
+        try:
+            compiled = compile_kernels(fn, args, static_argnums, generation, dump_root, write_module)
+        except Exception as exc:  # noqa: BLE001
+            on_compile(generation, None, "".join(traceback.format_exception(exc)), time.perf_counter() - t0)
+            continue
+        on_compile(generation, compiled, None, time.perf_counter() - t0)
+
+
+def trace_kernels(fn: Callable, args: Sequence, static_argnums: Sequence[int], generation: str) -> protocol.ProfileTrace:
+    """What the trace says each kernel does when it runs: grid steps, HBM traffic, run ratios (raises on failure)."""
     import jax
 
     from jaxbench_mcp import kernel_analysis, kernel_replay
-    from jaxbench_mcp.internals import hlo, libtpu
 
     static = tuple(static_argnums)
     dynamic_args = [a for i, a in enumerate(args) if i not in static]
     abstract = [a if i in static else _abstract(a) for i, a in enumerate(args)]
+    with targets.chip_context(generation):
+        closed = jax.make_jaxpr(fn, static_argnums=static)(*abstract)
+    known = kernel_replay.known_kernel_operands(closed, dynamic_args)
+    traffic = kernel_analysis.kernel_traffic(closed.jaxpr, known)
+    return protocol.ProfileTrace(traffic=[protocol.KernelTraffic(**t) for t in traffic])
+
+
+def compile_kernels(fn: Callable, args: Sequence, static_argnums: Sequence[int], generation: str, dump_root: Path,
+                    write_module: Callable[[str, str], str] | None = None) -> protocol.ProfileCompile:
+    """Compile for `generation` with schedule dumps: the kernels' schedules and the XLA work around them (raises
+    on a failed compile)."""
+    from jaxbench_mcp.internals import hlo, libtpu
+
+    static = tuple(static_argnums)
+    abstract = [a if i in static else _abstract(a) for i, a in enumerate(args)]
     try:
-        with targets.chip_context(generations[0]):
-            closed = jax.make_jaxpr(fn, static_argnums=static)(*abstract)
-        known = kernel_replay.known_kernel_operands(closed, dynamic_args)
-        traffic = kernel_analysis.kernel_traffic(closed.jaxpr, known)
-    except Exception as exc:  # noqa: BLE001 -- reported, not raised: the caller decides
-        on_trace(None, "".join(traceback.format_exception(exc)))
-        return
-    on_trace(protocol.ProfileTrace(traffic=[protocol.KernelTraffic(**t) for t in traffic]), None)
-    for generation in generations:
-        t0 = time.perf_counter()
-        try:
-            lowered = targets.lower_for_tpu(fn, abstract, static, generation)
-            module_file = write_module(generation, lowered.as_text()) if write_module else f"lowered_{generation}.mlir"
-            compiled = lowered.compile()
-        except Exception as exc:  # noqa: BLE001
-            libtpu.collect_dump(dump_root, f"failed-{generation}")
-            on_compile(generation, None, "".join(traceback.format_exception(exc)), time.perf_counter() - t0)
-            continue
-        schedules = libtpu.parse_dump(libtpu.collect_dump(dump_root, generation))
-        try:
-            ops, complete = hlo.outside_ops(compiled.as_text())
-            ops = sorted(ops, key=lambda o: -o.count * max(o.flops, o.bytes))
-            outside = protocol.OutsideCost(
-                xla_flops=sum(o.flops * o.count for o in ops), xla_bytes=sum(o.bytes * o.count for o in ops),
-                xla_optimal_seconds=None, complete=complete and len(ops) <= MAX_OUTSIDE_OPS,
-                ops=[protocol.OutsideOp(name=o.name[:200], opcode=o.opcode[:60], flops=o.flops, bytes=o.bytes, count=o.count)
-                     for o in ops[:MAX_OUTSIDE_OPS]])
-        except Exception:  # noqa: BLE001 -- the kernels' estimate stands; the work around them is not estimated
-            outside = None
-        on_compile(generation, protocol.ProfileCompile(
-            schedules=[protocol.Schedule(name=k.name, bundles=k.bundles, slot_use=k.slot_use, depth_bundles=list(k.depth_bundles))
-                       for k in schedules],
-            outside=outside, module_file=module_file), None, time.perf_counter() - t0)
+        lowered = targets.lower_for_tpu(fn, abstract, static, generation)
+        module_file = write_module(generation, lowered.as_text()) if write_module else f"lowered_{generation}.mlir"
+        compiled = lowered.compile()
+    except Exception:
+        libtpu.collect_dump(dump_root, f"failed-{generation}")
+        raise
+    schedules = libtpu.parse_dump(libtpu.collect_dump(dump_root, generation))
+    try:
+        ops, complete = hlo.outside_ops(compiled.as_text())
+        ops = sorted(ops, key=lambda o: -o.count * max(o.flops, o.bytes))
+        outside = protocol.OutsideCost(
+            xla_flops=sum(o.flops * o.count for o in ops), xla_bytes=sum(o.bytes * o.count for o in ops),
+            xla_optimal_seconds=None, complete=complete and len(ops) <= MAX_OUTSIDE_OPS,
+            ops=[protocol.OutsideOp(name=o.name[:200], opcode=o.opcode[:60], flops=o.flops, bytes=o.bytes, count=o.count)
+                 for o in ops[:MAX_OUTSIDE_OPS]])
+    except Exception:  # noqa: BLE001 -- the kernels' estimate stands; the work around them is not estimated
+        outside = None
+    return protocol.ProfileCompile(
+        schedules=[protocol.Schedule(name=k.name, bundles=k.bundles, slot_use=k.slot_use, depth_bundles=list(k.depth_bundles))
+                   for k in schedules],
+        outside=outside, module_file=module_file)
 
 
 def _abstract(a):

@@ -38,8 +38,9 @@ and the tier (`tier`) that produced it. A fleet where no host can serve a reques
 
 Faults:
   - A host (node or actor) that dies mid-job: the job is retried once on another host, with fresh hidden
-    seeds; the attempt's log records both tries, and the verdict warns that it was retried. A second death
-    makes a server_error verdict that names both hosts.
+    seeds; the attempt's log records both tries, and the verdict warns that it was retried. Should the second
+    host die too (a cluster being taken down loses its nodes one after the other), the job runs on the
+    server's own host if it can (below), else it becomes a server_error verdict whose log names both hosts.
   - No live host left while the cluster itself is up: the job runs on the server's own host, if it can
     (below), and the verdict says so. Hosts that join later are claimed within seconds (DISCOVER_SECONDS).
   - The cluster goes away (the proxy cannot reach the GCS, or the proxy process ends): the executor falls
@@ -59,6 +60,7 @@ Ray is imported only inside the proxy and the host actors: `import jaxbench_mcp.
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib.metadata
 import itertools
 import logging
@@ -76,6 +78,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from typing import Any
 
 from jaxbench_mcp import __version__, targets
 from jaxbench_mcp.models import FleetHost, FleetInfo, Profile, QueueInfo, Verdict
@@ -93,7 +96,7 @@ MAX_TRIES = 2
 # How often the proxy asks an actor for new progress lines of a running job.
 POLL_SECONDS = 0.25
 # The proxy probes the GCS port this often; this many failures in a row mean the cluster is gone.
-GCS_PROBE_SECONDS = 2.0
+GCS_PROBE_SECONDS = 1.0
 GCS_PROBE_FAILURES = 3
 # At start, how long a host whose actor name is taken is asked again before the fleet gives up on it.
 CLAIM_GRACE_SECONDS = 10.0
@@ -121,10 +124,6 @@ class NoLiveHost(FleetUnavailable):
 
 class NoHostForTarget(targets.UnknownTarget):
     """No host of the fleet can serve the requested TPU generation(s); raised before anything is queued."""
-
-
-class FleetJobFailed(RuntimeError):
-    """The job's host died on every try; the message names the hosts and why."""
 
 
 # ---- placement (pure: the proxy's host table in, one host out) --------------------------------------
@@ -263,9 +262,9 @@ class HostActor:
                 return None
 
         checker = self.executor.checker
-        return dict(hostname=socket.gethostname(), pid=os.getpid(), tier=str(checker.tier), attached_tpu=targets.attached_generation(),
-                    default_target=checker.default_target, slots=checker.queue.slots, isolation=str(checker.isolation),
-                    jaxbench_mcp=__version__, jax=version("jax"), libtpu=targets.libtpu_version())
+        return {"hostname": socket.gethostname(), "pid": os.getpid(), "tier": str(checker.tier), "attached_tpu": targets.attached_generation(),
+                    "default_target": checker.default_target, "slots": checker.queue.slots, "isolation": str(checker.isolation),
+                    "jaxbench_mcp": __version__, "jax": version("jax"), "libtpu": targets.libtpu_version()}
 
     def queue(self) -> tuple[int, int]:
         q = self.executor.queue()
@@ -288,10 +287,10 @@ class HostActor:
         try:
             verdict, log = self.executor.check(workload_id, source, targets_, size, seeds, require_pallas, job.note, job.cancel)
         except Cancelled:
-            return dict(cancelled=True, progress=job.since(0))
+            return {"cancelled": True, "progress": job.since(0)}
         finally:
             self._drop(try_id)
-        return dict(verdict=verdict.model_dump(mode="json"), log=log, progress=job.since(0))
+        return {"verdict": verdict.model_dump(mode="json"), "log": log, "progress": job.since(0)}
 
     def profile(self, try_id: str, workload_id: str, source: str, targets_: list[str], verdict: dict) -> dict:
         from jaxbench_mcp.checking import Cancelled
@@ -300,10 +299,10 @@ class HostActor:
         try:
             result = self.executor.profile(workload_id, source, targets_, Verdict.model_validate(verdict), job.note, job.cancel)
         except Cancelled:
-            return dict(cancelled=True, progress=job.since(0))
+            return {"cancelled": True, "progress": job.since(0)}
         finally:
             self._drop(try_id)
-        return dict(profile=result.model_dump(mode="json"), progress=job.since(0))
+        return {"profile": result.model_dump(mode="json"), "progress": job.since(0)}
 
     def close(self) -> None:
         from jaxbench_mcp import jobs
@@ -318,8 +317,8 @@ class HostActor:
 @dataclass
 class _Host:
     view: HostView
-    actor: object
-    ready_ref: object | None = None
+    actor: Any  # a Ray actor handle (Ray is imported only in this process's functions)
+    ready_ref: Any = None
 
 
 def _version(dist: str) -> str | None:
@@ -358,7 +357,7 @@ class _Proxy:
         self.order = itertools.count(1)
         self.stopping = threading.Event()
         self.gcs_address = address
-        self.remote_class = None
+        self.remote_class: Any = None  # ray.remote(HostActor), made once Ray is imported
 
     def send(self, *message) -> None:
         with self.send_lock:
@@ -390,10 +389,14 @@ class _Proxy:
                 continue
             alive.add(node_id)
             chips = int(resources.get(TPU_RESOURCE, 0))
+            if resources.get(HOST_RESOURCE, 0) < 1 and not chips:
+                continue
             known = self.hosts.get(node_id)
+            if known is not None and known.view.state == "dead" and not self.revive(known):
+                continue
             # A host refused for a taken name is asked again: the name frees once the other server's actor is gone
             # (also the actor of this server's own previous run, which Ray reaps a moment after it ends).
-            if (known is not None and not known.view.detail.startswith(_CLAIMED)) or (resources.get(HOST_RESOURCE, 0) < 1 and not chips):
+            if known is not None and known.view.state != "dead" and not known.view.detail.startswith(_CLAIMED):
                 continue
             claim = {HOST_RESOURCE: 1} if resources.get(HOST_RESOURCE, 0) >= 1 else {}
             if chips:
@@ -417,6 +420,23 @@ class _Proxy:
         for host in list(self.hosts.values()):
             if host.view.node_id not in alive and host.view.state in ("ready", "starting"):
                 host.view.state, host.view.detail = "dead", "its node left the cluster"
+
+    def revive(self, host: _Host) -> bool:
+        """A host marked dead whose node is still in the cluster: True when a new actor should be started on it.
+        An actor that answers again (it was only unreachable for a moment) is simply ready again."""
+        import ray
+        from ray import exceptions as rx
+
+        if host.actor is None:
+            return True
+        try:
+            ray.get(host.actor.queue.remote(), timeout=2.0)
+        except rx.ActorDiedError:
+            return True  # the actor is gone for good, its node is not: claim the node afresh
+        except Exception:  # noqa: BLE001 - still unreachable: ask again at the next round
+            return False
+        host.view.state, host.view.detail = "ready", f"answered again after: {host.view.detail}"
+        return False
 
     def settle(self) -> bool:
         """Take in the description of every actor that came up (or failed to). True when anything changed."""
@@ -451,10 +471,8 @@ class _Proxy:
     def _release(self, host: _Host) -> None:
         import ray
 
-        try:
+        with contextlib.suppress(Exception):  # already gone
             ray.kill(host.actor)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
 
     def mark_dead(self, host: _Host, reason: str) -> None:
         with self.lock:
@@ -468,10 +486,8 @@ class _Proxy:
         found: dict[str, tuple[int, int]] = {}
         deadline = time.monotonic() + 2.0
         for node_id, ref in ready:
-            try:
+            with contextlib.suppress(Exception):  # a host that does not answer shows no queue
                 found[node_id] = tuple(ray.get(ref, timeout=max(0.1, deadline - time.monotonic())))
-            except Exception:  # noqa: BLE001 - a host that does not answer shows no queue
-                pass
         return found
 
     # -- the run --
@@ -487,10 +503,8 @@ class _Proxy:
         except Exception as exc:  # noqa: BLE001 - said to the server, which refuses to start
             self.send("failed", f"ray.init({self.address!r}) failed: {_short(exc)}")
             return
-        try:
+        with contextlib.suppress(Exception):  # else the given address serves the liveness probe
             self.gcs_address = ray.get_runtime_context().gcs_address or self.address
-        except Exception:  # noqa: BLE001 - keep the given address for the liveness probe
-            pass
         began = time.monotonic()
         deadline = began + float(self.options.get("claim_timeout", CLAIM_TIMEOUT_SECONDS))
         next_discover = began
@@ -537,7 +551,7 @@ class _Proxy:
 
     def monitor(self) -> None:
         failures, next_discover = 0, time.monotonic() + DISCOVER_SECONDS
-        while not self.stopping.wait(GCS_PROBE_SECONDS / 2):
+        while not self.stopping.wait(GCS_PROBE_SECONDS):
             if _gcs_reachable(self.gcs_address):
                 failures = 0
             else:
@@ -588,7 +602,7 @@ class _Proxy:
                 if chosen is None:
                     self.send(*failure)
                     return
-                self.send("try", job_id, dict(attempt=attempt, host=chosen.view.name, node_id=chosen.view.node_id, tier=chosen.view.tier))
+                self.send("try", job_id, {"attempt": attempt, "host": chosen.view.name, "node_id": chosen.view.node_id, "tier": chosen.view.tier})
                 try:
                     outcome = self.follow(chosen, kind, f"{job_id}-{attempt}", payload, job_id, cancel)
                 finally:
@@ -596,12 +610,17 @@ class _Proxy:
                         chosen.view.inflight -= 1
                 if outcome[0] == "died":
                     self.mark_dead(chosen, f"died during a job: {outcome[1]}")
-                    self.send("died", job_id, dict(attempt=attempt, host=chosen.view.name, reason=outcome[1]))
+                    self.send("died", job_id, {"attempt": attempt, "host": chosen.view.name, "reason": outcome[1]})
                     exclude.add(chosen.view.node_id)
+                    if not _gcs_reachable(self.gcs_address):  # the whole cluster is going: no host to retry on
+                        self.send("unavailable", job_id, f"the Ray cluster at {self.address} stopped answering")
+                        return
                     continue
                 self.send(outcome[0], job_id, *outcome[1:])
                 return
-            self.send("failed", job_id, f"the job's host died on each of its {MAX_TRIES} tries")
+            # Two hosts died under this job (a cluster being taken down does that, one node after the other).
+            # The server runs it itself if it can: a verdict is worth more than a server_error.
+            self.send("unavailable", job_id, f"the job's host died on each of its {MAX_TRIES} tries on the fleet")
         except Exception as exc:  # noqa: BLE001 - the proxy's own failure becomes the job's error, never silence
             self.send("error", job_id, _picklable(RuntimeError(f"the fleet proxy failed: {traceback.format_exc()[-1500:]}")))
             logger.error("fleet job %s: %s", job_id, exc)
@@ -648,16 +667,12 @@ class _Proxy:
 
         self.stopping.set()
         live = [h for h in self.hosts.values() if h.actor is not None and h.view.state in ("ready", "starting")]
-        try:
+        with contextlib.suppress(Exception):  # killing the actors below ends their workers too
             ray.get([h.actor.close.remote() for h in live if h.view.state == "ready"], timeout=15)
-        except Exception:  # noqa: BLE001 - killing the actors below ends their workers too
-            pass
         for host in live:
             self._release(host)
-        try:
+        with contextlib.suppress(Exception):  # exiting anyway
             ray.shutdown()
-        except Exception:  # noqa: BLE001 - exiting anyway
-            pass
 
 
 def _short(exc: BaseException) -> str:
@@ -720,7 +735,7 @@ class RayExecutor:
         self.claim_timeout = claim_timeout
         self.cache = cache
         self._proc: subprocess.Popen | None = None
-        self._conn: Connection | None = None
+        self._conn: Any = None  # the pipe to the proxy (a multiprocessing Connection) once started
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
@@ -746,7 +761,7 @@ class RayExecutor:
                                       stdin=subprocess.DEVNULL, stdout=2, close_fds=True)
         theirs.close()
         self._conn = Connection(ours.detach())
-        self._conn.send(("config", self.address, dict(checker_options=self.checker_options, claim_timeout=self.claim_timeout)))
+        self._conn.send(("config", self.address, {"checker_options": self.checker_options, "claim_timeout": self.claim_timeout}))
         wait = self.claim_timeout + 60.0  # imports and ray.init come before the claim timeout starts
         deadline = time.monotonic() + wait
         message = None
@@ -762,11 +777,16 @@ class RayExecutor:
             reason = message[1] if message else (f"the fleet's Ray driver exited with status {self._proc.poll()}"
                                                  if self._proc.poll() is not None else
                                                  f"the Ray cluster at {self.address} did not answer within {wait:.0f} s")
-            self._stop_proxy()
+            self._conn.close()  # a proxy waiting for its next message ends on this; one stuck in ray.init is stopped
+            self._stop_proxy(grace=5.0)
             raise FleetUnavailable(reason)
         self._hosts = [HostView(**h) for h in message[1]]
         threading.Thread(target=self._read, daemon=True, name="fleet-reader").start()
-        logger.warning("fleet at %s: %s", self.address, ", ".join(f"{h.name} ({h.state}, {h.tier})" for h in self._hosts))
+        logger.info("fleet at %s: %s", self.address, self.describe())
+
+    def describe(self) -> str:
+        """One line on the fleet's hosts, for the operator."""
+        return ", ".join(f"{h.name} ({h.state}, {h.tier}, TPU {h.attached_tpu or 'none'})" for h in self._hosts) or "no host"
 
     def close(self) -> None:
         if self._closed:
@@ -792,7 +812,7 @@ class RayExecutor:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if self._conn is not None:
+        if self._conn is not None and not self._conn.closed:
             self._conn.close()
 
     # -- the pipe --
@@ -815,7 +835,7 @@ class RayExecutor:
                     self._fall_back(f"the fleet's Ray driver process ended (exit status {code})")
                 return
             op = message[0]
-            if op in ("progress", "try", "died", "result", "cancelled", "error", "unavailable", "failed"):
+            if op in ("progress", "try", "died", "result", "cancelled", "error", "unavailable"):
                 with self._lock:
                     job = self._jobs.get(message[1])
                 if job is not None:
@@ -922,9 +942,9 @@ class RayExecutor:
     # -- jobs --
 
     def _run(self, kind: str, payload: dict, targets_: list[str], on_progress: Callable[[str], None] | None,
-             cancel: threading.Event | None) -> tuple[str, object, _Job]:
+             cancel: threading.Event | None) -> tuple[str, Any, _Job]:
         """Hand a job to the fleet and follow it: ('fleet', the actor's result, job) or ('local', why, job) when the
-        job must run here. Raises Cancelled, the job's own error, NoHostForTarget or FleetJobFailed."""
+        job must run here. Raises Cancelled, the job's own error or NoHostForTarget."""
         from jaxbench_mcp.checking import Cancelled
 
         progress = on_progress or (lambda _m: None)
@@ -970,18 +990,16 @@ class RayExecutor:
                     if job.tries and "died" not in job.tries[-1]:  # the cluster went away under this try
                         job.tries[-1]["died"] = rest[0]
                     return "local", rest[0], job
-                elif op == "failed":
-                    raise FleetJobFailed(f"{rest[0]}:\n{job.history()}")
         finally:
             with self._lock:
                 self._jobs.pop(job.id, None)
 
-    def _local_or_refuse(self, why: str, targets_: list[str]):
+    def _local_or_refuse(self, why: str, targets_: list[str], job: _Job):
         """The local executor for a job the fleet cannot take, when this host can take it."""
         local = self._started_local()
         if targets_ and local.tier is targets.Tier.CPU:
             raise FleetUnavailable(f"{why}; this server's own host has no libtpu, so it cannot compile for "
-                                   f"{', '.join(targets_)} in the fleet's place")
+                                   f"{', '.join(targets_)} in the fleet's place\n{job.history()}")
         return local
 
     @staticmethod
@@ -995,14 +1013,14 @@ class RayExecutor:
 
         seeds = DEFAULT_SEEDS if seeds is None else seeds
         chosen = list(targets_) if targets_ else self.default_targets()
-        payload = dict(workload_id=workload_id, source=source, targets_=chosen, size=size, seeds=seeds, require_pallas=require_pallas)
+        payload = {"workload_id": workload_id, "source": source, "targets_": chosen, "size": size, "seeds": seeds, "require_pallas": require_pallas}
         where, result, job = self._run("check", payload, chosen, on_progress, cancel)
         if where == "fleet":
             verdict = Verdict.model_validate(result["verdict"])
             verdict.host = job.tries[-1]["host"]
             log = result["log"]
         else:
-            local = self._local_or_refuse(str(result), chosen)
+            local = self._local_or_refuse(str(result), chosen, job)
             verdict, log = local.check(workload_id, source, chosen, size, seeds, require_pallas, on_progress, cancel)
             verdict.host = f"{socket.gethostname()} (local fallback)"
             verdict.warnings.append(self._local_note("check", str(result)))
@@ -1016,13 +1034,13 @@ class RayExecutor:
     def profile(self, workload_id: str, source: str, targets_: list[str], verdict: Verdict,
                 on_progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> Profile:
         chosen = list(targets_) if targets_ else self.default_targets()
-        payload = dict(workload_id=workload_id, source=source, targets_=chosen, verdict=verdict.model_dump(mode="json"))
+        payload = {"workload_id": workload_id, "source": source, "targets_": chosen, "verdict": verdict.model_dump(mode="json")}
         where, result, job = self._run("profile", payload, chosen, on_progress, cancel)
         if where == "fleet":
             profile = Profile.model_validate(result["profile"])
             profile.host = job.tries[-1]["host"]
         else:
-            local = self._local_or_refuse(str(result), chosen)
+            local = self._local_or_refuse(str(result), chosen, job)
             profile = local.profile(workload_id, source, chosen, verdict, on_progress=on_progress, cancel=cancel)
             profile.host = f"{socket.gethostname()} (local fallback)"
             profile.label = f"{profile.label} [{self._local_note('profile', str(result))}]"

@@ -193,10 +193,14 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
         body = getattr(body, "jaxpr", body)
         replay = kr.KernelReplay([], np.zeros((0, 1), np.int32))
         env = {}
+        n_operands = len(eqn.invars) + len(eqn.outvars)
         for i, v in enumerate(body.invars):
             value = operands[i] if operands is not None and i < len(operands) else None
             space = kr._space(v.aval)
-            env[v] = kr.RefBox(space, kr.Known(value) if value is not None and "smem" in space else None)
+            if i >= n_operands:  # scratch
+                env[v] = kr.scratch_box(v.aval)
+            else:
+                env[v] = kr.RefBox(space, kr.Known(value) if value is not None and "smem" in space else None)
         replay.run(body, env, np.arange(1))
         summary = kr.summarise(replay, kr.scheduled_work(body, replay.removed))
         dma = float(replay.dma.sum())
@@ -247,8 +251,12 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     env = {}
     n_prefetch = mapping.num_index_operands
     kernel_operands = operands[n_refs + n_dynamic:]  # scalar prefetch, then inputs
+    n_scratch = mapping.num_scratch_operands
     for i, v in enumerate(kernel_jaxpr.invars):
         space = "smem" if i < n_prefetch else kr._space(v.aval)
+        if i >= len(kernel_jaxpr.invars) - n_scratch:
+            env[v] = kr.scratch_box(v.aval)
+            continue
         value = kernel_operands[i] if i < len(kernel_operands) and ("smem" in space) else None
         env[v] = kr.RefBox(space, kr.Known(value) if value is not None else None)
     replay.run(kernel_jaxpr, env, np.arange(replay.P))

@@ -29,7 +29,11 @@ SMALL_ELEMENTS = 1 << 16
 # A loop is replayed trip by trip up to this many trips per lane; beyond, the mean work of the later replayed
 # trips is extrapolated when the trip count is known (a counted loop), else the loop counts as replayed so far
 # (inexact).
-MAX_TRIPS = 48
+MAX_TRIPS = 4096
+# ... and while the loop has cost fewer than this many equation evaluations (a scalar bookkeeping loop runs to
+# its end; a long loop of heavy trips is extrapolated after at least MIN_TRIPS).
+LOOP_EVALS = 40_000
+MIN_TRIPS = 16
 # Grid points replayed at once; bigger grids are not replayed (their estimate falls back to counting).
 MAX_LANES = 1 << 21
 # Samples drawn to decide whether two data-dependent predicates can hold at once.
@@ -264,6 +268,7 @@ class KernelReplay:
         self.points = points  # (len(grid), P) int32
         self.P = points.shape[1] if points.ndim == 2 else 1
         self.max_trips = max_trips
+        self.evals = 0  # equations evaluated so far (bounds the replay of long loops)
         zeros = lambda: np.zeros(self.P)  # noqa: E731
         # executed work per lane: MXU pushes and vector ops, outside and inside in-kernel loops; HBM DMA bytes
         self.mxu = {False: zeros(), True: zeros()}
@@ -402,6 +407,7 @@ class KernelReplay:
         self._lane_ids = lane_ids
         n = len(lane_ids)
         unknown_conds = []  # (position, charged work) of conds whose predicate is not known here
+        self.evals += len(jaxpr.eqns)
         for position, eqn in enumerate(jaxpr.eqns):
             self._lane_ids = lane_ids
             name = eqn.primitive.name
@@ -418,7 +424,7 @@ class KernelReplay:
             elif name == "run_scoped":
                 body = eqn.params["jaxpr"]
                 inner = dict(zip(body.constvars, ins))
-                inner.update({v: RefBox(_space(v.aval)) for v in body.invars})
+                inner.update({v: scratch_box(v.aval) for v in body.invars})
                 self.run(body, inner, lane_ids, in_loop)
                 outs = [None] * len(eqn.outvars)
             elif name in _CALLS and _CALLS[name] in eqn.params:
@@ -449,13 +455,13 @@ class KernelReplay:
         if len(unknown_conds) > 1:
             self._credit_exclusive(jaxpr, env, unknown_conds, lane_ids)
 
-    def _get(self, eqn, env, ins, n):
+    def _get(self, eqn, env, ins, n, first_index: int = 1):
         import jax
 
         box = ins[0]
         if not isinstance(box, RefBox) or box.content is None:
             return None
-        transforms = jax.tree_util.tree_unflatten(eqn.params["tree"], eqn.invars[1:])
+        transforms = jax.tree_util.tree_unflatten(eqn.params["tree"], eqn.invars[first_index:])
         value = box.content
         for t in transforms:
             if not hasattr(t, "indices"):
@@ -469,23 +475,33 @@ class KernelReplay:
         import jax
 
         box, new = ins[0], ins[1]
-        old = self._get(eqn, env, [box], n) if isinstance(box, RefBox) and box.content is not None else None
+        try:
+            old = self._get(eqn, env, [box], n, 2) if isinstance(box, RefBox) and box.content is not None else None
+        except Exception:  # noqa: BLE001
+            old = None
         if not isinstance(box, RefBox) or box.content is None:
             return old
+        def single(value):
+            # With one lane (a kernel without a grid) a per-lane value is just a value.
+            if value is not None and value.lanes and self.P == 1 and n == 1:
+                return Known(value.v[0], False, value.static)
+            return value
+
         try:
             transforms = jax.tree_util.tree_unflatten(eqn.params["tree"], eqn.invars[2:])
+            new = single(new)
             if (new is None or new.lanes or box.content.lanes or len(transforms) > 1 or n != self.P):
                 raise ValueError("not tracked")
             idx = []
             for t in transforms:
                 for i in t.indices:
                     if hasattr(i, "size"):
-                        start = self._read(env, i.start) if not isinstance(i.start, (int, np.integer)) else Known(i.start)
-                        if start is None or start.lanes:
+                        start = single(self._read(env, i.start) if not isinstance(i.start, (int, np.integer)) else Known(i.start))
+                        if start is None or start.lanes or not isinstance(i.size, (int, np.integer)):
                             raise ValueError("not tracked")
                         idx.append(slice(int(start.v), int(start.v) + int(i.size)))
                     else:
-                        value = Known(i) if isinstance(i, (int, np.integer)) else self._read(env, i)
+                        value = single(Known(i) if isinstance(i, (int, np.integer)) else self._read(env, i))
                         if value is None or value.lanes:
                             raise ValueError("not tracked")
                         idx.append(int(value.v))
@@ -542,7 +558,7 @@ class KernelReplay:
     def _diff(self, snap):
         d = {"mxu": {k: self.mxu[k] - snap["mxu"][k] for k in self.mxu}, "vec": {k: self.vec[k] - snap["vec"][k] for k in self.vec},
              "dma": self.dma - snap["dma"]}
-        d["weight"] = sum(d["mxu"].values()) * 1e6 + sum(d["vec"].values())
+        d["weight"] = sum(d["mxu"].values()) * 1e6 + sum(d["vec"].values()) + d["dma"] * 1e-3
         return d
 
     def _add(self, d, sign: float = 1.0):
@@ -580,9 +596,11 @@ class KernelReplay:
         unrolled = _fully_unrolled(p)
         if not unrolled:
             self.loop_ids.add(id(eqn))
-        trips = min(length, self.max_trips)
         diffs = []
-        for _trip in range(trips):
+        start = self.evals
+        trips = 0
+        while trips < min(length, self.max_trips) and not (trips >= MIN_TRIPS and self.evals - start > LOOP_EVALS):
+            trips += 1
             before = self._snapshot()
             inner = dict(zip(body.jaxpr.constvars, [_const(c) for c in body.consts]))
             xs = [None] * (len(body.jaxpr.invars) - n_consts - n_carry)
@@ -605,7 +623,10 @@ class KernelReplay:
         active = np.arange(len(lane_ids))
         carry_lanes = [self._lanes(c, len(lane_ids)) for c in carry]
         diffs = []
-        for _trip in range(self.max_trips):
+        start = self.evals
+        for trip in range(self.max_trips):
+            if trip >= MIN_TRIPS and self.evals - start > LOOP_EVALS:
+                break
             sub = [self._subset(c, active) for c in carry_lanes]
             env = dict(zip(cond.jaxpr.constvars, [_const(c) for c in cond.consts]))
             env.update(zip(cond.jaxpr.invars, [self._subset(c, active) if isinstance(c, Known) else c for c in cond_consts] + sub))
@@ -673,6 +694,18 @@ def _mean(diffs: list[dict]) -> dict:
             "dma": sum(d["dma"] for d in diffs) / n, "weight": sum(d["weight"] for d in diffs) / n}
 
 
+def scratch_box(aval) -> RefBox:
+    """A scratch buffer: scalar memory starts known (as zeros: kernels write their tables before reading them),
+    so that the control values a kernel keeps there can be followed; any other memory is not followed."""
+    space = _space(aval)
+    if "smem" in space and getattr(aval, "shape", None) is not None and _elements(aval) <= SMALL_ELEMENTS:
+        try:
+            return RefBox(space, Known(np.zeros(aval.shape, aval.dtype)))
+        except TypeError:
+            pass
+    return RefBox(space)
+
+
 def _dynamic(value):
     """A loop-carried value is never a compile-time constant, whatever its first value."""
     return Known(value.v, value.lanes, False) if isinstance(value, Known) and value.static else value
@@ -703,8 +736,12 @@ def _sample_live(jaxpr, env, positions, samples: int = EXCLUSIVITY_SAMPLES):
     rng = np.random.default_rng(0)
     wanted = {jaxpr.eqns[p].invars[0] for p in positions if not _literal(jaxpr.eqns[p].invars[0])}
     chain, needed = [], set(wanted)
+    reads: dict = {}  # a read of a ref at constant indices -> the one draw all such reads share
     for eqn in reversed(jaxpr.eqns[:max(positions)]):
         if not any(v in needed for v in eqn.outvars):
+            continue
+        if eqn.primitive.name == "get" and all(_literal(v) for v in eqn.invars[1:]):
+            reads[eqn.outvars[0]] = (eqn.invars[0], tuple(v.val for v in eqn.invars[1:]), str(eqn.params.get("tree")))
             continue
         if eqn.primitive.name not in _NUMPY and eqn.primitive.name not in ("convert_element_type", "select_n") \
                 and eqn.primitive.name not in _IDENTITY:
@@ -714,7 +751,11 @@ def _sample_live(jaxpr, env, positions, samples: int = EXCLUSIVITY_SAMPLES):
     chain.reverse()
     produced = {v for eqn in chain for v in eqn.outvars}
     values = {}
+    shared: dict = {}
     for var in needed - produced:
+        if var in reads and reads[var] in shared:
+            values[var] = shared[reads[var]]
+            continue
         aval = var.aval
         if getattr(aval, "shape", None) != ():
             return None
@@ -728,6 +769,8 @@ def _sample_live(jaxpr, env, positions, samples: int = EXCLUSIVITY_SAMPLES):
             values[var] = rng.integers(-8, 9, samples).astype(aval.dtype)
         else:
             values[var] = rng.normal(size=samples).astype(aval.dtype)
+        if var in reads:
+            shared[reads[var]] = values[var]
 
     def read(v):
         return np.broadcast_to(np.asarray(v.val), (samples,)) if _literal(v) else values[v]

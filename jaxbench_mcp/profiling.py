@@ -26,6 +26,8 @@ MAX_OUTSIDE_OPS_SHOWN = 12
 
 # ---- orchestration: check first, then estimate candidate, XLA baseline and expert -------------
 
+# What a profile on each tier holds.
+PROFILE_KINDS = {targets.Tier.TPU: "measured", targets.Tier.CPU_LIBTPU: "static estimate", targets.Tier.CPU: "roofline only"}
 ESTIMATE_LABEL = ("STATIC ESTIMATE from a deviceless compile on a CPU host (libtpu's bundle schedule x grid, BlockSpec "
                   "HBM traffic, per-step overhead): not a measurement; use it to rank variants, not to quote times")
 MEASURED_LABEL = ("MEASURED device time on the attached {generation} from a jax profiler trace: median of {n} runs, each on "
@@ -305,13 +307,12 @@ class Profiler:
         io_bytes = w.io_bytes("full")
         roofline_us = {g: cost_model.workload_roofline_us(w, g) for g in generations}
         attached = targets.attached_generation() if tier is targets.Tier.TPU else None
-        kind, label = {
-            targets.Tier.TPU: ("measured", MEASURED_LABEL.format(generation=attached, n=measuring.DEFAULT_ITERATIONS,
-                                                                 warmup=measuring.WARMUP_RUNS)),
-            targets.Tier.CPU_LIBTPU: ("static estimate", ESTIMATE_LABEL),
-            targets.Tier.CPU: ("roofline only", "roofline lower bound only: this host has no libtpu to compile for TPU"),
+        label = {
+            targets.Tier.TPU: MEASURED_LABEL.format(generation=attached, n=measuring.DEFAULT_ITERATIONS, warmup=measuring.WARMUP_RUNS),
+            targets.Tier.CPU_LIBTPU: ESTIMATE_LABEL,
+            targets.Tier.CPU: "roofline lower bound only: this host has no libtpu to compile for TPU",
         }[tier]
-        result = Profile(workload_id=w.id, tier=str(tier), kind=kind, label=label, verdict=verdict)
+        result = Profile(workload_id=w.id, tier=str(tier), kind=PROFILE_KINDS[tier], label=label, verdict=verdict)
         if verdict.status != "correct":
             return result
         if tier is targets.Tier.CPU:

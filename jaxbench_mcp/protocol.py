@@ -348,7 +348,7 @@ def parse_event(line: bytes) -> Ready | Finished | StageEvent | Reference:
 # The stages each kind of job runs.
 _JOB_STAGES = {"check": {Stage.LOAD, Stage.TRACE, Stage.LOWER, Stage.COMPILE, Stage.RUN},
                "profile": {Stage.LOAD, Stage.TRACE, Stage.COMPILE}, "measure": {Stage.LOAD, Stage.MEASURE},
-               "reference": {Stage.COMPILE}}
+               "reference": {Stage.COMPILE}, "estimate": {Stage.LOAD, Stage.TRACE, Stage.COMPILE}}
 # Stages that happen once per target (the others happen once per job, or once per seed for run).
 _PER_TARGET = {Stage.LOWER, Stage.COMPILE}
 
@@ -370,7 +370,7 @@ class EventLog:
             return
         targets = list(getattr(job, "targets", []))
         if isinstance(event, Reference):
-            if job.mode != "reference" or event.target not in targets:
+            if job.mode not in ("reference", "estimate") or event.target not in targets:  # estimate: its calibration
                 raise ProtocolViolation(f"a reference event for {event.target!r}, which this job did not ask for")
             return
         if event.stage not in _JOB_STAGES[job.mode]:

@@ -270,6 +270,30 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
         attempt_id, profile = await _run_long(ctx, bench.profile_kernel, workload_id, source, targets)
         return _result(ProfileOutcome(state="done" if profile else "running", attempt_id=attempt_id, profile=profile))
 
+    from jaxbench_mcp import tuning
+
+    tuner = tuning.Tuner(bench)
+
+    @mcp.tool(title="Tune kernel", annotations=ToolAnnotations(title="Tune kernel", **_RECORDS_ATTEMPT))
+    async def tune_kernel(
+        workload_id: Annotated[str, Field(description="The JAXBench id the kernel implements")],
+        source: Annotated[str, Field(max_length=MAX_SOURCE_CHARS, description="Python source defining workload(*inputs) "
+                                     "whose block sizes are module-level assignments, e.g. `BM = 512`")],
+        params: Annotated[dict[str, list[int | float | str | bool]], Field(
+            description="Each tunable name and the values to try, e.g. {\"BM\": [256, 512, 1024], \"BK\": [512, 1024]}")],
+        ctx: Context,
+        target: Annotated[Target | None, Field(description="The TPU generation to estimate for (default: the host's)")] = None,
+        check_top: Annotated[int, Field(ge=0, le=5, description="How many of the best variants to check for correctness")] = 3,
+        max_variants: Annotated[int, Field(ge=1, le=tuning.MAX_VARIANTS, description="At most this many variants")] = 24,
+    ) -> Annotated[CallToolResult, tuning.TuneOutcome]:
+        """Try block sizes: compile every variant deviceless for the target (variants that do not fit VMEM are
+        reported as such), rank them by the static estimate, check the best few for correctness, return the ranked
+        table and the best passing source. A tune that outlasts about 45 s returns state 'running': collect its table
+        with list_attempts(attempt_id=...)."""
+        attempt_id, result = await _run_long(ctx, tuner.tune_kernel, workload_id, source, params, target, check_top,
+                                             max_variants)
+        return _result(tuning.TuneOutcome(state="done" if result else "running", attempt_id=attempt_id, result=result))
+
     @mcp.tool(title="List attempts", annotations=ToolAnnotations(title="List attempts", **_READ_ONLY))
     def list_attempts(
         workload_id: Annotated[str | None, Field(description="Only attempts at this workload")] = None,

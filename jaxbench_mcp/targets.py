@@ -178,7 +178,7 @@ def interpret_on_cpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence
     import jax
     from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp import interpret_transforms
+    from jaxbench_mcp.internals import interpret as interpret_transforms
 
     interpret_transforms.install()  # loads through ref.reshape / ref.bitcast views
     try:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up a virtual environment in .venv (Python >= 3.12) and run the server or the tests.
 #   scripts/dev.sh serve [serve options]   set up, then start the MCP server (stdio by default)
-#   scripts/dev.sh test [pytest options]   set up with the test extra, then run the test suite (what CI runs)
+#   scripts/dev.sh test [pytest options]   set up with the test extra, lint and type-check, then run the whole
+#                                          test suite (what CI runs)
+#   scripts/dev.sh test-fast [options]     the same set-up, then only the tests not marked slow (under a minute)
 #
 # The set-up is idempotent: it installs only when .venv is missing, pyproject.toml changed since the last
 # install, or the test extra is wanted and was not installed. Otherwise it touches nothing (and so needs no
@@ -34,8 +36,8 @@ command=${1:-}
 shift || true
 case "$command" in
     serve) extras="" ;;
-    test) extras="test" ;;
-    *) echo "usage: scripts/dev.sh serve|test [options]" >&2; exit 2 ;;
+    test|test-fast) extras="test" ;;
+    *) echo "usage: scripts/dev.sh serve|test|test-fast [options]" >&2; exit 2 ;;
 esac
 
 # Candidate kernels run inside bubblewrap when it is installed (else a weaker isolation, which server_info and
@@ -82,5 +84,10 @@ case "$command" in
             say "starting the MCP server on stdio: it now waits for an MCP client on stdin (an agent starts this command itself). Ctrl-C stops it."
         fi
         exec .venv/bin/jaxbench-mcp serve "$@" ;;
-    test) exec .venv/bin/python -m pytest "$@" ;;
+    test)
+        say "ruff (lint) and mypy (types)"
+        .venv/bin/ruff check .
+        .venv/bin/mypy
+        exec .venv/bin/python -m pytest "$@" ;;
+    test-fast) exec .venv/bin/python -m pytest -m "not slow" "$@" ;;
 esac

@@ -10,7 +10,6 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-BM, BN, BK = 512, 1024, 1024
 EPI_ROWS = 128  # the epilogue walks the tile in row chunks so its f32 temporaries stay small
 NT_DIMS = (((1,), (1,)), ((), ()))  # contract x's axis 1 with W's axis 1: x @ W.T
 
@@ -21,6 +20,19 @@ def _fit(dim, target, align):
         if dim % b == 0:
             return b
     return dim
+
+
+# Tile targets (bm, bn, bk) by the chip's VMEM: big tiles re-read x and W less often and take fewer grid
+# steps (v6e needs bm * bn / (bm + bn) above ~560 to stay compute-bound); 64 MiB chips (v5p, 7x) get a
+# shorter K tile, v4's 16 MiB the tiles that fit its default scoped limit.
+TILES_BY_VMEM = ((100 * 2**20, (2048, 1024, 2048)), (48 * 2**20, (2048, 1024, 1024)), (0, (512, 1024, 1024)))
+
+
+def _tiles():
+    """((bm, bn, bk) targets, vmem_limit_bytes) for the chip being compiled for."""
+    vmem = pltpu.get_tpu_info().vmem_capacity_bytes
+    tiles = next(t for least, t in TILES_BY_VMEM if vmem >= least)
+    return tiles, (vmem * 3 // 4 if vmem >= 48 * 2**20 else None)
 
 
 def _softplus(y):
@@ -62,7 +74,8 @@ def _kernel(x_ref, w_ref, b_ref, o_ref, acc_ref, sum_ref):
 def workload(x, weight, bias):
     m, kdim = x.shape
     n = weight.shape[0]
-    bm, bn, bk = _fit(m, BM, 16), _fit(n, BN, 128), _fit(kdim, BK, 128)
+    (tm, tn, tk), vmem_limit = _tiles()
+    bm, bn, bk = _fit(m, tm, 16), _fit(n, tn, 128), _fit(kdim, tk, 128)
     return pl.pallas_call(
         _kernel,
         grid=(m // bm, n // bn, kdim // bk),
@@ -74,5 +87,6 @@ def workload(x, weight, bias):
         out_specs=pl.BlockSpec((bm, 1), lambda i, j, k: (i, 0)),
         out_shape=jax.ShapeDtypeStruct((m, 1), x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32), pltpu.VMEM((bm, 1), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary")),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
+                                             vmem_limit_bytes=vmem_limit),
     )(x, weight, bias.astype(jnp.float32).reshape(1, n))

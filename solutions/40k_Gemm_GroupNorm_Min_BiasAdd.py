@@ -12,7 +12,6 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-BM, BN, BK = 512, 1024, 1024
 EPI_ROWS = 128     # the epilogue walks the tile in row chunks so its f32 temporaries stay small
 GROUP = 16
 EPS = 1e-5
@@ -27,12 +26,31 @@ def _fit(dim, target, align):
     return dim
 
 
+# Tile targets (bm, bn, bk) by the chip's VMEM: big tiles re-read x and W less often and take fewer grid
+# steps (v6e needs bm * bn / (bm + bn) above ~560 to stay compute-bound); 64 MiB chips (v5p, 7x) get a
+# shorter K tile, v4's 16 MiB the tiles that fit its default scoped limit.
+TILES_BY_VMEM = ((100 * 2**20, (2048, 1024, 2048)), (48 * 2**20, (2048, 1024, 1024)), (0, (512, 1024, 1024)))
+
+
+def _tiles():
+    """((bm, bn, bk) targets, vmem_limit_bytes) for the chip being compiled for."""
+    vmem = pltpu.get_tpu_info().vmem_capacity_bytes
+    tiles = next(t for least, t in TILES_BY_VMEM if vmem >= least)
+    return tiles, (vmem * 3 // 4 if vmem >= 48 * 2**20 else None)
+
+
 def _dot_f32(a, p):
-    """a (f32) @ p (exact 0/1 bf16) with f32 accuracy: two bf16 MXU passes, high part and remainder."""
-    hi = a.astype(jnp.bfloat16)
-    lo = (a - hi.astype(jnp.float32)).astype(jnp.bfloat16)
-    return (jnp.dot(hi, p, preferred_element_type=jnp.float32)
-            + jnp.dot(lo, p, preferred_element_type=jnp.float32))
+    """a (f32) @ p (exact 0/1 bf16) to ~16 bits: two bf16 MXU passes, a high part and the remainder.
+
+    The high part keeps the top 16 bits of each f32 (a bit mask, so it is exactly a bf16 value) and the
+    remainder a - hi is exact in f32. Splitting with a round trip through bf16 instead,
+    hi = a.astype(bf16); lo = a - hi.astype(f32), is just as good on a TPU, but XLA on the CPU (interpret
+    mode) may drop the round trip as "excess precision" and leave lo = 0, silently losing the low part.
+    """
+    bits = jax.lax.bitcast_convert_type(a, jnp.uint32) & jnp.uint32(0xFFFF0000)
+    hi = jax.lax.bitcast_convert_type(bits, jnp.float32)
+    return (jnp.dot(hi.astype(jnp.bfloat16), p, preferred_element_type=jnp.float32)
+            + jnp.dot((a - hi).astype(jnp.bfloat16), p, preferred_element_type=jnp.float32))
 
 
 def _group_norm(y, p_ref, pt_ref):
@@ -84,7 +102,8 @@ def _outer_sum_kernel(bias_ref, m_ref, o_ref):
 def workload(x, weight, linear_bias, gn_weight, gn_bias, bias):
     m, kdim = x.shape
     n = weight.shape[0]
-    bm, bn, bk = _fit(m, BM, 16), _fit(n, BN, max(128, GROUP)), _fit(kdim, BK, 128)
+    (tm, tn, tk), vmem_limit = _tiles()
+    bm, bn, bk = _fit(m, tm, 16), _fit(n, tn, max(128, GROUP)), _fit(kdim, tk, 128)
     groups = bn // GROUP
     # P[c, g] = 1 when lane c of a tile belongs to group g (the same for every tile).
     p = (jnp.arange(bn)[:, None] // GROUP == jnp.arange(groups)[None, :]).astype(jnp.bfloat16)
@@ -102,7 +121,8 @@ def workload(x, weight, linear_bias, gn_weight, gn_bias, bias):
         out_specs=pl.BlockSpec((bm, 1), lambda i, j, k: (i, 0)),
         out_shape=jax.ShapeDtypeStruct((m, 1), jnp.float32),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary")),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
+                                             vmem_limit_bytes=vmem_limit),
     )(x, weight, p, p.T, vec(linear_bias), vec(gn_weight), vec(gn_bias))
     # Outer sum: (N, B) blocks of bias[n] (a column) + m[r] (a row, the (B, 1) minima laid flat).
     bn2, bb = _fit(n, 512, 16), _fit(m, 2048, 128)

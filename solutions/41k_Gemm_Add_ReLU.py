@@ -8,7 +8,6 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-BM, BN, BK = 512, 1024, 1024
 EPI_ROWS = 128  # the epilogue walks the tile in row chunks so its f32 temporaries stay small
 
 
@@ -18,6 +17,19 @@ def _fit(dim, target, align):
         if dim % b == 0:
             return b
     return dim
+
+
+# Tile targets (bm, bn, bk) by the chip's VMEM: big tiles re-read x and W less often and take fewer grid
+# steps (v6e needs bm * bn / (bm + bn) above ~560 to stay compute-bound); 64 MiB chips (v5p, 7x) get a
+# shorter K tile, v4's 16 MiB the tiles that fit its default scoped limit.
+TILES_BY_VMEM = ((100 * 2**20, (2048, 1024, 2048)), (48 * 2**20, (2048, 1024, 1024)), (0, (512, 1024, 1024)))
+
+
+def _tiles():
+    """((bm, bn, bk) targets, vmem_limit_bytes) for the chip being compiled for."""
+    vmem = pltpu.get_tpu_info().vmem_capacity_bytes
+    tiles = next(t for least, t in TILES_BY_VMEM if vmem >= least)
+    return tiles, (vmem * 3 // 4 if vmem >= 48 * 2**20 else None)
 
 
 def _epilogue(acc, b):
@@ -50,7 +62,8 @@ def _gemm_epilogue(x, weight, vectors):
     """x (M, K) @ weight (K, N) with the epilogue fused; `vectors` are (1, N) f32 per-column inputs."""
     m, kdim = x.shape
     n = weight.shape[1]
-    bm, bn, bk = _fit(m, BM, 16), _fit(n, BN, 128), _fit(kdim, BK, 128)
+    (tm, tn, tk), vmem_limit = _tiles()
+    bm, bn, bk = _fit(m, tm, 16), _fit(n, tn, 128), _fit(kdim, tk, 128)
     vec_spec = pl.BlockSpec((1, bn), lambda i, j, k: (0, j))
     return pl.pallas_call(
         _kernel,
@@ -62,7 +75,8 @@ def _gemm_epilogue(x, weight, vectors):
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
         out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
+                                             vmem_limit_bytes=vmem_limit),
     )(x, weight, *vectors)
 
 

@@ -2,8 +2,32 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 # Tests run on the CPU even on a host with libtpu: the server process itself never takes the TPU.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 DATA_DIR = Path(__file__).parent / "data"
 FACTS = {w["id"]: w for w in json.loads((DATA_DIR / "jaxbench_facts.json").read_text())["workloads"]}
+
+# Modules whose every test starts worker processes or servers, compiles for TPU, or runs interpret mode. The
+# fast lane (`scripts/dev.sh test-fast`, i.e. `-m "not slow"`) leaves them out; mixed modules mark their slow
+# tests one by one with @pytest.mark.slow.
+SLOW_MODULES = {"test_checking", "test_hostile", "test_expert_refs", "test_lifecycle", "test_inspector", "test_cli",
+                "test_degenerate_audit", "test_seeds", "test_internals_interpret", "test_wheel", "test_fleet",
+                "test_solutions", "test_agent_configs"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def libtpu_tier():
+    """For tests that assume a CPU host with libtpu (deviceless TPU compiles): skipped, saying so, elsewhere."""
+    from jaxbench_mcp import targets
+
+    if targets.detect_tier() is not targets.Tier.CPU_LIBTPU:
+        pytest.skip(f"needs a CPU host with libtpu; this host's tier is {targets.detect_tier()}")

@@ -39,7 +39,7 @@ def test_bad_command_and_flag_are_one_line_with_exit_2():
     assert result.returncode == 2 and "invalid choice" in result.stderr and result.stderr.strip().count("\n") == 0
 
 
-def test_info_names_the_tier_and_versions():
+def test_info_names_the_tier_and_versions(libtpu_tier):
     out = json.loads(run("info", "--json").stdout)
     assert out["tier"] == "cpu_libtpu" and out["libtpu_version"] and out["default_target"] == "v6e"
 

@@ -85,6 +85,7 @@ def _expert_ids():
     return [w.id for w in workloads.all_workloads() if expert_refs.has_expert(w.id)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload_id", _expert_ids())
 def test_expert_kernels_have_no_finding_at_full_size(workload_id):
     module = expert_refs.expert_module(workload_id)
@@ -104,6 +105,7 @@ def _copy_kernel(x_ref, o_ref):
     o_ref[...] = x_ref[...]
 
 
+@pytest.mark.slow
 def test_a_million_step_grid_takes_under_a_few_seconds():
     def f(x):
         spec = pl.BlockSpec((8, 128), lambda i, j: (i, j))

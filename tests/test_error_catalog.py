@@ -212,6 +212,7 @@ def test_unsupported_ops(name, body):
     assert_class("lower", exc, ErrorClass.UNSUPPORTED_OP, "unsupported-op")
 
 
+@pytest.mark.slow
 def test_int8_arithmetic_fails_at_compile():
     def kernel(x_ref, o_ref):
         o_ref[...] = x_ref[...] * 2
@@ -257,6 +258,7 @@ def _copy_blocks(rows, cols, grid, **compiler):
     ("v5e", 2048, 2048, {}),                              # over the default scoped limit
     ("v6e", 2048, 2048, {"vmem_limit_bytes": 8 << 20}),   # over an explicit limit
 ])
+@pytest.mark.slow
 def test_vmem_overflow(generation, rows, cols, compiler):
     fn = _copy_blocks(rows, cols, 2, **compiler)
     exc = compile_for(fn, generation, S((2 * rows, cols), jnp.float32))
@@ -291,12 +293,14 @@ def test_core_parallel_axis_too_long():
 # ---- run (TPU interpret mode) -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_out_of_bounds_block_index():
     fn = blocked(copy_kernel, (8, 128), (2,), S((16, 128), jnp.float32), index_map=lambda i: (i + 1, 0))
     exc = interpret(fn, jnp.ones((16, 128), jnp.float32))
     assert_class("run", exc, ErrorClass.OUT_OF_BOUNDS, "out-of-bounds")
 
 
+@pytest.mark.slow
 def test_out_of_bounds_dynamic_read():
     def kernel(x_ref, o_ref):
         i = pl.program_id(0)
@@ -309,6 +313,7 @@ def test_out_of_bounds_dynamic_read():
     assert_class("run", exc, ErrorClass.OUT_OF_BOUNDS, "out-of-bounds")
 
 
+@pytest.mark.slow
 def test_race_reading_a_dma_target_before_wait():
     def kernel(x_hbm, o_ref, buf, sem):
         copy = pltpu.make_async_copy(x_hbm, buf, sem)
@@ -323,6 +328,7 @@ def test_race_reading_a_dma_target_before_wait():
     assert_class("run", exc, ErrorClass.RACE_DETECTED, "race")
 
 
+@pytest.mark.slow
 def test_race_between_cores_on_a_wrongly_parallel_axis():
     fn = lambda a: pl.pallas_call(
         copy_kernel, grid=(2,), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
@@ -344,6 +350,7 @@ def test_other_runtime_error_falls_back():
     assert d.rule is None
 
 
+@pytest.mark.slow
 def test_missing_init_shows_as_nan_in_interpret_mode():
     """nan_output is decided by the comparison; check the mechanism the docs describe is real."""
 

@@ -28,6 +28,10 @@ from jaxbench_mcp.fleet import HostView, NoHostForTarget, NoLiveHost, place
 from jaxbench_mcp.server import build_server
 from jaxbench_mcp.store import Store
 
+# Starting Ray nodes and the fleet's proxy forks this process after jax started threads; each child execs at once,
+# which is safe, and Python's warning about it says nothing about these tests.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+
 KERNELS = Path(__file__).parent / "kernels"
 # (workload, kernel file); each file's first line says what the local checker must find.
 CASES = [("12p_RMSNorm", "good_rmsnorm.py"), ("8p_GEMM", "bad_all_zeros.py"), ("8p_GEMM", "bad_syntax.py")]
@@ -71,6 +75,23 @@ def test_placement_says_at_once_when_no_host_can_serve():
         place([_host("gone", state="dead"), _host("busy-elsewhere", state="refused")], [])
     with pytest.raises(NoLiveHost):
         place([_host("a")], ["v6e"], exclude={"a"})
+
+
+def test_a_fleet_that_is_not_there_at_start_is_an_error_not_a_fallback(tmp_path, monkeypatch, capsys):
+    from jaxbench_mcp import cli
+
+    started = time.monotonic()
+    executor = fleet.RayExecutor("127.0.0.1:1", claim_timeout=30)  # port 1: nothing listens there
+    with pytest.raises(fleet.FleetUnavailable, match="nothing answers at 127.0.0.1:1"):
+        executor.start()
+    executor.close()
+    assert time.monotonic() - started < 30  # refused at once, not after the claim timeout
+    monkeypatch.setenv("JAXBENCH_MCP_HOME", str(tmp_path))
+    (tmp_path / "run").mkdir()
+    shutil.copy(KERNELS / "bad_syntax.py", tmp_path / "run" / "8p_GEMM.py")
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["evaluate", str(tmp_path / "run"), "--ray", "127.0.0.1:1"])
+    assert exit_.value.code == 2 and "no fleet at 127.0.0.1:1" in capsys.readouterr().err
 
 
 # ---- a local cluster of two simulated hosts ---------------------------------------------------------
@@ -175,13 +196,36 @@ def test_mcp_checks_on_the_fleet_get_the_local_verdicts_and_server_info_shows_th
 
 
 @pytest.mark.slow
+def test_serve_with_ray_over_stdio_keeps_stdout_for_mcp(cluster, local_verdicts, tmp_path):
+    """The real `jaxbench-mcp serve --ray` process, as an agent starts it: Ray's own printing must not reach the
+    MCP channel (stdout), or the client would drop the session."""
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    server = StdioServerParameters(command=sys.executable, args=["-m", "jaxbench_mcp", "serve", "--ray", cluster.address,
+                                                                  "--host-slots", "1"],
+                                   env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path / "home")})
+
+    async def go():
+        async with Client(stdio_client(server)) as client:
+            info = (await client.call_tool("server_info", {})).structured_content
+            checked = await client.call_tool("check_kernel", {"workload_id": "8p_GEMM", "source": (KERNELS / "bad_syntax.py").read_text()})
+            return info, await _verdict(client, checked)
+
+    info, verdict = anyio.run(go)
+    assert info["fleet"]["ready_hosts"] == 2 and {h["slots"] for h in info["fleet"]["hosts"]} == {1}
+    assert (verdict["status"], verdict["error_class"]) == local_verdicts["bad_syntax.py"]
+    assert verdict["host"] in {h["name"] for h in info["fleet"]["hosts"]}
+
+
+@pytest.mark.slow
 def test_evaluate_with_ray_on_the_command_line(cluster, local_verdicts, tmp_path):
     run = tmp_path / "run"
     (run / "8p_GEMM").mkdir(parents=True)
     shutil.copy(KERNELS / "bad_syntax.py", run / "8p_GEMM" / "b_syntax.py")
     env = {**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path / "home")}
     proc = subprocess.run([sys.executable, "-m", "jaxbench_mcp", "evaluate", str(run), "--ray", cluster.address, "--host-slots", "1",
-                           "--json"], env=env, capture_output=True, text=True, timeout=400)
+                           "--json"], env=env, capture_output=True, text=True, timeout=400, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)  # stdout holds the JSON alone: Ray's own output went to stderr
     assert summary["status_counts"] == {"invalid_kernel": 1} and summary["tier"] == "cpu_libtpu"
@@ -191,6 +235,28 @@ def test_evaluate_with_ray_on_the_command_line(cluster, local_verdicts, tmp_path
     check = next(r for r in store.recent(None, 10) if r["kind"] == "check")
     assert json.loads(check["result_json"])["host"] and "== fleet: try 1 on host" in check["log"]
     store.close()
+
+
+@pytest.mark.slow
+def test_cancelling_a_check_stops_it_on_its_host(cluster, tmp_path):
+    from jaxbench_mcp.checking import Cancelled
+
+    bench = _fleet_bench(cluster, tmp_path)
+    bench.start()
+    try:
+        done, box = bench.in_background(bench.check_kernel, "12p_RMSNorm", (KERNELS / "good_rmsnorm.py").read_text(), seeds=16)
+        deadline = time.monotonic() + 120
+        while not any(h.running for h in bench.executor.fleet().hosts) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        asked = time.monotonic()
+        box["cancel"].set()
+        assert done.wait(60) and isinstance(box.get("error"), Cancelled), box
+        assert time.monotonic() - asked < 15  # the host killed the worker; nothing ran to its stage limits
+        assert bench.store.get(box["attempt_id"])["state"] == "cancelled"
+        # The host's slot is free again.
+        assert all(h.running == 0 for h in bench.executor.fleet().hosts)
+    finally:
+        bench.close()
 
 
 @pytest.mark.slow
@@ -212,6 +278,7 @@ def test_a_host_that_dies_mid_campaign_costs_a_retry_not_an_attempt(cluster, loc
         while time.monotonic() < deadline and not killed:
             for h in bench.executor.fleet().hosts:
                 if h.state == "ready" and h.running:
+                    time.sleep(1.0)  # into the check's worker, past its start
                     killed["host"] = h.name
                     cluster.remove_node(nodes[h.node_id], allow_graceful=False)
                     return
@@ -252,7 +319,7 @@ def test_a_host_that_dies_mid_campaign_costs_a_retry_not_an_attempt(cluster, loc
     assert "== fleet: try 2 on host" in log and "== events ==" in log  # both tries, then the second try's own log
     assert verdict["host"] != killed["host"] and any("died during this check" in w for w in verdict["warnings"])
     store.close()
-    print(f"campaign with a host killed mid-check: {time.monotonic() - started:.0f} s")
+    print(f"campaign with a host killed mid-check: {time.monotonic() - started:.0f} s; the retried check's log, head:\n{log[:700]}")
 
 
 @pytest.mark.slow
@@ -262,6 +329,13 @@ def test_no_host_for_a_target_is_said_at_once_and_a_lost_cluster_falls_back_to_l
     bench.start()
     syntax, rmsnorm = (KERNELS / "bad_syntax.py").read_text(), (KERNELS / "good_rmsnorm.py").read_text()
     try:
+        # A host that joins the running fleet is claimed within seconds.
+        _add_host(cluster)
+        deadline = time.monotonic() + 60
+        while bench.executor.fleet().ready_hosts < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert bench.executor.fleet().ready_hosts == 3, bench.executor.fleet().summary_lines()
+
         asked = time.monotonic()
         with pytest.raises(NoHostForTarget, match="plain CPU hosts without libtpu"):
             bench.check_kernel("8p_GEMM", syntax, ["v6e"])
@@ -280,6 +354,7 @@ def test_no_host_for_a_target_is_said_at_once_and_a_lost_cluster_falls_back_to_l
         assert any("ran on the server's own host" in w for w in verdict.warnings)
         log = bench.store.get(verdict.attempt_id)["log"]
         assert "== fleet: try 1 on host" in log and "ran on the server's own host" in log
+        print("the attempt's log, head:\n" + log[:700])
 
         # From now on: server_info says so, and checks run here.
         info = bench.server_info()

@@ -76,7 +76,7 @@ def test_inspector_lists_the_tools_over_stdio(inspector):
 
 
 @pytest.mark.slow
-def test_inspector_calls_every_tool_and_reads_resources_and_prompts_over_http(inspector, http_url):
+def test_inspector_calls_every_tool_and_reads_resources_and_prompts_over_http(libtpu_tier, inspector, http_url):
     target = [http_url, "--transport", "http"]
 
     def call(tool: str, **args: str) -> dict:

@@ -40,7 +40,8 @@ from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "tests" / "kernels"
-TOOLS = ["server_info", "list_workloads", "get_workload", "read_docs", "check_kernel", "profile_kernel", "list_attempts"]
+TOOLS = ["server_info", "list_workloads", "get_workload", "read_docs", "check_kernel", "profile_kernel", "tune_kernel",
+         "list_attempts"]
 READ_ONLY = {"server_info", "list_workloads", "get_workload", "read_docs", "list_attempts"}
 
 
@@ -266,7 +267,8 @@ def test_crash_verdicts_reach_the_agent_over_http(http_server):
         assert tokens(result) < RESULT_TOKEN_BUDGET
 
 
-def test_http_serves_every_tool_resource_and_prompt(http_server):
+@pytest.mark.slow
+def test_http_serves_every_tool_resource_and_prompt(libtpu_tier, http_server):
     url, log = http_server
     bad = (KERNELS / "bad_syntax.py").read_text()  # a real verdict that never waits for a compile
     calls = {"list_workloads": {"tier": "kernelbench"}, "get_workload": {"workload_id": "8p_GEMM", "size": "full"},
@@ -320,6 +322,7 @@ class _BrokenChecker(Checker):
     (RuntimeError("simulated crash in the checker\nsecond line"), "internal_error"),
     (_WorkerWillNotStart("the worker did not start: libtpu init failed"), "worker_start_failed"),
 ])
+@pytest.mark.slow
 def test_a_failure_of_the_checker_comes_back_as_a_server_error_verdict(tmp_path, exc, error_class):
     bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=_BrokenChecker(exc))
     source = (KERNELS / "good_rmsnorm.py").read_text()
@@ -535,6 +538,7 @@ def _long_attempt(bench) -> int:
     return attempt_id
 
 
+@pytest.mark.slow
 def test_every_tool_result_stays_under_the_token_budget(bench):
     attempt_id = _long_attempt(bench)
     for _ in range(199):
@@ -606,6 +610,7 @@ def test_version_and_python_dash_m():
         assert out.returncode == 0 and out.stdout.strip() == f"jaxbench-mcp {__version__}", out.stderr
 
 
+@pytest.mark.slow
 def test_the_server_module_builds_its_mcp_object_lazily(tmp_path, monkeypatch):
     """`mcp run jaxbench_mcp/server.py` loads the file by path and takes its `mcp` attribute."""
     import importlib.util
@@ -682,6 +687,7 @@ def test_http_security_rules():
     assert "10.0.0.5:*" in http_security("10.0.0.5", env={"JAXBENCH_MCP_TOKEN": token}).allowed_hosts
 
 
+@pytest.mark.slow
 def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "JAXBENCH_MCP_TOKEN"}
     port = _free_port()
@@ -695,7 +701,7 @@ def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_with_a_token_only_requests_that_carry_it_get_in(tmp_path):
+def test_with_a_token_only_requests_that_carry_it_get_in(libtpu_tier, tmp_path):
     token = "s3cret-" + "x" * 30
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")

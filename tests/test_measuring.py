@@ -55,6 +55,7 @@ def test_timing_statistics():
     assert timing.spread_pct == pytest.approx(100 * 20 / 11.5)
 
 
+@pytest.mark.slow
 def test_a_real_cpu_trace_is_read_but_holds_no_tpu_device_time():
     f = jax.jit(lambda x: jnp.tanh(x @ x))
     x = jnp.ones((64, 64))
@@ -68,6 +69,7 @@ def test_time_on_device_refuses_a_non_tpu_backend():
         measuring.time_on_device(lambda x: x, (), lambda i: (jnp.ones(4),), iterations=2)
 
 
+@pytest.mark.slow
 def test_a_measure_job_on_this_host_says_why_it_has_no_device_time():
     # The whole path (worker process, measure mode, event) on a cheap full-size workload.
     checker = Checker(spares=0, slots=1)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from jaxbench_mcp import api, cost_model, kernel_analysis, profiling
 from jaxbench_mcp.checking import Checker
@@ -251,6 +252,7 @@ def test_a_vmem_overflow_is_summarised_by_its_sizes():
                                                "112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M")
 
 
+@pytest.mark.slow
 def test_a_failing_kernel_is_not_profiled(tmp_path):
     bench = api.JaxBench(store=Store(tmp_path / "a.sqlite3"), checker=Checker(spares=0, slots=1))
     try:
@@ -261,6 +263,7 @@ def test_a_failing_kernel_is_not_profiled(tmp_path):
     assert result.summary().startswith("NOT PROFILED")
 
 
+@pytest.mark.slow
 def test_cli_profile_of_our_gemm_reports_estimate_baseline_expert_and_bottleneck(tmp_path):
     out = subprocess.run([sys.executable, "-m", "jaxbench_mcp.cli", "profile", "--workload", "8p_GEMM", "--kernel",
                           str(KERNELS / "good_gemm_tiled.py"), "--target", "v6e", "--json"],

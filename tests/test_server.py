@@ -36,7 +36,7 @@ def test_tools_are_listed_with_output_schemas(bench):
     assert all(tools[name].output_schema for name in ("server_info", "list_workloads", "get_workload", "check_kernel"))
 
 
-def test_server_info_names_the_tier_and_targets(bench):
+def test_server_info_names_the_tier_and_targets(libtpu_tier, bench):
     result = call(bench, "server_info")
     info = result.structured_content
     assert info["tier"] == "cpu_libtpu"
@@ -77,6 +77,7 @@ def test_bad_size_and_bad_tier_are_tool_errors_that_name_the_allowed_values(benc
     assert bad_tier.is_error and "'production' or 'kernelbench'" in bad_tier.content[0].text
 
 
+@pytest.mark.slow
 def test_check_kernel_reports_progress_and_a_verdict_then_list_attempts_has_it(bench):
     progress = []
 
@@ -129,6 +130,7 @@ def test_expert_source_is_hidden_unless_the_server_shows_it(bench):
     assert "from jax.experimental.pallas.ops.tpu.matmul import matmul" in shown["expert_source"]
 
 
+@pytest.mark.slow
 def test_profile_kernel_reports_progress_and_a_labelled_estimate_that_list_attempts_keeps(bench):
     progress = []
 
@@ -159,3 +161,17 @@ def test_profile_kernel_reports_progress_and_a_labelled_estimate_that_list_attem
     assert v6e["candidate_us"] > 0 and v6e["xla_baseline_us"] > 0 and v6e["expert_us"] is None  # 12p has no expert
     assert "STATIC ESTIMATE" in listed.content[0].text
     assert any("compiling the candidate for v6e" in m for m in progress), progress
+
+
+@pytest.mark.slow
+def test_a_check_for_every_generation_compiles_and_reports_each_even_after_a_failure(bench):
+    source = (KERNELS / "bad_vmem_full_only.py").read_text()
+    result = call(bench, "check_kernel", {"workload_id": "8p_GEMM", "source": source,
+                                          "targets": ["v4", "v5e", "v5p", "v6e", "7x"], "seeds": 1})
+    verdict = result.structured_content["verdict"]
+    assert (verdict["status"], verdict["error_class"]) == ("compile_error", "vmem_overflow")
+    assert [c["target"] for c in verdict["compiles"]] == ["v4", "v5e", "v5p", "v6e", "7x"]
+    assert all(not c["ok"] and c["error"].startswith("out of VMEM") for c in verdict["compiles"])
+    assert verdict["message"].startswith("compile failed for v4, v5e, v5p, v6e, 7x; the first failure (v4)")
+    text = result.content[0].text
+    assert all(f"compile {t}: FAILED" in text for t in ("v4", "v5e", "v5p", "v6e", "7x"))

@@ -28,6 +28,7 @@ def test_full_size_contract_matches_jaxbench(workload_id):
     assert w.flops("full") == facts["flops"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload_id", IDS)
 def test_small_size_runs_with_declared_shapes_and_a_meaningful_output(workload_id):
     w = workloads.get_workload(workload_id)
@@ -46,6 +47,7 @@ def test_small_size_runs_with_declared_shapes_and_a_meaningful_output(workload_i
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload_id", IDS)
 def test_seeds_are_reproducible_and_distinct(workload_id):
     w = workloads.get_workload(workload_id)

@@ -21,7 +21,8 @@ _BUNDLE_LINE = re.compile(r"^\s*(?:0x[0-9a-f]+|\d+)\s+(?:LH|LB|LE|PB|PF|CT)?:\s*
 _XLA_PROGRAMS = re.compile(r"^\d+-(TLP|<late-[a-z]+>)-")
 # The sizes in libtpu's VMEM overflow messages (the rest of those lines is the whole HLO instruction).
 _VMEM_SIZES = re.compile(r"(Scoped allocation with size [\d.]+\w? and limit [\d.]+\w? exceeded scoped vmem limit by [\d.]+\w?"
-                         r"|Used [\d.]+\w? of [\d.]+\w? vmem)")
+                         r"|Used [\d.]+\w? of [\d.]+\w? vmem"
+                         r"|Allocation \(size=\d+\) would exceed memory \(size=\d+\)(?= :: #allocation\d+ \[shape = '[^']*', space=vmem))")
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,10 @@ def parse_dump(directory: Path) -> list[KernelSchedule]:
 
 
 def collect_dump(dump_root: Path, generation: str) -> Path:
-    """Move what libtpu dumped since the last call into a folder of its own for this generation."""
+    """Move what libtpu dumped since the last call into a folder of its own for this generation (emptied first:
+    a process that compiles many times keeps only its latest compile there)."""
     target = dump_root / f"target-{generation}"
+    shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True, exist_ok=True)
     for path in list(dump_root.iterdir()):
         if path.is_file():

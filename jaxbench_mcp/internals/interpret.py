@@ -52,7 +52,7 @@ def install() -> None:
         # We lean on private jax internals: refuse to patch anything that does not look as expected.
         raw_get = getattr(ipc.get, "__wrapped__", None)
         if raw_get is None or not hasattr(ipc, "fail_on_exception") or not hasattr(interpret_utils, "to_range"):
-            raise RuntimeError("jax's TPU interpreter changed shape; jaxbench_mcp.interpret_transforms needs updating")
+            raise RuntimeError("jax's TPU interpreter changed shape; jaxbench_mcp.internals.interpret needs updating")
         names = tuple(inspect.signature(raw_get).parameters)[: len(_GET_PARAMS)]
         if names != _GET_PARAMS:
             raise RuntimeError(f"jax's interpreter get() takes {names}, expected {_GET_PARAMS}")
@@ -85,12 +85,15 @@ def install() -> None:
                     )
             return plain_to_range(transforms)
 
+        # All or nothing: every check above and in _masked_swap passes before the first patch is applied.
+        shared_memory_class, swap_buffer_content = _masked_swap()
         interpret_utils.to_range = to_range
-        _mend_masked_swap()
+        shared_memory_class.swap_buffer_content = swap_buffer_content
         ipc.get = new_get
 
 
-def _mend_masked_swap() -> None:
+def _masked_swap():
+    """(the class to patch, the mended swap_buffer_content), after checking jax's is what we mend."""
     from jax._src.pallas.mosaic.interpret import shared_memory as sm
 
     cls = sm.GenericSharedMemory
@@ -129,7 +132,7 @@ def _mend_masked_swap() -> None:
             buff.set_in_bounds_portion(rnge, np.where(keep, value[inside], old))
             return returned, shape_and_dtype, clock
 
-    cls.swap_buffer_content = swap_buffer_content
+    return cls, swap_buffer_content
 
 
 def _is_indexer(t) -> bool:

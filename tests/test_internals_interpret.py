@@ -1,4 +1,4 @@
-"""Loads through ref.reshape / ref.bitcast views in TPU interpret mode (jaxbench_mcp.interpret_transforms).
+"""Loads through ref.reshape / ref.bitcast views in TPU interpret mode (jaxbench_mcp.internals.interpret).
 
 Each kernel runs through targets.interpret_on_cpu, as the worker runs candidates, and is compared
 with the same computation done on a value inside a kernel: the bitcast cases pin our ref semantics
@@ -12,7 +12,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxbench_mcp import interpret_transforms
+from jaxbench_mcp.internals import interpret as interpret_transforms
 from jaxbench_mcp.targets import interpret_on_cpu
 
 
@@ -144,3 +144,76 @@ def test_unknown_view_transform_is_refused():
 
     with pytest.raises(NotImplementedError, match="TransposeTransform"):
         interpret_transforms.apply_view(np.zeros((4, 8)), [ReshapeTransform((8, 4)), TransposeTransform((1, 0))])
+
+
+# ---- canaries: the jax bugs the patches work around are still there, and a changed jax is refused whole ----
+
+_UNPATCHED = r"""
+import sys
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+def run(kernel, x, out_shape):
+    params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=0)
+    with pltpu.force_tpu_interpret_mode(params):
+        call = lambda x: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(out_shape, x.dtype))(x)
+        return jax.block_until_ready(jax.jit(call)(x))
+
+def reshape_load(x_ref, o_ref):
+    o_ref[...] = x_ref.reshape(8, 128)[...]
+
+def masked_store(x_ref, o_ref):
+    o_ref[...] = jnp.zeros(o_ref.shape, o_ref.dtype)
+    rows = jax.lax.broadcasted_iota(jnp.int32, o_ref.shape, 0)
+    pltpu.store(o_ref, x_ref[...], mask=(rows >= 100) & (rows < 200))
+
+case = sys.argv[1]
+try:
+    if case == "reshape":
+        run(reshape_load, jnp.ones((16, 64), jnp.float32), (8, 128))
+    else:
+        run(masked_store, jnp.ones((256, 128), jnp.float32), (256, 128))
+except Exception as exc:
+    print("FAILED", type(exc).__name__, str(exc)[:2000].replace("\n", " "))
+else:
+    print("WORKED")
+"""
+
+
+@pytest.mark.parametrize("case, symptom", [("reshape", "has no attribute 'indices'"), ("masked", "Out-of-bounds masked swap")])
+def test_plain_jax_still_has_the_bug_each_patch_works_around(case, symptom):
+    """Runs jax's interpreter unpatched, in a fresh process. When this fails, jax fixed the bug upstream: drop the
+    matching part of jaxbench_mcp.internals.interpret."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _UNPATCHED, case], capture_output=True, text=True, timeout=300,
+                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    assert out.stdout.startswith("FAILED") and symptom in out.stdout, (
+        f"jax {jax.__version__} no longer shows {symptom!r} for the {case} case (got {out.stdout[:300]!r}{out.stderr[-300:]!r}): "
+        "upstream fixed it; update jaxbench_mcp.internals.interpret")
+
+
+def test_a_changed_interpreter_is_refused_before_anything_is_patched(monkeypatch):
+    """All or nothing: when one private signature no longer matches, install() raises and patches nothing."""
+    import subprocess
+    import sys
+
+    script = r"""
+from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc, utils, shared_memory as sm
+from jaxbench_mcp.internals import interpret
+get, to_range, swap = ipc.get, utils.to_range, sm.GenericSharedMemory.swap_buffer_content
+def swap_with_another_signature(self, key, rnge, value, mask, thread, increment_clock=True, logging_info=None, extra=None):
+    pass
+sm.GenericSharedMemory.swap_buffer_content = swap_with_another_signature
+try:
+    interpret.install()
+except RuntimeError as exc:
+    print("REFUSED", exc)
+print("UNTOUCHED", ipc.get is get and utils.to_range is to_range)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    assert "REFUSED jax's interpreter swap_buffer_content takes" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "UNTOUCHED True" in out.stdout

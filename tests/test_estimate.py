@@ -1,0 +1,254 @@
+"""The estimator's counting (kernel_replay, cost_model.executed_bundles, internals.hlo) and its public API."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxbench_mcp import cost_model, kernel_analysis, kernel_replay
+
+KERNELS = Path(__file__).parent / "kernels"
+
+
+def _traffic(call, *args):
+    """kernel_traffic of the one kernel in `call(*args)`, with the concrete small arguments known."""
+    import jax
+
+    abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype) if getattr(a, "size", 0) > 64 else a for a in args]
+    closed = jax.make_jaxpr(call)(*args)
+    (kernel,) = kernel_analysis.kernel_traffic(closed.jaxpr, kernel_replay.known_kernel_operands(closed, abstract))
+    return kernel
+
+
+def _prefetch_call(body, grid=(4,)):
+    """A pallas_call over (512, 128) f32 in (128, 128) blocks with one int32[1] scalar-prefetch operand."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    block = pl.BlockSpec((128, 128), lambda i, n: (i, 0))
+    spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, grid=grid, in_specs=[block], out_specs=block)
+
+    def call(n, x):
+        return pl.pallas_call(body, grid_spec=spec, out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32))(n, x)
+
+    return call, jnp.zeros((512, 128), jnp.float32)
+
+
+def test_mutually_exclusive_branches_are_not_both_charged():
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def either(n_ref, x_ref, o_ref):
+        @pl.when(n_ref[0] > 0)
+        def _():
+            o_ref[...] = jnp.dot(x_ref[...], x_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(n_ref[0] <= 0)
+        def _():
+            o_ref[...] = jnp.dot(x_ref[...], x_ref[...].T, preferred_element_type=jnp.float32)
+
+    call, x = _prefetch_call(either)
+    import jax
+
+    # The predicate depends on data nobody knows (an abstract argument): one of the two runs, never both.
+    kernel = _traffic(call, jax.ShapeDtypeStruct((1,), jnp.int32), x)
+    assert kernel["run_ratio"] == 0.5 and not kernel["run_ratio_exact"]
+    # Known data: exactly the branch it picks.
+    kernel = _traffic(call, np.array([3], np.int32), x)
+    assert kernel["run_ratio"] == 0.5 and kernel["run_ratio_exact"]
+
+
+def test_a_branch_the_compiler_removes_is_not_discounted():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def static_choice(x_ref, o_ref):
+        heavy = jnp.int32(3) > 2  # a compile-time constant: the compiler keeps only the branch it picks
+        o_ref[...] = jax.lax.cond(heavy, lambda v: jnp.dot(v, v, preferred_element_type=jnp.float32),
+                                  lambda v: jnp.dot(v, v.T, preferred_element_type=jnp.float32), x_ref[...])
+
+    block = pl.BlockSpec((128, 128), lambda i: (i, 0))
+    call = pl.pallas_call(static_choice, grid=(4,), in_specs=[block], out_specs=block,
+                          out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32))
+    kernel = _traffic(call, jnp.zeros((512, 128), jnp.float32))
+    # The schedule holds one matmul and every step runs it: nothing is skipped.
+    assert kernel["run_ratio"] == 1.0 and kernel["run_ratio_exact"]
+
+
+def test_a_loop_whose_trip_count_comes_from_the_inputs_is_counted():
+    import jax
+    import jax.numpy as jnp
+
+    def loop(n_ref, x_ref, o_ref):
+        def body(i, acc):
+            return acc + jnp.dot(x_ref[...], x_ref[...], preferred_element_type=jnp.float32)
+
+        o_ref[...] = jax.lax.fori_loop(0, n_ref[0], body, jnp.zeros(o_ref.shape, jnp.float32))
+
+    call, x = _prefetch_call(loop)
+    kernel = _traffic(call, np.array([5], np.int32), x)
+    assert kernel["loop_ratio"] == 5.0 and kernel["run_ratio_exact"] and kernel["in_kernel_loops"] == 1
+    # Unknown: counted once, and said to be approximate.
+    kernel = _traffic(call, jax.ShapeDtypeStruct((1,), jnp.int32), x)
+    assert kernel["loop_ratio"] == 1.0 and not kernel["run_ratio_exact"]
+
+
+def test_a_long_counted_loop_is_extrapolated_past_the_replayed_trips():
+    import jax
+    import jax.numpy as jnp
+
+    def loop(n_ref, x_ref, o_ref):
+        def body(i, acc):
+            return acc + jnp.dot(x_ref[...], x_ref[...], preferred_element_type=jnp.float32)
+
+        o_ref[...] = jax.lax.fori_loop(0, n_ref[0], body, jnp.zeros(o_ref.shape, jnp.float32))
+
+    call, x = _prefetch_call(loop)
+    trips = 10 * kernel_replay.MAX_TRIPS + 3
+    kernel = _traffic(call, np.array([trips], np.int32), x)
+    assert kernel["loop_ratio"] == trips and kernel["run_ratio_exact"]
+
+
+def test_scalar_prefetch_index_maps_are_followed_with_known_values():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def copy(order_ref, x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    # Every step reads block order[i]: with order = [0, 0, 1, 1] two fetches are saved.
+    spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, grid=(4,),
+                                        in_specs=[pl.BlockSpec((128, 128), lambda i, order: (order[i], 0))],
+                                        out_specs=pl.BlockSpec((128, 128), lambda i, order: (i, 0)))
+    call = pl.pallas_call(copy, grid_spec=spec, out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32))
+    block = 128 * 128 * 4
+    kernel = _traffic(call, np.array([0, 0, 1, 1], np.int32), jnp.zeros((512, 128), jnp.float32))
+    assert kernel["exact"] and kernel["hbm_bytes"] == 2 * block + 4 * block
+    unknown = _traffic(call, jax.ShapeDtypeStruct((4,), jnp.int32), jnp.zeros((512, 128), jnp.float32))
+    assert not unknown["exact"] and unknown["hbm_bytes"] == 4 * block + 4 * block
+
+
+def test_only_loop_bodies_repeat():
+    # 100 bundles around the grid, 50 in the step's body, 10 in its own loop that runs 8 trips per step.
+    executed = cost_model.executed_bundles([100, 50, 10], 160, steps=4, has_grid_loop=True, body_ratio=1.0,
+                                           loop_ratio=8.0, flat_ratio=1.0, in_kernel_loops=1)
+    assert executed == 100 + 4 * (50 + 10 * 8)
+    # No grid: depth 0 is the body; a kernel-level loop of 32 trips repeats only its own bundles.
+    assert cost_model.executed_bundles([80, 3600], 3680, steps=1, has_grid_loop=False, body_ratio=1.0, loop_ratio=32.0,
+                                       flat_ratio=1.0, in_kernel_loops=1) == 80 + 3600 * 32
+    # The compiler unrolled the loop (no loop in the schedule): the body runs its code once per step.
+    assert cost_model.executed_bundles([10, 400], 410, steps=4, has_grid_loop=True, body_ratio=1.0, loop_ratio=8.0,
+                                       flat_ratio=1.0, in_kernel_loops=1) == 10 + 4 * 400
+
+
+def test_a_pipeline_hides_all_but_one_step_of_the_smaller_term():
+    spb = 1e-9
+    one = cost_model.pipelined_cost(1000, 1, 1.6e6, "v6e", spb)
+    many = cost_model.pipelined_cost(1000, 100, 1.6e6, "v6e", spb)
+    assert one.exposed_s == pytest.approx(min(one.compute_s, one.memory_s))  # one step: nothing overlaps
+    assert many.exposed_s == pytest.approx(min(many.compute_s, many.memory_s) / 100)
+
+
+@pytest.mark.parametrize("twice", [False, True])
+def test_outside_work_is_read_from_the_compiled_program(twice):
+    import jax
+    import jax.numpy as jnp
+
+    from jaxbench_mcp import targets
+    from jaxbench_mcp.internals import hlo
+
+    sys.path.insert(0, str(KERNELS))
+    try:
+        import good_rmsnorm
+    finally:
+        sys.path.pop(0)
+
+    def fn(x, scale):
+        y = good_rmsnorm.workload(x, scale)
+        return (y, y) if twice else y
+
+    args = [jax.ShapeDtypeStruct((8, 1024, 4096), jnp.bfloat16), jax.ShapeDtypeStruct((4096,), jnp.bfloat16)]
+    ops, complete = hlo.outside_ops(targets.deviceless_compile(fn, args, "v6e").as_text())
+    assert complete
+    big = [o for o in ops if o.bytes >= 2**20]
+    if not twice:
+        # The wrapper reshapes are bitcasts: no op around the kernel moves a meaningful byte.
+        assert big == []
+    else:
+        # Returning the output twice makes XLA write a second 64 MiB buffer (here it even keeps the kernel's output
+        # in VMEM and copies it out twice): what the compiled program moves is charged.
+        assert big and all(o.opcode in ("copy", "copy-start") for o in big)
+        assert sum(o.bytes for o in big) >= 8 * 1024 * 4096 * 2
+
+
+def test_the_public_estimate_of_a_tiled_gemm_runs_in_a_fresh_process(tmp_path):
+    # A fresh process: libtpu must load after estimate() sets the dump folder.
+    code = (
+        "import jax, jax.numpy as jnp, sys, jaxbench_mcp\n"
+        f"sys.path.insert(0, {str(KERNELS)!r})\n"
+        "import good_gemm_tiled as g\n"
+        "a = jax.ShapeDtypeStruct((2048, 2048), jnp.bfloat16)\n"
+        "est = jaxbench_mcp.estimate(g.workload, a, a, target='v5e')\n"
+        "k, = est.kernels\n"
+        "assert k.grid_steps == 4 * 2 * 2 and est.total_us > 0 and est.bottleneck\n"
+        "assert est.outside_us is not None and est.outside_us < 1.0\n"
+        "print('OK', est.total_us)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+
+
+def test_cli_estimate_of_a_file_function(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "jaxbench_mcp.cli", "estimate", f"{KERNELS / 'good_gemm_tiled.py'}:workload",
+                          "--args", "bf16[2048,2048], bf16[2048,2048]", "--target", "v6e"],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stdout.startswith("v6e: ~") and "kernel 0:workload" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "jaxbench_mcp.cli", "estimate", f"{KERNELS / 'good_gemm_tiled.py'}:nope",
+                          "--args", "bf16[256,256], bf16[256,256]"],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)})
+    assert bad.returncode == 1 and "no function `nope`" in bad.stdout
+
+
+def test_estimate_args_are_read_from_a_short_spec():
+    from jaxbench_mcp import estimator, protocol
+
+    args = estimator.parse_args("bf16[8,128], int32[4]=[1, 2, 3, 4], 3, 'causal'")
+    assert args[0] == protocol.ArrayArg(shape=[8, 128], dtype="bfloat16")
+    assert args[1].values == [1, 2, 3, 4] and args[2] == protocol.StaticInput(static=3)
+    assert protocol.arg_value(args[1]).dtype == np.int32
+    with pytest.raises(ValueError):
+        estimator.parse_args("bf16[8,")
+
+
+def test_tune_kernel_on_the_tiled_gemm_finds_blocks_no_worse_and_reports_vmem_misfits(tmp_path):
+    from jaxbench_mcp import api, tuning
+    from jaxbench_mcp.checking import Checker
+    from jaxbench_mcp.store import Store
+
+    bench = api.JaxBench(store=Store(tmp_path / "a.sqlite3"), checker=Checker(spares=0, slots=2))
+    source = (KERNELS / "good_gemm_tiled.py").read_text()
+    try:
+        result = tuning.Tuner(bench).tune_kernel("8p_GEMM", source, {"BM": [512, 1024], "BN": [1024, 2048], "BK": [1024, 8192]},
+                                                 "v6e", check_top=1, max_variants=8)
+    finally:
+        bench.close()
+    by_params = {tuple(v.params.values()): v for v in result.variants}
+    hand = by_params[(512, 1024, 1024)]
+    assert hand.hand_picked and hand.status == "estimated"
+    # Blocks of 8192 along K double-buffer 2 x 64 MiB of operands: they cannot fit VMEM, and say so.
+    misfit = by_params[(1024, 2048, 8192)]
+    assert misfit.status == "vmem misfit" and "VMEM" in misfit.reason
+    estimated = [v for v in result.variants if v.estimate_us is not None]
+    assert estimated == sorted(estimated, key=lambda v: v.estimate_us) and result.variants[0] is estimated[0]
+    assert result.best is not None and result.best_us <= result.hand_picked_us
+    assert "correct" in result.variants[0].check
+    assert "BM = " in result.best_source and "vmem misfit" in result.summary()
