@@ -14,7 +14,7 @@ from collections.abc import Callable
 import jax
 import jaxlib
 
-from jaxbench_mcp import executors, expert_refs, jobs, profiling, protocol, targets, workloads
+from jaxbench_mcp import executors, expert_refs, jobs, profiling, protocol, sandbox, targets, workloads
 from jaxbench_mcp.checking import DEFAULT_SEEDS, Cancelled, Checker
 from jaxbench_mcp.jobs import Limits
 from jaxbench_mcp.models import (AttemptDetail, AttemptList, AttemptSummary, Profile, RooflineBound, ServerInfo, SizeSpec,
@@ -147,6 +147,7 @@ class JaxBench:
     def start(self) -> None:
         atexit.register(jobs.REGISTRY.kill_all)
         jobs.sweep_stale_dirs()
+        sandbox.Cgroup.sweep_stale()
         self.executor.start()
 
     def close(self) -> None:

@@ -9,7 +9,6 @@ native-dtype baseline (never tighter than one ulp of the output's largest magnit
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import os
@@ -59,9 +58,6 @@ def _first_leaf(out):
     return np.asarray(jax.tree_util.tree_leaves(out)[0])
 
 
-# Seeds are fresh for every check, so these caches only serve the two uses within one check (the inputs
-# the worker gets, and the truth computed from the same inputs).
-@functools.lru_cache(maxsize=32)
 def inputs_for(workload_id: str, size: str, seed: int) -> tuple:
     """The inputs for a hidden seed, built here: the worker gets the arrays, never the seed."""
     return workloads.get_workload(workload_id).create_inputs(size, seed=seed)
@@ -102,14 +98,16 @@ def read_job_file(directory: Path, name: str, max_bytes: int) -> bytes:
         return f.read(max_bytes + 1)[:max_bytes]
 
 
-@functools.lru_cache(maxsize=32)
 def truth_for(workload_id: str, size: str, seed: int) -> Truth:
     """The truth, the native baseline and the calibrated tolerance for one (workload, size, seed)."""
+    return truth_of(workloads.get_workload(workload_id), inputs_for(workload_id, size, seed))
+
+
+def truth_of(w, inputs: tuple) -> Truth:
+    """The truth, the native baseline and the calibrated tolerance for one set of a workload's inputs."""
     import jax
     import jax.numpy as jnp
 
-    w = workloads.get_workload(workload_id)
-    inputs = inputs_for(workload_id, size, seed)
     baseline = _first_leaf(w.jitted_reference()(*inputs))
     wide = jnp.float64 if baseline.dtype == np.float32 or baseline.dtype == np.float64 else jnp.float32
     with jax.enable_x64(wide == jnp.float64):
@@ -341,13 +339,17 @@ class Checker:
             # Built field by field: the seeds stay here; the worker gets the arrays they produce.
             return protocol.CheckJob(
                 workload_id=w.id, targets=chosen, size=run_size, interpret=self.tier is not targets.Tier.TPU,
-                inputs=[write_inputs(inputs_for(w.id, run_size, seed), job_dir, f"input_{k}") for k, seed in enumerate(hidden)],
+                inputs=[write_inputs(inputs[seed], job_dir, f"input_{k}") for k, seed in enumerate(hidden)],
                 # Orders in which interpret mode visits "parallel" grid axes: fresh for every check.
                 shuffle_seeds=[secrets.randbelow(2**31) for _ in hidden])
 
         progress("queued")
         # The truth is needed only after the run; compute it meanwhile, on the server's side.
-        truth = threading.Thread(target=lambda: [truth_for(w.id, run_size, s) for s in hidden], daemon=True)
+        # Seeds are fresh for every check, so nothing is cached across checks: a check holds its own inputs and
+        # truths, and lets them go when it ends (a server's memory stays flat over thousands of checks).
+        inputs = {seed: inputs_for(w.id, run_size, seed) for seed in hidden}
+        truths: dict[int, Truth] = {}
+        truth = threading.Thread(target=lambda: truths.update({s: truth_of(w, inputs[s]) for s in hidden}), daemon=True)
         truth.start()
         verdict = Verdict(status=Status.CORRECT, message="", workload_id=w.id, size=run_size, targets=chosen, tier=str(self.tier),
                           isolation=str(self.isolation))
@@ -359,7 +361,7 @@ class Checker:
             return verdict, None
         truth.join()
         try:
-            self._judge(verdict, w, hidden, outcome, require_pallas, progress)
+            self._judge(verdict, w, [truths[s] for s in hidden], outcome, require_pallas, progress)
         except BaseException:  # the caller never sees this outcome: its directory goes now
             outcome.cleanup()
             raise
@@ -369,6 +371,7 @@ class Checker:
     @staticmethod
     def _fail(verdict: Verdict, cls: ErrorClass | None, text: str, stage: Stage | None = None, preface: str = "") -> None:
         diagnosis = error_catalog.classify(stage, text) if cls is None else error_catalog.diagnosis_for(cls)
+        diagnosis = error_catalog.refine_for_kernels(diagnosis, verdict.kernels)
         verdict.error_class = diagnosis.error_class
         verdict.status = status_of(diagnosis.error_class)
         verdict.message = preface + (decisive_lines(text) if cls is None else text)
@@ -376,7 +379,7 @@ class Checker:
 
     # ---- turning the worker's events into a verdict ----
 
-    def _judge(self, verdict: Verdict, w, hidden: list[int], outcome: RunOutcome, require_pallas: bool, progress) -> None:
+    def _judge(self, verdict: Verdict, w, truths: list[Truth], outcome: RunOutcome, require_pallas: bool, progress) -> None:
         failures: list[tuple[ErrorClass | None, str, Stage | None]] = []  # (class, message, stage for the catalog)
         outputs: dict[int, protocol.Output] = {}
         mosaic_kernels: dict[str, int] = {}
@@ -443,7 +446,7 @@ class Checker:
         if not failures:
             failures += self._full_size(w, traced, verdict)
             progress("compare")
-            failure = self._compare(w, hidden, verdict.size, outcome, outputs, verdict)
+            failure = self._compare(truths, outcome, outputs, verdict)
             if failure:
                 failures.append(failure)
 
@@ -519,8 +522,8 @@ class Checker:
         return (ErrorClass.STAGE_TIMEOUT, f"stage '{stage}' ran longer than its limit of {self.limits.for_stage(Stage(stage)):.0f} s; "
                 "the worker was killed", None)
 
-    def _compare(self, w, hidden: list[int], size: str, outcome: RunOutcome, outputs: dict[int, protocol.Output], verdict: Verdict):
-        for index, seed in enumerate(hidden):
+    def _compare(self, truths: list[Truth], outcome: RunOutcome, outputs: dict[int, protocol.Output], verdict: Verdict):
+        for index, t in enumerate(truths):
             info = outputs.get(index)
             if info is None and outcome.finished:
                 return (ErrorClass.PROTOCOL_VIOLATION, "the worker reported 'finished' before every seed's run was done", None)
@@ -528,7 +531,6 @@ class Checker:
                 return (ErrorClass.EXITED, "the candidate's process stopped before producing every output", None)
             if info.leaves != 1:
                 return (ErrorClass.SHAPE_MISMATCH, f"workload() returns {info.leaves} arrays; this workload returns exactly one", None)
-            t = truth_for(w.id, size, seed)
             if tuple(info.shape) != tuple(t.truth.shape):
                 return (ErrorClass.SHAPE_MISMATCH, f"seed {index}: output shape {info.shape} but the workload returns {list(t.truth.shape)}", None)
             try:

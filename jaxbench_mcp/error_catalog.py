@@ -8,6 +8,7 @@ with the installed jax + libtpu (tests/test_error_catalog.py provokes each one f
     classify(stage, message) -> Diagnosis       stage in load | trace | lower | compile | run
     classify_exception(stage, exc) -> Diagnosis  same, from an exception (its chain included)
     diagnosis_for(error_class) -> Diagnosis      when the checker decides the class itself
+    refine_for_kernels(diagnosis, kernels)       a wrong/NaN output from a kernel whose reduction axis is "parallel"
 """
 
 from __future__ import annotations
@@ -185,6 +186,39 @@ def diagnosis_for(error_class: ErrorClass | str) -> Diagnosis:
     cls = ErrorClass(error_class)
     info = ERROR_CLASSES[cls]
     return Diagnosis(error_class=cls, status=info.status, hint=info.hint, doc_refs=list(info.docs))
+
+
+# A wrong or NaN output has two common causes that look alike from the values: an accumulator that is never
+# initialised, and a reduction grid axis marked "parallel" (interpret mode visits parallel axes in a shuffled
+# order, so `k == 0` is not the first step: the accumulator is read before its init, which shows as NaN, or
+# is zeroed half-way, which shows as wrong values). The kernels' grid semantics tell them apart: by convention
+# the reduction axis is the last one, and an accumulator lives in scratch.
+PARALLEL_REDUCTION = Diagnosis(
+    error_class=ErrorClass.WRONG_VALUES, status=status_of(ErrorClass.WRONG_VALUES),
+    hint="The last grid axis is \"parallel\" in a kernel with a scratch accumulator: if it is the reduction axis, "
+         "mark it \"arbitrary\" (parallel steps run in any order).",
+    doc_refs=["dimension-semantics#parallel-arbitrary", "accumulation#init-under-when", "debugging#wrong-values"],
+    rule="parallel-reduction")
+
+
+def _parallel_last_axis_with_scratch(kernel) -> bool:
+    grid, semantics = list(kernel.grid), [str(d).lower() for d in kernel.dimension_semantics]
+    if not grid or len(semantics) != len(grid) or kernel.num_scratch <= 0:
+        return False
+    last = semantics[-1]
+    return "parallel" in last and "core" not in last and grid[-1] != 1
+
+
+def refine_for_kernels(diagnosis: Diagnosis, kernels) -> Diagnosis:
+    """`diagnosis` for an output the comparison rejected (nan_output / wrong_values), pointed at the grid semantics
+    when a kernel's last grid axis is "parallel" and the kernel has scratch (a reduction that must be "arbitrary");
+    `kernels` are the traced kernels' descriptions (grid, dimension_semantics, num_scratch). Other diagnoses pass
+    through unchanged."""
+    if diagnosis.error_class not in (ErrorClass.NAN_OUTPUT, ErrorClass.WRONG_VALUES):
+        return diagnosis
+    if not any(_parallel_last_axis_with_scratch(k) for k in kernels or ()):
+        return diagnosis
+    return PARALLEL_REDUCTION.model_copy(update={"error_class": diagnosis.error_class, "status": diagnosis.status})
 
 
 def _check_stage(stage: str) -> str:

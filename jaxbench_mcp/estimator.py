@@ -223,7 +223,9 @@ def kernel_estimate(name: str, schedule: protocol.Schedule, flow: protocol.Kerne
                                            flow.body_ratio, flow.loop_ratio, flow.flat_ratio, flow.in_kernel_loops)
     # A kernel that pipelines its own DMAs inside a loop overlaps them across the loop's trips.
     stages = flow.steps * (max(1.0, flow.loop_ratio) if flow.in_kernel_loops and flow.dma_bytes else 1.0)
-    cost = cost_model.pipelined_cost(executed, flow.steps, flow.hbm_bytes, generation, spb, calibration, stages)
+    cores = cost_model.megacore_cores(generation) if flow.parallel_steps >= 2 else 1
+    cost = cost_model.pipelined_cost(executed, flow.steps, flow.hbm_bytes, generation, spb, calibration, stages, cores,
+                                     flow.mxu_pushes)
     return KernelEstimate(
         name=name, grid_steps=flow.steps, bundles_per_step=schedule.bundles, slot_use=schedule.slot_use,
         hbm_bytes=flow.hbm_bytes, hbm_bytes_exact=flow.exact, run_ratio=flow.run_ratio, run_ratio_exact=flow.run_ratio_exact,

@@ -226,6 +226,8 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
         steps_exact = False
         grid.append(_dynamic_grid_bound(mapping, axis) or 1)
     steps = int(np.prod(grid, dtype=np.int64)) if grid else 1
+    semantics = [str(d).lower() for d in (getattr(eqn.params.get("compiler_params"), "dimension_semantics", None) or [])]
+    parallel_steps = int(np.prod([g for g, d in zip(grid, semantics) if "parallel" in d and "core" not in d], dtype=np.int64))
     if steps > kr.MAX_LANES:
         points = None
     else:
@@ -246,7 +248,8 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     kernel_jaxpr = eqn.params["jaxpr"]
     if points is None:
         return {"steps": steps, "steps_exact": steps_exact, "hbm_bytes": int(total), "exact": False, "run_ratio": 1.0,
-                "run_ratio_exact": False, "body_ratio": 1.0, "loop_ratio": 1.0, "flat_ratio": 1.0, "in_kernel_loops": 0, "dma_bytes": 0}
+                "run_ratio_exact": False, "body_ratio": 1.0, "loop_ratio": 1.0, "flat_ratio": 1.0, "in_kernel_loops": 0, "dma_bytes": 0,
+                "parallel_steps": parallel_steps, "mxu_pushes": 0.0}
     replay = kr.KernelReplay(grid, points)
     env = {}
     n_prefetch = mapping.num_index_operands
@@ -270,7 +273,7 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     total += dma
     exact = exact and replay.trips_exact
     return {"steps": steps, "steps_exact": steps_exact, "hbm_bytes": int(total), "exact": exact,
-            "run_ratio_exact": replay.exact, "dma_bytes": int(dma), **summary}
+            "run_ratio_exact": replay.exact, "dma_bytes": int(dma), "parallel_steps": parallel_steps, **summary}
 
 
 # One vector register holds 8 x 128 values; one MXU push multiplies 8 rows by a 128 x 128 tile.

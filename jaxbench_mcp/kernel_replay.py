@@ -642,7 +642,7 @@ class KernelReplay:
             go = np.broadcast_to(go.v, (len(active),)).astype(bool)
             active = active[go]
             if not len(active):
-                return [c if not isinstance(c, Known) else c for c in carry_lanes]
+                return carry_lanes
             before = self._snapshot()
             sub = [self._subset(c, active) for c in carry_lanes]
             inner = dict(zip(body.jaxpr.constvars, [_const(c) for c in body.consts]))
@@ -671,7 +671,7 @@ class KernelReplay:
 
     def _merge(self, old, new, active, n):
         if not isinstance(old, Known) or not isinstance(new, Known) or old.v.ndim != 1 or not old.lanes:
-            return None if not (old is new) else old
+            return None if old is not new else old
         merged = old.v.copy()
         merged[active] = np.broadcast_to(new.v, (len(active),)) if not new.lanes else new.v
         return Known(merged, True, False)
@@ -723,8 +723,6 @@ def _fully_unrolled(params) -> bool:
 
 def _one_live_branch(eqn) -> int | None:
     """The one branch of a cond that does any work (pl.when: the other is empty), or None."""
-    from jaxbench_mcp.kernel_analysis import _sub_jaxprs
-
     live = [b for b, branch in enumerate(eqn.params["branches"]) if branch.jaxpr.eqns]
     return live[0] if len(live) == 1 else None
 
@@ -807,7 +805,7 @@ def _remaining_trips(cond, body, carry, n, replay: KernelReplay, active):
     invars = list(cond.jaxpr.invars)
     if lhs not in invars:
         return None
-    i = invars.index(lhs) - len(cond.consts) if False else invars.index(lhs)
+    i = invars.index(lhs)
     n_consts = len(invars) - len(carry)
     if i < n_consts:
         return None
@@ -904,4 +902,6 @@ def summarise(replay: KernelReplay, sched: dict) -> dict:
     loop_executed = float(getattr(replay, unit)[True].mean()) if replay.P else 0.0
     out["flat_ratio"] = _ratio(executed, sched[unit][False] + loop_executed) if loop_executed else out["run_ratio"]
     out["in_kernel_loops"] = len(replay.loop_ids)
+    # MXU pushes (8 x 128 x 128 MACs) the whole run executes: the floor of the compute time at the MXUs' peak.
+    out["mxu_pushes"] = float(replay.mxu[False].sum() + replay.mxu[True].sum())
     return out

@@ -28,8 +28,9 @@ MAX_OUTSIDE_OPS_SHOWN = 12
 
 # What a profile on each tier holds.
 PROFILE_KINDS = {targets.Tier.TPU: "measured", targets.Tier.CPU_LIBTPU: "static estimate", targets.Tier.CPU: "roofline only"}
-ESTIMATE_LABEL = ("STATIC ESTIMATE from a deviceless compile on a CPU host (libtpu's bundle schedule x grid, BlockSpec "
-                  "HBM traffic, per-step overhead): not a measurement; use it to rank variants, not to quote times")
+ESTIMATE_LABEL = ("STATIC ESTIMATE from a deviceless compile on a CPU host (libtpu's bundle schedule by loop, HBM bytes of "
+                  "BlockSpecs and DMAs, pipeline overlap, per-step overhead, XLA ops around the kernels; calibrated per "
+                  "generation on tokamax's TPU timings): not a measurement; use it to rank variants, not to quote times")
 MEASURED_LABEL = ("MEASURED device time on the attached {generation} from a jax profiler trace: median of {n} runs, each on "
                   "fresh full-size inputs, after {warmup} warm-up runs")
 

@@ -225,6 +225,8 @@ class KernelTraffic(_Strict):
     flat_ratio: float = 1.0
     in_kernel_loops: int = 0
     dma_bytes: int = 0
+    parallel_steps: int = 1  # grid steps along "parallel" dimensions (a megacore chip splits them across its cores)
+    mxu_pushes: float = 0.0  # 8 x 128 x 128-MAC matmul pushes the whole run executes
 
 
 class Schedule(_Strict):

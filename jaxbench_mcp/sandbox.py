@@ -191,6 +191,20 @@ class Cgroup:
                     pass
             return None
 
+    @staticmethod
+    def sweep_stale() -> int:
+        """Remove the (empty) cgroups of servers that no longer run: a server killed with SIGKILL cannot."""
+        removed = 0
+        for group in glob.glob("/sys/fs/cgroup/**/jaxbench-*-*", recursive=True):
+            pid = os.path.basename(group).split("-")[1]
+            if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+                try:
+                    os.rmdir(group)
+                    removed += 1
+                except OSError:  # not empty (a process still in it) or not ours to remove
+                    pass
+        return removed
+
     def joining_command(self, argv: list[str]) -> list[str]:
         """argv run by a shell that first moves itself into this cgroup (a shell, not Python: no code may run in
         the server between fork and exec) and then execs it."""

@@ -43,7 +43,7 @@ def _epilogue(acc, col_scale, col_shift):
 
 def _row_op(z):
     e = jnp.exp(z - jnp.max(z, axis=1, keepdims=True))
-    return e / jnp.sum(e, axis=1, keepdims=True)
+    return e * (1.0 / jnp.sum(e, axis=1, keepdims=True))     # one division per row, not per element
 
 
 def _gemm_kernel(x_ref, w_ref, cs_ref, ct_ref, o_ref, acc_ref):

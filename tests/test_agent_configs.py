@@ -17,7 +17,7 @@ from jaxbench_mcp import __version__
 from jaxbench_mcp.server import CALL_BUDGET_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ["server_info", "list_workloads", "get_workload", "read_docs", "check_kernel", "profile_kernel", "list_attempts"]
+from test_mcp_contract import TOOLS  # noqa: E402 - one list of the tools, in their fixed order
 
 # (config file, how each client expands its variables when it launches the server from this checkout)
 CONFIGS = {

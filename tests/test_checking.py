@@ -11,7 +11,7 @@ import pytest
 from jaxbench_mcp import checking
 from jaxbench_mcp.checking import Checker, Truth, compare
 from jaxbench_mcp.jobs import Limits
-from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Stage, Status, status_of
+from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Stage, Status
 
 KERNELS = Path(__file__).parent / "kernels"
 _HEADER = re.compile(r"^# expect: workload=(\S+) status=(\S+)(?: error_class=(\S+))?", re.M)

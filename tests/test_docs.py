@@ -20,7 +20,10 @@ from jaxbench_mcp.targets import deviceless_compile, interpret_on_cpu
 
 DOCS_DIR = asset_dir("context_docs")
 DOC_FILES = sorted(DOCS_DIR.glob("*.md"))
-TOTAL_CHARS_LIMIT = 125_000
+# A bound on the curated docs: they must stay a quick read, not a manual. Raised from 125_000 when every
+# production family got its own recipe (issue #16: linear attention/SSD, attention variants, triangle
+# multiplication, MoE routing).
+TOTAL_CHARS_LIMIT = 160_000
 
 # ---- helpers: extract and run the examples ------------------------------------------------------
 

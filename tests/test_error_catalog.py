@@ -415,3 +415,42 @@ def test_render_is_one_line_with_refs():
     d = classify("compile", "Ran out of memory in memory space vmem")
     line = d.summary()
     assert "\n" not in line and "errors#vmem-overflow" in line
+
+
+# ---- a reduction axis marked "parallel" vs a missing accumulator init --------------------------
+
+
+def _kernel_desc(semantics, grid=(4, 4, 8), num_scratch=1):
+    from jaxbench_mcp.models import KernelDescription
+
+    return KernelDescription(name="k", grid=list(grid), block_shapes=[], dimension_semantics=list(semantics),
+                             num_scalar_prefetch=0, num_scratch=num_scratch)
+
+
+def test_parallel_reduction_axis_is_told_apart_from_a_missing_init():
+    """tests/kernels/bad_parallel_reduction.py (K axis "parallel") and bad_missing_acc_init.py (no init, K
+    "arbitrary"): interpret mode shuffles parallel axes, so the first shows wrong values or NaN, the second NaN;
+    only the grid semantics say which fix applies."""
+    parallel_k = [_kernel_desc(("parallel", "parallel", "parallel"))]
+    arbitrary_k = [_kernel_desc(("parallel", "parallel", "arbitrary"))]
+    for cls in (ErrorClass.WRONG_VALUES, ErrorClass.NAN_OUTPUT):
+        d = error_catalog.refine_for_kernels(diagnosis_for(cls), parallel_k)
+        assert d.error_class == cls and d.rule == "parallel-reduction"
+        assert "dimension-semantics#parallel-arbitrary" in d.doc_refs and "arbitrary" in d.hint
+        for ref in d.doc_refs:
+            assert docs.section_exists(ref), ref
+    missing_init = error_catalog.refine_for_kernels(diagnosis_for(ErrorClass.NAN_OUTPUT), arbitrary_k)
+    assert missing_init.rule is None and "accumulation#init-under-when" in missing_init.doc_refs
+    assert "dimension-semantics#parallel-arbitrary" not in missing_init.doc_refs
+
+
+def test_parallel_refinement_leaves_other_cases_alone():
+    parallel_k = [_kernel_desc(("parallel", "parallel", "parallel"))]
+    # No scratch accumulator (an elementwise kernel), or a single step on the last axis: nothing to say.
+    for kernels in ([_kernel_desc(("parallel", "parallel"), grid=(4, 8), num_scratch=0)],
+                    [_kernel_desc(("parallel", "parallel"), grid=(4, 1))], []):
+        d = error_catalog.refine_for_kernels(diagnosis_for(ErrorClass.WRONG_VALUES), kernels)
+        assert d.rule is None
+    # Errors that are not a comparison of values keep their own diagnosis.
+    d = error_catalog.refine_for_kernels(classify("compile", "Ran out of memory in memory space vmem"), parallel_k)
+    assert d.error_class == ErrorClass.VMEM_OVERFLOW

@@ -189,6 +189,7 @@ def test_outside_work_is_read_from_the_compiled_program(twice):
         assert sum(o.bytes for o in big) >= 8 * 1024 * 4096 * 2
 
 
+@pytest.mark.slow
 def test_the_public_estimate_of_a_tiled_gemm_runs_in_a_fresh_process(tmp_path):
     # A fresh process: libtpu must load after estimate() sets the dump folder.
     code = (
@@ -206,6 +207,7 @@ def test_the_public_estimate_of_a_tiled_gemm_runs_in_a_fresh_process(tmp_path):
     assert "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_cli_estimate_of_a_file_function(tmp_path):
     out = subprocess.run([sys.executable, "-m", "jaxbench_mcp.cli", "estimate", f"{KERNELS / 'good_gemm_tiled.py'}:workload",
                           "--args", "bf16[2048,2048], bf16[2048,2048]", "--target", "v6e"],
@@ -229,6 +231,7 @@ def test_estimate_args_are_read_from_a_short_spec():
         estimator.parse_args("bf16[8,")
 
 
+@pytest.mark.slow
 def test_tune_kernel_on_the_tiled_gemm_finds_blocks_no_worse_and_reports_vmem_misfits(tmp_path):
     from jaxbench_mcp import api, tuning
     from jaxbench_mcp.checking import Checker
@@ -252,3 +255,16 @@ def test_tune_kernel_on_the_tiled_gemm_finds_blocks_no_worse_and_reports_vmem_mi
     assert result.best is not None and result.best_us <= result.hand_picked_us
     assert "correct" in result.variants[0].check
     assert "BM = " in result.best_source and "vmem misfit" in result.summary()
+
+
+def test_a_megacore_chip_splits_parallel_grids_and_matmuls_never_beat_the_mxu_peak():
+    from jaxbench_mcp import targets
+
+    assert cost_model.megacore_cores("v5p") == 2 and cost_model.megacore_cores("v4") == 2
+    assert cost_model.megacore_cores("7x") == cost_model.megacore_cores("v6e") == cost_model.megacore_cores("v5e") == 1
+    one = cost_model.pipelined_cost(1e6, 8, 1e9, "v5p", 1e-9)
+    two = cost_model.pipelined_cost(1e6, 8, 1e9, "v5p", 1e-9, cores=2)
+    assert two.compute_s == pytest.approx(one.compute_s / 2) and two.memory_s == pytest.approx(one.memory_s / 2)
+    # A schedule that claims less time than the matmuls need at peak is floored at the peak.
+    floor = cost_model.pipelined_cost(1, 1, 0, "v6e", 1e-12, mxu_pushes=1e6)
+    assert floor.compute_s == pytest.approx(1e6 * cost_model.MXU_PUSH_FLOPS / targets.chip_facts("v6e").peak_bf16_flops)
