@@ -14,7 +14,6 @@
 #   2. down: hidden @ Wd[g] -> bf16 expert outputs (the reference's expert outputs are bf16 too).
 # Combine (glue): each token's two expert rows, weighted by the f32 routing weights, summed in f32.
 # Blocks fit v4's 16 MiB of VMEM; 512-row tiles keep the weight re-reads to ~5 per expert.
-import functools
 
 import jax
 import jax.numpy as jnp
