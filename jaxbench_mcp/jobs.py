@@ -236,7 +236,6 @@ class Worker:
             os.close(write_fd)
         self._events = os.fdopen(read_fd, "rb", buffering=0)
         self._buffer = b""
-        self._pending: list = []
         self.ready = False
         self.started = time.monotonic()
         self.cancelled = threading.Event()
