@@ -308,11 +308,17 @@ class Worker:
             return
         self._disposed = True
         self.kill()
+        self._release()
+        sandbox.remove_tree(self.root)
+
+    def _release(self) -> None:
+        """Release what a dead worker still holds: its cgroup, its pipes and logs, its place in the registry."""
         if self.cgroup is not None:
             self.cgroup.remove()
+            self.cgroup = None
         for f in (self._stdout, self._stderr, self._events):
             f.close()
-        sandbox.remove_tree(self.root)
+        self._disposed = True
         REGISTRY.discard(self)
 
     def tail(self, name: str) -> str:
@@ -389,15 +395,9 @@ class Worker:
         # A finished worker has said all it will; its teardown is not worth waiting for. Whatever it left running
         # goes with it.
         self.kill()
-        if self.cgroup is not None:
-            if outcome.killed_for is None and not finished and self.cgroup.oom_killed():
-                outcome.killed_for = "memory"
-            self.cgroup.remove()
-            self.cgroup = None
-        for f in (self._stdout, self._stderr, self._events):
-            f.close()
-        self._disposed = True
-        REGISTRY.discard(self)
+        if self.cgroup is not None and outcome.killed_for is None and not finished and self.cgroup.oom_killed():
+            outcome.killed_for = "memory"
+        self._release()
 
 
 @dataclass

@@ -22,7 +22,7 @@ class Status(StrEnum):
 
 
 class Stage(StrEnum):
-    """Stages of a job, in ladder order. The first five run in the candidate's process."""
+    """Stages of a job, in ladder order. All but compare and policy run in the candidate's process."""
 
     LOAD = "load"
     TRACE = "trace"
@@ -32,9 +32,6 @@ class Stage(StrEnum):
     MEASURE = "measure"  # TPU host: timed runs of one program at full size
     COMPARE = "compare"  # trusted: outputs against the truth
     POLICY = "policy"  # trusted: what the benchmark asks of a kernel (Pallas doing the work)
-
-
-CANDIDATE_STAGES = (Stage.LOAD, Stage.TRACE, Stage.LOWER, Stage.COMPILE, Stage.RUN, Stage.MEASURE)
 
 
 class ErrorClass(StrEnum):
