@@ -118,6 +118,9 @@ def bwrap_command(argv: list[str], job_dir: Path) -> list[str]:
            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
            # No nested user namespaces: they are the door to most kernel attack surface.
            "--disable-userns"]
+    # Mounted first: a later bind (a checkout or venv under /tmp) then lands on top of the fresh /tmp instead of
+    # being hidden by it.
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(256 * 2**20), "--tmpfs", "/tmp"]
     for path in _SYSTEM_DIRS + _SYSFS:
         cmd += ["--ro-bind-try", path, path]
     for path in _SYSTEM_FILES:
@@ -131,7 +134,6 @@ def bwrap_command(argv: list[str], job_dir: Path) -> list[str]:
         cmd += ["--ro-bind", str(workloads_dir), str(workloads_dir)]
     for path in _hidden_dirs():
         cmd += ["--tmpfs", path]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(256 * 2**20), "--tmpfs", "/tmp"]
     for pattern in _DEVICE_GLOBS:
         for path in glob.glob(pattern):
             cmd += ["--dev-bind", path, path]
