@@ -54,7 +54,9 @@ def main() -> None:
     source = args.kernel.read_text()
     checker = Checker(spares=1, slots=1)
     checker.start()
-    checker.check(args.workload, source)[1].cleanup()  # warms this process's reference compile, as a server's first check
+    checker.check(args.workload, source)[
+        1
+    ].cleanup()  # warms this process's reference compile, as a server's first check
     hidden = [101, 102, 103]  # any seeds: the unavoidable work does not depend on them
     unavoidable(args.workload, args.kernel, hidden)  # warm this process's jax caches like the worker's warm-up
 
@@ -69,8 +71,21 @@ def main() -> None:
         assert verdict.status == "correct", verdict.summary()
         with tempfile.TemporaryDirectory() as home:
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "jaxbench_mcp.cli", "check", "--workload", args.workload, "--kernel", str(args.kernel)],
-                           check=True, capture_output=True, env={**os.environ, "JAXBENCH_MCP_HOME": home})
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "jaxbench_mcp.cli",
+                    "check",
+                    "--workload",
+                    args.workload,
+                    "--kernel",
+                    str(args.kernel),
+                ],
+                check=True,
+                capture_output=True,
+                env={**os.environ, "JAXBENCH_MCP_HOME": home},
+            )
             cold.append(time.perf_counter() - t0)
     checker.close()
     u, w, c = statistics.median(inline), statistics.median(warm), statistics.median(cold)

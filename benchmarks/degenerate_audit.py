@@ -68,8 +68,18 @@ def audit_workload(workload_id: str, seeds=DEFAULT_SEEDS) -> list[dict]:
     w = workloads.get_workload(workload_id)
     inputs42 = checking.inputs_for(workload_id, "small", 42)
     replayed = np.asarray(w.jitted_reference()(*inputs42)).astype(np.float64)
-    rows = {name: {"workload": workload_id, "candidate": name, "caught": None, "margin": None, "error": None,
-                   "tolerance": None, "error_class": None} for name in CANDIDATES}
+    rows = {
+        name: {
+            "workload": workload_id,
+            "candidate": name,
+            "caught": None,
+            "margin": None,
+            "error": None,
+            "tolerance": None,
+            "error_class": None,
+        }
+        for name in CANDIDATES
+    }
     for index, seed in enumerate(seeds):
         truth = checking.truth_for(workload_id, "small", seed)
         for name, out in candidates(workload_id, truth, seed, replayed).items():
@@ -83,8 +93,12 @@ def audit_workload(workload_id: str, seeds=DEFAULT_SEEDS) -> list[dict]:
             row = rows[name]
             # The weakest seed decides: a candidate is caught only if every seed catches it.
             if row["caught"] is None or margin < row["margin"]:
-                row.update(margin=margin, error=report.max_abs_error, tolerance=report.tolerance,
-                           error_class=error_class.value if error_class else None)
+                row.update(
+                    margin=margin,
+                    error=report.max_abs_error,
+                    tolerance=report.tolerance,
+                    error_class=error_class.value if error_class else None,
+                )
             row["caught"] = caught if row["caught"] is None else (row["caught"] and caught)
     return list(rows.values())
 

@@ -56,11 +56,16 @@ CHIPS = {"7x": "tpu7x", "v5p": "tpu_v5", "v5e": "tpu_v5_lite"}
 HELD_OUT = "tpu_v6_lite"
 OPS = {
     "flash_attention": ("tokamax._src.ops.attention.pallas_mosaic_tpu", "PallasMosaicTpuFlashAttention"),
-    "splash_attention": ("tokamax._src.ops.experimental.tpu.splash_attention.pallas_mosaic_tpu", "PallasMosaicTpuSplashAttention"),
+    "splash_attention": (
+        "tokamax._src.ops.experimental.tpu.splash_attention.pallas_mosaic_tpu",
+        "PallasMosaicTpuSplashAttention",
+    ),
     "ragged_dot": ("tokamax._src.ops.ragged_dot.pallas_mosaic_tpu", "PallasMosaicTpuRaggedDot"),
     "ragged_dot_v2": ("tokamax._src.ops.ragged_dot.pallas_mosaic_tpu_v2", "PallasMosaicTpuV2RaggedDot"),
-    "cross_entropy": ("tokamax._src.ops.linear_softmax_cross_entropy_loss.pallas_mosaic_tpu",
-                      "PallasMosaicTpuLinearSoftmaxCrossEntropyLoss"),
+    "cross_entropy": (
+        "tokamax._src.ops.linear_softmax_cross_entropy_loss.pallas_mosaic_tpu",
+        "PallasMosaicTpuLinearSoftmaxCrossEntropyLoss",
+    ),
 }
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jaxbench-mcp" / "fidelity"
 # Source files whose change invalidates a cached compile (the trace part is recomputed on every run).
@@ -118,9 +123,18 @@ def load_configs(op: str, generation: str) -> list[Config]:
             if not times:
                 continue
             shapes = {k: v for k, v in json.loads(spec_key).items() if isinstance(v, str) and "[" in v}
-            found.append(Config(op=op, generation=generation, spec_key=spec_key, config_key=config_key,
-                                measured_us=float(sorted(times)[len(times) // 2]) * 1e3,
-                                shape_key=json.dumps(shapes, sort_keys=True), spec=spec, config=config))
+            found.append(
+                Config(
+                    op=op,
+                    generation=generation,
+                    spec_key=spec_key,
+                    config_key=config_key,
+                    measured_us=float(sorted(times)[len(times) // 2]) * 1e3,
+                    shape_key=json.dumps(shapes, sort_keys=True),
+                    spec=spec,
+                    config=config,
+                )
+            )
     return found
 
 
@@ -132,12 +146,15 @@ def split(configs: list[Config]) -> None:
     for c in configs:
         groups.setdefault((c.op, c.generation), []).append(c)
     for group in groups.values():
-        for i, c in enumerate(sorted(group, key=lambda c: hashlib.sha256(f"{c.op}/{c.spec_key}/{c.config_key}".encode()).hexdigest())):
+        for i, c in enumerate(
+            sorted(group, key=lambda c: hashlib.sha256(f"{c.op}/{c.spec_key}/{c.config_key}".encode()).hexdigest())
+        ):
             c.half = "fit" if i % 2 == 0 else "validate"
 
 
 def sample(configs: list[Config], n: int) -> list[Config]:
     """n configs, deterministically: whole same-shape groups first (they make the pairs), in hash order."""
+
     def h(text):
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -174,8 +191,10 @@ def build_call(c: Config):
     import numpy as np
 
     # Arrays stay abstract; what tokamax gives as values (group sizes) stays concrete, as it was when timed.
-    args = [a if isinstance(a, (jax.ShapeDtypeStruct, np.ndarray)) else np.asarray(numerics.random_initialize(a, seed=0))
-            for a in x]
+    args = [
+        a if isinstance(a, (jax.ShapeDtypeStruct, np.ndarray)) else np.asarray(numerics.random_initialize(a, seed=0))
+        for a in x
+    ]
     return (lambda *arrays: f(arrays)), args
 
 
@@ -205,14 +224,20 @@ def roofline_us(c: Config) -> float:
         moved = _nbytes(q) + _nbytes(k) + _nbytes(v) + out + (batch * hq * sq * 4 if s.get("return_residuals") else 0)
     elif c.op in ("ragged_dot", "ragged_dot_v2"):
         lhs, rhs = s["lhs"], s["rhs"]
-        sizes = np.asarray(getattr(s["group_sizes"], "value", None) if getattr(s["group_sizes"], "value", None) is not None
-                           else [lhs.shape[0] // rhs.shape[0]] * rhs.shape[0])
+        sizes = np.asarray(
+            getattr(s["group_sizes"], "value", None)
+            if getattr(s["group_sizes"], "value", None) is not None
+            else [lhs.shape[0] // rhs.shape[0]] * rhs.shape[0]
+        )
         k, n = lhs.shape[1], rhs.shape[-1]
         flops = 2.0 * float(sizes.sum()) * k * n
         used_groups = int((sizes > 0).sum())
         out_dtype = s.get("preferred_element_type") or lhs.dtype
-        moved = (_nbytes(lhs) + used_groups * k * n * np.dtype(rhs.dtype).itemsize
-                 + lhs.shape[0] * n * np.dtype(out_dtype).itemsize)
+        moved = (
+            _nbytes(lhs)
+            + used_groups * k * n * np.dtype(rhs.dtype).itemsize
+            + lhs.shape[0] * n * np.dtype(out_dtype).itemsize
+        )
     else:  # linear softmax cross-entropy: x (B, H) @ w (H, V), a scalar or per-row loss
         x, w, labels = s["x"], s["w"], s["labels"]
         flops = 2.0 * x.shape[0] * x.shape[1] * w.shape[1]
@@ -248,9 +273,15 @@ def raw_estimate(c: Config) -> dict | str:
         root = estimator._process_dump_root()
         t0 = time.perf_counter()
         compiled = estimator.compile_kernels(fn, args, (), c.generation, root)
-        kept = {"compiled": compiled.model_dump(), "spb": estimator.seconds_per_bundle(c.generation, root),
-                "compile_seconds": time.perf_counter() - t0, "op": c.op, "generation": c.generation,
-                "spec_key": c.spec_key, "config_key": c.config_key}
+        kept = {
+            "compiled": compiled.model_dump(),
+            "spb": estimator.seconds_per_bundle(c.generation, root),
+            "compile_seconds": time.perf_counter() - t0,
+            "op": c.op,
+            "generation": c.generation,
+            "spec_key": c.spec_key,
+            "config_key": c.config_key,
+        }
         CACHE.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(kept))
     return {**kept, "trace": trace.model_dump()}
@@ -261,8 +292,13 @@ def estimate_us(c: Config, calibration) -> float | None:
 
     if c.raw is None:
         return None
-    result = estimator.assemble(protocol.ProfileTrace(**c.raw["trace"]), protocol.ProfileCompile(**c.raw["compiled"]),
-                                c.generation, c.raw["spb"], calibration)
+    result = estimator.assemble(
+        protocol.ProfileTrace(**c.raw["trace"]),
+        protocol.ProfileCompile(**c.raw["compiled"]),
+        c.generation,
+        c.raw["spb"],
+        calibration,
+    )
     return None if isinstance(result, str) else result.total_us
 
 
@@ -314,10 +350,13 @@ def pair_order(configs: list[Config], predicted: list[float]) -> tuple[float, in
 def metrics(configs: list[Config], predicted: list[float]) -> dict:
     ratios = [p / c.measured_us for p, c in zip(predicted, configs)]
     right, counted = pair_order(configs, predicted)
-    return {"n": len(configs), "within": sum(1 / 1.5 <= r <= 1.5 for r in ratios) / len(ratios) if ratios else None,
-            "median": sorted(ratios)[len(ratios) // 2] if ratios else None,
-            "spearman": spearman(predicted, [c.measured_us for c in configs]),
-            "pairs": (right, counted)}
+    return {
+        "n": len(configs),
+        "within": sum(1 / 1.5 <= r <= 1.5 for r in ratios) / len(ratios) if ratios else None,
+        "median": sorted(ratios)[len(ratios) // 2] if ratios else None,
+        "spearman": spearman(predicted, [c.measured_us for c in configs]),
+        "pairs": (right, counted),
+    }
 
 
 def _fmt(m: dict) -> str:
@@ -331,8 +370,10 @@ def _fmt(m: dict) -> str:
 
 def report(title: str, configs: list[Config], calibration_for) -> None:
     print(f"\n{title}")
-    print(f"{'op':<17} {'gen':<4} {'n':>3} | {'ours: <=1.5x':>12} {'median':>6} {'rho':>6} {'pairs':>7} | "
-          f"{'roofline: <=1.5x':>16} {'median':>6} {'rho':>6} {'pairs':>7}")
+    print(
+        f"{'op':<17} {'gen':<4} {'n':>3} | {'ours: <=1.5x':>12} {'median':>6} {'rho':>6} {'pairs':>7} | "
+        f"{'roofline: <=1.5x':>16} {'median':>6} {'rho':>6} {'pairs':>7}"
+    )
     for op in OPS:
         for generation in CHIPS:
             chosen = [c for c in configs if c.op == op and c.generation == generation and c.raw is not None]
@@ -343,8 +384,10 @@ def report(title: str, configs: list[Config], calibration_for) -> None:
             if not kept:
                 continue
             cs, es = [c for c, _ in kept], [e for _, e in kept]
-            print(f"{op:<17} {generation:<4} {len(cs):>3} | {'':>6}{_fmt(metrics(cs, es))} | "
-                  f"{'':>10}{_fmt(metrics(cs, [c.roofline_us for c in cs]))}")
+            print(
+                f"{op:<17} {generation:<4} {len(cs):>3} | {'':>6}{_fmt(metrics(cs, es))} | "
+                f"{'':>10}{_fmt(metrics(cs, [c.roofline_us for c in cs]))}"
+            )
 
 
 # ---- calibration fit -------------------------------------------------------------------------------------
@@ -375,8 +418,12 @@ def fit(configs: list[Config], generation: str):
     for scale in [0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.35, 1.5, 1.7, 2.0]:
         for eff in [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]:
             for loss in [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]:
-                cal = cost_model.Calibration(compute_scale=scale, hbm_efficiency=eff, overlap_loss=loss,
-                                             fitted_on=f"fit on {len(chosen)} tokamax {generation} configs")
+                cal = cost_model.Calibration(
+                    compute_scale=scale,
+                    hbm_efficiency=eff,
+                    overlap_loss=loss,
+                    fitted_on=f"fit on {len(chosen)} tokamax {generation} configs",
+                )
                 found = score(cal)
                 if found > best_score:
                     best, best_score = cal, found
@@ -427,10 +474,12 @@ def main() -> None:
             cached, compiled = cached + was_cached, compiled + (not was_cached)
     used = [c for c in order if c.raw is not None]
     split(used)
-    print(f"tokamax measurements: {available} (op, generation) configs available for {', '.join(ops)} on "
-          f"{', '.join(CHIPS)} ({HELD_OUT} held out); sampled {len(order)} ({per_op} per op and generation), "
-          f"estimated {len(used)} ({compiled} compiled now, {cached} cached), {failed} failed, "
-          f"{len(order) - len(used) - failed} skipped by the {budget:.0f} s budget; {time.monotonic() - started:.0f} s")
+    print(
+        f"tokamax measurements: {available} (op, generation) configs available for {', '.join(ops)} on "
+        f"{', '.join(CHIPS)} ({HELD_OUT} held out); sampled {len(order)} ({per_op} per op and generation), "
+        f"estimated {len(used)} ({compiled} compiled now, {cached} cached), {failed} failed, "
+        f"{len(order) - len(used) - failed} skipped by the {budget:.0f} s budget; {time.monotonic() - started:.0f} s"
+    )
     for c in order:
         if c.error:
             print(f"  failed: {c.op} {c.generation}: {c.error}")
@@ -445,10 +494,16 @@ def main() -> None:
         report("calibrated, VALIDATION half (not used by the fit)", validate_half, chosen)
         print("\nconstants for cost_model.CALIBRATION:")
         for g, cal in fitted.items():
-            print(f"    {g!r}: {cal!r}," if cal else f"    # {g}: the raw model (no grid point beat it, or too few configs)")
+            print(
+                f"    {g!r}: {cal!r},"
+                if cal
+                else f"    # {g}: the raw model (no grid point beat it, or too few configs)"
+            )
     else:
         report("as the model stands (cost_model.CALIBRATION), all sampled configs", used, cost_model.calibration_for)
-        report("as the model stands, VALIDATION half only (not used by any fit)", validate_half, cost_model.calibration_for)
+        report(
+            "as the model stands, VALIDATION half only (not used by any fit)", validate_half, cost_model.calibration_for
+        )
 
 
 def itertools_zip_longest(*lists):

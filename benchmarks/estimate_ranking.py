@@ -23,8 +23,15 @@ from jaxbench_mcp import cost_model, profiling, workloads  # noqa: E402
 from jaxbench_mcp.checking import Checker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-GEMM_BLOCKS = [(128, 128, 128), (256, 256, 256), (512, 512, 512), (512, 1024, 1024), (1024, 2048, 1024), (2048, 4096, 2048),
-               (4096, 4096, 4096)]
+GEMM_BLOCKS = [
+    (128, 128, 128),
+    (256, 256, 256),
+    (512, 512, 512),
+    (512, 1024, 1024),
+    (1024, 2048, 1024),
+    (2048, 4096, 2048),
+    (4096, 4096, 4096),
+]
 
 
 def gemm_source(bm: int, bn: int, bk: int) -> str:
@@ -62,18 +69,26 @@ def main() -> None:
         else:
             print(f"{str(blocks):<22} {us:>10,.0f}us {us / roof:>10.2f}x  {note}")
 
-    spb_1p = {g: cost_model.seconds_per_bundle(g, profiler.reference_estimates("1p_Flash_Attention", [g])[g]["calibration_bundles"])}
+    spb_1p = {
+        g: cost_model.seconds_per_bundle(
+            g, profiler.reference_estimates("1p_Flash_Attention", [g])[g]["calibration_bundles"]
+        )
+    }
     roof = cost_model.workload_roofline_us(workloads.get_workload("1p_Flash_Attention"), g)
     print(f"\n1p_Flash_Attention on {g}: roofline {roof:,.0f} us")
-    for name, path in (("JAX flash attention", ROOT / "tests/kernels/good_flash_attention_jax.py"),
-                       ("naive full-row attention", ROOT / "benchmarks/kernels/naive_attention.py")):
+    for name, path in (
+        ("JAX flash attention", ROOT / "tests/kernels/good_flash_attention_jax.py"),
+        ("naive full-row attention", ROOT / "benchmarks/kernels/naive_attention.py"),
+    ):
         result = profiler.estimate_source("1p_Flash_Attention", path.read_text(), [g], spb_1p)[g]
         if isinstance(result, str):
             print(f"{name:<26} no estimate: {result[:110]}")
             continue
         main = max(result.kernels, key=lambda k: k.estimate_us)
-        print(f"{name:<26} {result.total_us:>10,.0f}us {result.total_us / roof:>6.2f}x roofline  run {main.run_ratio:.2f}  "
-              f"{main.bottleneck}")
+        print(
+            f"{name:<26} {result.total_us:>10,.0f}us {result.total_us / roof:>6.2f}x roofline  run {main.run_ratio:.2f}  "
+            f"{main.bottleneck}"
+        )
 
 
 if __name__ == "__main__":

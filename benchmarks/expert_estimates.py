@@ -40,13 +40,22 @@ def main() -> None:
             continue
         us, kernels = estimate.total_us, estimate.kernels
         main_kernel = max(kernels, key=lambda k: k.estimate_us)
-        outside = (f"XLA outside kernels {estimate.outside_us / us:.0%}" if estimate.outside_us is not None
-                   else "XLA outside kernels not estimated")
-        notes = [main_kernel.bottleneck, outside] + (["below roofline"] if us < roof else []) + \
-                (["dynamic grid"] if not all(k.grid_steps_exact for k in kernels) else []) + \
-                (["HBM approx."] if not all(k.hbm_bytes_exact for k in kernels) else []) + \
-                (["run ratio approx."] if not all(k.run_ratio_exact for k in kernels) else [])
-        print(f"{w.id:<28} {roof:>8,.0f}us {xla / roof:>8.2f}x {us / roof:>11.2f}x  {main_kernel.run_ratio:>5.2f}  {', '.join(notes)}")
+        outside = (
+            f"XLA outside kernels {estimate.outside_us / us:.0%}"
+            if estimate.outside_us is not None
+            else "XLA outside kernels not estimated"
+        )
+        notes = (
+            [main_kernel.bottleneck, outside]
+            + (["below roofline"] if us < roof else [])
+            + (["dynamic grid"] if not all(k.grid_steps_exact for k in kernels) else [])
+            + (["HBM approx."] if not all(k.hbm_bytes_exact for k in kernels) else [])
+            + (["run ratio approx."] if not all(k.run_ratio_exact for k in kernels) else [])
+        )
+        print(
+            f"{w.id:<28} {roof:>8,.0f}us {xla / roof:>8.2f}x {us / roof:>11.2f}x  {main_kernel.run_ratio:>5.2f}  {', '.join(notes)}"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -34,8 +34,14 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "tests" / "kernels"
 # A fixed mix: two correct kernels (the full ladder: compile, three seeds in interpret mode, compare), one caught
 # by the full-size coverage analysis before any compare, one that fails to load.
-CHECKS = [("12p_RMSNorm", "good_rmsnorm.py"), ("8p_GEMM", "bad_all_zeros.py"), ("12p_RMSNorm", "good_rmsnorm.py"),
-          ("8p_GEMM", "bad_syntax.py"), ("8p_GEMM", "good_gemm_tiled.py"), ("8p_GEMM", "bad_all_zeros.py")]
+CHECKS = [
+    ("12p_RMSNorm", "good_rmsnorm.py"),
+    ("8p_GEMM", "bad_all_zeros.py"),
+    ("12p_RMSNorm", "good_rmsnorm.py"),
+    ("8p_GEMM", "bad_syntax.py"),
+    ("8p_GEMM", "good_gemm_tiled.py"),
+    ("8p_GEMM", "bad_all_zeros.py"),
+]
 NODE = {"num_cpus": 0, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
 
 
@@ -47,8 +53,10 @@ def run(hosts: int, checks: list[tuple[str, str]], home: Path) -> tuple[float, l
         for _ in range(hosts):
             cluster.add_node(resources={fleet.HOST_RESOURCE: 1}, **NODE)
         store = Store(home / f"{hosts}-hosts.sqlite3")
-        bench = api.JaxBench(store=store, executor=fleet.RayExecutor(cluster.address, checker_options={"slots": 1, "spares": 1},
-                                                                     cache=store))
+        bench = api.JaxBench(
+            store=store,
+            executor=fleet.RayExecutor(cluster.address, checker_options={"slots": 1, "spares": 1}, cache=store),
+        )
         bench.start()
         time.sleep(20)  # let every host's warm worker finish warming up: the timed checks start on warm hosts
         sources = {k: (KERNELS / k).read_text() for _, k in checks}
@@ -56,7 +64,11 @@ def run(hosts: int, checks: list[tuple[str, str]], home: Path) -> tuple[float, l
         with ThreadPoolExecutor(len(checks)) as pool:
             verdicts = list(pool.map(lambda c: bench.check_kernel(c[0], sources[c[1]]), checks))
         seconds = time.perf_counter() - started
-        return seconds, [(str(v.status), v.error_class and str(v.error_class)) for v in verdicts], {v.host for v in verdicts}
+        return (
+            seconds,
+            [(str(v.status), v.error_class and str(v.error_class)) for v in verdicts],
+            {v.host for v in verdicts},
+        )
     finally:
         if bench is not None:
             bench.close()
@@ -73,15 +85,20 @@ def main() -> None:
         for _ in range(args.repeat):
             for hosts in (1, 2):
                 seconds, found, used = run(hosts, CHECKS, Path(home))
-                print(f"{hosts} host(s): {len(CHECKS)} checks in {seconds:.1f} s on {len(used)} host(s): {found}", flush=True)
+                print(
+                    f"{hosts} host(s): {len(CHECKS)} checks in {seconds:.1f} s on {len(used)} host(s): {found}",
+                    flush=True,
+                )
                 best[hosts] = min(best.get(hosts, seconds), seconds)
                 outcomes.setdefault(hosts, found)
                 assert found == outcomes[hosts], "the verdicts changed between runs"
     assert outcomes[1] == outcomes[2], f"1 host and 2 hosts disagree: {outcomes}"
     rate = {n: len(CHECKS) / s * 60 for n, s in best.items()}
     print(f"throughput: 1 host {rate[1]:.1f} checks/min, 2 hosts {rate[2]:.1f} checks/min")
-    print(f"ratio 2 hosts / 1 host: {rate[2] / rate[1]:.2f}x  (this machine: {os.cpu_count()} cores shared by the simulated "
-          "hosts, the server and the Ray processes; real hosts bring their own chips and cores)")
+    print(
+        f"ratio 2 hosts / 1 host: {rate[2] / rate[1]:.2f}x  (this machine: {os.cpu_count()} cores shared by the simulated "
+        "hosts, the server and the Ray processes; real hosts bring their own chips and cores)"
+    )
 
 
 if __name__ == "__main__":

@@ -25,9 +25,13 @@ from mcp import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 # (workload, kernel, expected status): fast to check, good and bad mixed.
-KERNELS = [("12p_RMSNorm", "good_rmsnorm.py", "correct"), ("8p_GEMM", "bad_syntax.py", "invalid_kernel"),
-           ("8p_GEMM", "good_gemm_tiled.py", "correct"), ("8p_GEMM", "bad_plain_xla.py", "no_pallas"),
-           ("8p_GEMM", "bad_missing_acc_init.py", "incorrect")]
+KERNELS = [
+    ("12p_RMSNorm", "good_rmsnorm.py", "correct"),
+    ("8p_GEMM", "bad_syntax.py", "invalid_kernel"),
+    ("8p_GEMM", "good_gemm_tiled.py", "correct"),
+    ("8p_GEMM", "bad_plain_xla.py", "no_pallas"),
+    ("8p_GEMM", "bad_missing_acc_init.py", "incorrect"),
+]
 
 
 def _free_port() -> int:
@@ -46,13 +50,19 @@ async def _client(url: str, index: int, checks: int, results: list) -> None:
         for k in range(checks):
             workload, name, expected = KERNELS[(index + k) % len(KERNELS)]
             source = (ROOT / "tests" / "kernels" / name).read_text()
-            reply = (await client.call_tool("check_kernel", {"workload_id": workload, "source": source, "seeds": 1})).structured_content
+            reply = (
+                await client.call_tool("check_kernel", {"workload_id": workload, "source": source, "seeds": 1})
+            ).structured_content
             while reply["state"] == "running":
                 await anyio.sleep(2)
-                detail = (await client.call_tool("list_attempts", {"attempt_id": reply["attempt_id"]})).structured_content["detail"]
+                detail = (
+                    await client.call_tool("list_attempts", {"attempt_id": reply["attempt_id"]})
+                ).structured_content["detail"]
                 if detail["state"] != "running":
                     reply = {"state": "done", "attempt_id": reply["attempt_id"], "verdict": detail["verdict"]}
-            results.append((reply["attempt_id"], reply["verdict"]["status"] if reply.get("verdict") else None, expected))
+            results.append(
+                (reply["attempt_id"], reply["verdict"]["status"] if reply.get("verdict") else None, expected)
+            )
 
 
 async def _round(url: str, clients: int, checks: int, results: list) -> None:
@@ -68,8 +78,12 @@ def main() -> None:
     args = parser.parse_args()
     port = _free_port()
     with tempfile.TemporaryDirectory() as home:
-        server = subprocess.Popen([sys.executable, "-m", "jaxbench_mcp", "serve", "--transport", "http", "--port", str(port)],
-                                  env={**os.environ, "JAXBENCH_MCP_HOME": home}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jaxbench_mcp", "serve", "--transport", "http", "--port", str(port)],
+            env={**os.environ, "JAXBENCH_MCP_HOME": home},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             url = f"http://127.0.0.1:{port}/mcp"
             deadline = time.monotonic() + 120
@@ -94,11 +108,15 @@ def main() -> None:
     sent = args.clients * args.checks
     ids = [r[0] for r in results]
     recorded = {i for i, state in rows if state == "done"}
-    print(f"{args.clients} clients x {args.checks} checks over HTTP in {seconds:.0f} s ({sent / seconds * 60:.1f} checks/min)")
+    print(
+        f"{args.clients} clients x {args.checks} checks over HTTP in {seconds:.0f} s ({sent / seconds * 60:.1f} checks/min)"
+    )
     print(f"  answers: {len(results)} / {sent} sent; lost: {sent - len(results)}")
     print(f"  attempts recorded done: {len(recorded & set(ids))} / {sent}; duplicated ids: {len(ids) - len(set(ids))}")
     print(f"  verdicts as expected: {sum(status == expected for _, status, expected in results)} / {len(results)}")
-    print(f"  server RSS: {rss_start:.0f} MiB after the warm-up round, {rss_end:.0f} MiB at the end = {rss_end / rss_start:.2f}x")
+    print(
+        f"  server RSS: {rss_start:.0f} MiB after the warm-up round, {rss_end:.0f} MiB at the end = {rss_end / rss_start:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,10 @@ def main() -> None:
         inputs_total, first_total, steady_total = inputs_total + t1 - t0, first_total + t2 - t1, steady_total + median
         print(f"{w.id:<58} {t1 - t0:>9.3f} {t2 - t1:>8.3f} {median * 1e3:>10.2f}")
     wall = time.perf_counter() - sweep_start
-    print(f"\ninputs {inputs_total:.1f} s; first calls (with compilation) {first_total:.1f} s; "
-          f"steady state {steady_total * 1e3:.0f} ms; whole sweep {wall:.1f} s (goal < 60 s)")
+    print(
+        f"\ninputs {inputs_total:.1f} s; first calls (with compilation) {first_total:.1f} s; "
+        f"steady state {steady_total * 1e3:.0f} ms; whole sweep {wall:.1f} s (goal < 60 s)"
+    )
     print(f"ratio first-call / steady-state: {first_total / steady_total:.0f}x")
 
 

@@ -40,8 +40,9 @@ async def _finished(client: Client, tool: str, arguments: dict) -> dict:
     return result
 
 
-async def agent_loop(workload_id: str, propose: Proposer, run_dir: Path, turns: int = 3,
-                     server: StdioServerParameters | None = None) -> dict | None:
+async def agent_loop(
+    workload_id: str, propose: Proposer, run_dir: Path, turns: int = 3, server: StdioServerParameters | None = None
+) -> dict | None:
     """Up to `turns` proposals until one is correct; then its profile. Returns the profile, or None."""
     server = server or StdioServerParameters(command=sys.executable, args=["-m", "jaxbench_mcp", "serve"])
     out = Path(run_dir) / workload_id
@@ -52,12 +53,19 @@ async def agent_loop(workload_id: str, propose: Proposer, run_dir: Path, turns: 
         for turn in range(1, turns + 1):
             source = propose(spec, feedback)
             (out / f"turn{turn}.py").write_text(source)
-            verdict = (await _finished(client, "check_kernel", {"workload_id": workload_id, "source": source}))["verdict"]
+            verdict = (await _finished(client, "check_kernel", {"workload_id": workload_id, "source": source}))[
+                "verdict"
+            ]
             print(f"turn {turn}: {verdict['status']} {verdict.get('error_class') or ''}", file=sys.stderr)
             if verdict["status"] == "correct":
-                profile = (await _finished(client, "profile_kernel", {"workload_id": workload_id, "source": source}))["profile"]
+                profile = (await _finished(client, "profile_kernel", {"workload_id": workload_id, "source": source}))[
+                    "profile"
+                ]
                 for target in profile["targets"]:
-                    print(f"  {target['target']}: {target.get('speedup_vs_xla')} x XLA ({target['kind']})", file=sys.stderr)
+                    print(
+                        f"  {target['target']}: {target.get('speedup_vs_xla')} x XLA ({target['kind']})",
+                        file=sys.stderr,
+                    )
                 return profile
             feedback = verdict["message"] + "\n" + (verdict.get("hint") or "")
     return None
@@ -65,16 +73,16 @@ async def agent_loop(workload_id: str, propose: Proposer, run_dir: Path, turns: 
 
 # ---- a demo proposer: a plain-XLA first try, then a Pallas RMSNorm once the verdict asks for one ----------
 
-_JNP = '''import jax
+_JNP = """import jax
 import jax.numpy as jnp
 
 
 def workload(x, scale):
     x32 = x.astype(jnp.float32)
     return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-5)).astype(x.dtype) * scale
-'''
+"""
 
-_PALLAS = '''import jax
+_PALLAS = """import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -99,7 +107,7 @@ def workload(x, scale):
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
     )(flat, scale.reshape(1, -1))
     return out.reshape(x.shape)
-'''
+"""
 
 
 def demo_proposer(spec: str, feedback: str | None) -> str:

@@ -17,8 +17,21 @@ import jaxlib
 from jaxbench_mcp import executors, expert_refs, jobs, profiling, protocol, sandbox, targets, workloads
 from jaxbench_mcp.checking import DEFAULT_SEEDS, Cancelled, Checker
 from jaxbench_mcp.jobs import Limits
-from jaxbench_mcp.models import (AttemptDetail, AttemptList, AttemptSummary, Profile, RooflineBound, ServerInfo, SizeSpec,
-                                 StaticArg, Tensor, Verdict, WorkloadList, WorkloadSpec, WorkloadSummary)
+from jaxbench_mcp.models import (
+    AttemptDetail,
+    AttemptList,
+    AttemptSummary,
+    Profile,
+    RooflineBound,
+    ServerInfo,
+    SizeSpec,
+    StaticArg,
+    Tensor,
+    Verdict,
+    WorkloadList,
+    WorkloadSpec,
+    WorkloadSummary,
+)
 from jaxbench_mcp.workloads import Workload
 from jaxbench_mcp.store import Store
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Status
@@ -37,7 +50,7 @@ ATTEMPT_SOURCE_CHARS = 10000
 _TIER_DESCRIPTIONS = {
     targets.Tier.TPU: "TPU attached: real compiles, real runs at full size, measured device time",
     targets.Tier.CPU_LIBTPU: "CPU host with libtpu: deviceless XLA:TPU compiles at full size, TPU interpret-mode runs "
-                             "at small size, static performance estimates",
+    "at small size, static performance estimates",
     targets.Tier.CPU: "plain CPU host: lowering for TPU only, TPU interpret-mode runs, roofline bounds only",
 }
 
@@ -68,7 +81,11 @@ def summarize(w: Workload) -> WorkloadSummary:
 
 def size_spec(w: Workload, size: str) -> SizeSpec:
     args = w.input_specs(size)
-    inputs = [Tensor(name=a.name, shape=list(a.tensor.shape), dtype=a.tensor.dtype, bytes=a.tensor.nbytes) for a in args if a.tensor]
+    inputs = [
+        Tensor(name=a.name, shape=list(a.tensor.shape), dtype=a.tensor.dtype, bytes=a.tensor.nbytes)
+        for a in args
+        if a.tensor
+    ]
     outputs = [Tensor(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes) for t in w.output_specs(size)]
     flops = w.flops(size)
     in_bytes, out_bytes = sum(t.bytes for t in inputs), sum(t.bytes for t in outputs)
@@ -117,7 +134,9 @@ def workload_spec(w: Workload, size: str, show_expert_source: bool = False) -> W
     )
 
 
-def list_workloads(tier: str | None = None, operator: str | None = None, has_expert: bool | None = None) -> WorkloadList:
+def list_workloads(
+    tier: str | None = None, operator: str | None = None, has_expert: bool | None = None
+) -> WorkloadList:
     chosen = workloads.select(tier=tier, operator=operator, has_expert=has_expert)
     return WorkloadList(count=len(chosen), workloads=[summarize(w) for w in chosen])
 
@@ -173,10 +192,18 @@ class JaxBench:
             fleet=self.executor.fleet(),
         )
 
-    def check_kernel(self, workload_id: str, source: str, targets_: list[str] | str | None = None, size: str | None = None,
-                     seeds: int = DEFAULT_SEEDS, require_pallas: bool = True,
-                     on_progress: Callable[[str], None] | None = None, on_attempt: Callable[[int], None] | None = None,
-                     cancel: threading.Event | None = None) -> Verdict:
+    def check_kernel(
+        self,
+        workload_id: str,
+        source: str,
+        targets_: list[str] | str | None = None,
+        size: str | None = None,
+        seeds: int = DEFAULT_SEEDS,
+        require_pallas: bool = True,
+        on_progress: Callable[[str], None] | None = None,
+        on_attempt: Callable[[int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Verdict:
         """Check one candidate; the attempt and its full log are stored whatever happens.
 
         Mistakes in the request (unknown id, size or target) raise before an attempt is recorded. Once it is
@@ -202,16 +229,30 @@ class JaxBench:
             raise
         except Exception as exc:  # noqa: BLE001 - the server's failure becomes a verdict the agent can read
             run_size = size or ("full" if self.executor.tier is targets.Tier.TPU else "small")
-            return self._server_error("check", attempt_id, w.id, chosen or self.executor.default_targets(), run_size, exc,
-                                      time.monotonic() - started)
+            return self._server_error(
+                "check",
+                attempt_id,
+                w.id,
+                chosen or self.executor.default_targets(),
+                run_size,
+                exc,
+                time.monotonic() - started,
+            )
         verdict.attempt_id = attempt_id
-        self.store.finish(attempt_id, verdict.status, verdict.error_class, verdict.model_dump(mode="json"), log,
-                          verdict.total_seconds)
+        self.store.finish(
+            attempt_id, verdict.status, verdict.error_class, verdict.model_dump(mode="json"), log, verdict.total_seconds
+        )
         return verdict
 
-    def profile_kernel(self, workload_id: str, source: str, targets_: list[str] | str | None = None,
-                       on_progress: Callable[[str], None] | None = None, on_attempt: Callable[[int], None] | None = None,
-                       cancel: threading.Event | None = None) -> Profile:
+    def profile_kernel(
+        self,
+        workload_id: str,
+        source: str,
+        targets_: list[str] | str | None = None,
+        on_progress: Callable[[str], None] | None = None,
+        on_attempt: Callable[[int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Profile:
         """Check first; a correct kernel is then measured (TPU host) or estimated (CPU host with libtpu) next to the
         XLA baseline and the expert kernel."""
         w = workloads.get_workload(workload_id)
@@ -234,14 +275,33 @@ class JaxBench:
             self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - the server's failure becomes a result the agent can read
-            return self._server_error("profile", attempt_id, w.id, chosen, verdict.size if verdict else "small", exc,
-                                      time.monotonic() - started, checked=verdict)
+            return self._server_error(
+                "profile",
+                attempt_id,
+                w.id,
+                chosen,
+                verdict.size if verdict else "small",
+                exc,
+                time.monotonic() - started,
+                checked=verdict,
+            )
         result.attempt_id = attempt_id
-        self.store.finish(attempt_id, verdict.status, verdict.error_class, result.model_dump(mode="json"), "", verdict.total_seconds)
+        self.store.finish(
+            attempt_id, verdict.status, verdict.error_class, result.model_dump(mode="json"), "", verdict.total_seconds
+        )
         return result
 
-    def _server_error(self, kind: str, attempt_id: int, workload_id: str, targets_: list[str], size: str, exc: Exception,
-                      seconds: float, checked: Verdict | None = None) -> Verdict | Profile:
+    def _server_error(
+        self,
+        kind: str,
+        attempt_id: int,
+        workload_id: str,
+        targets_: list[str],
+        size: str,
+        exc: Exception,
+        seconds: float,
+        checked: Verdict | None = None,
+    ) -> Verdict | Profile:
         """Record and return the verdict for a failure of the server's machinery (not of the candidate).
 
         The error class comes from the exception when it names one (`error_class`, e.g. a worker that did not
@@ -251,16 +311,38 @@ class JaxBench:
         log = "".join(traceback.format_exception(exc))
         logger.error("attempt %d (%s %s): server error: %s", attempt_id, kind, workload_id, log)
         first_line = (str(exc).strip().splitlines() or [""])[0][:500]  # the log keeps the rest
-        passed = f"the check passed (attempt {checked.attempt_id}) but " if checked and checked.status == Status.CORRECT else ""
-        verdict = Verdict(status=info.status, error_class=error_class,
-                          message=f"{passed}the server failed to {kind} the kernel: {type(exc).__name__}: {first_line}",
-                          hint=info.hint, docs=list(info.docs), workload_id=workload_id, size=size, targets=list(targets_),
-                          tier=str(self.executor.tier), isolation=str(self.executor.isolation), attempt_id=attempt_id,
-                          total_seconds=seconds,
-                          log_tail=log[-_SERVER_LOG_TAIL_CHARS:])
-        result = verdict if kind == "check" else Profile(
-            workload_id=workload_id, tier=str(self.executor.tier), kind=profiling.PROFILE_KINDS[self.executor.tier],
-            label="not profiled: the server failed", verdict=verdict, attempt_id=attempt_id)
+        passed = (
+            f"the check passed (attempt {checked.attempt_id}) but "
+            if checked and checked.status == Status.CORRECT
+            else ""
+        )
+        verdict = Verdict(
+            status=info.status,
+            error_class=error_class,
+            message=f"{passed}the server failed to {kind} the kernel: {type(exc).__name__}: {first_line}",
+            hint=info.hint,
+            docs=list(info.docs),
+            workload_id=workload_id,
+            size=size,
+            targets=list(targets_),
+            tier=str(self.executor.tier),
+            isolation=str(self.executor.isolation),
+            attempt_id=attempt_id,
+            total_seconds=seconds,
+            log_tail=log[-_SERVER_LOG_TAIL_CHARS:],
+        )
+        result = (
+            verdict
+            if kind == "check"
+            else Profile(
+                workload_id=workload_id,
+                tier=str(self.executor.tier),
+                kind=profiling.PROFILE_KINDS[self.executor.tier],
+                label="not profiled: the server failed",
+                verdict=verdict,
+                attempt_id=attempt_id,
+            )
+        )
         self.store.finish(attempt_id, verdict.status, verdict.error_class, result.model_dump(mode="json"), log, seconds)
         return result
 
@@ -289,7 +371,9 @@ class JaxBench:
         has_id.wait()
         return done, box
 
-    def list_attempts(self, workload_id: str | None = None, attempt_id: int | None = None, limit: int = 20) -> AttemptList:
+    def list_attempts(
+        self, workload_id: str | None = None, attempt_id: int | None = None, limit: int = 20
+    ) -> AttemptList:
         if attempt_id is not None:
             row = self.store.get(attempt_id)
             if row is None:
@@ -297,12 +381,19 @@ class JaxBench:
             result = json.loads(row["result_json"]) if row["result_json"] else None
             profile = Profile(**result) if result is not None and row["kind"] == "profile" else None
             verdict = profile.verdict if profile else Verdict(**result) if result else None
-            detail = AttemptDetail(**_summary_fields(row), verdict=verdict, profile=profile,
-                                   source=protocol.cut_text(row["source"], ATTEMPT_SOURCE_CHARS), log_tail=row["log"][-ATTEMPT_LOG_CHARS:])
+            detail = AttemptDetail(
+                **_summary_fields(row),
+                verdict=verdict,
+                profile=profile,
+                source=protocol.cut_text(row["source"], ATTEMPT_SOURCE_CHARS),
+                log_tail=row["log"][-ATTEMPT_LOG_CHARS:],
+            )
             return AttemptList(attempts=[AttemptSummary(**_summary_fields(row))], detail=detail)
         if workload_id is not None:
             workload_id = workloads.get_workload(workload_id).id
-        return AttemptList(attempts=[AttemptSummary(**_summary_fields(r)) for r in self.store.recent(workload_id, limit)])
+        return AttemptList(
+            attempts=[AttemptSummary(**_summary_fields(r)) for r in self.store.recent(workload_id, limit)]
+        )
 
 
 class UnknownAttempt(LookupError):
@@ -316,7 +407,16 @@ class BadRequest(ValueError):
 # Mistakes in a request that the agent can fix; anything else raised during a check is the server's fault.
 AGENT_ERRORS = (workloads.UnknownWorkload, workloads.UnknownSize, targets.UnknownTarget, UnknownAttempt, BadRequest)
 
+
 def _summary_fields(row) -> dict:
     created = datetime.datetime.fromtimestamp(row["created"], datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return dict(attempt_id=row["id"], kind=row["kind"], workload_id=row["workload_id"], state=row["state"], status=row["status"],
-                error_class=row["error_class"], created=created, seconds=row["seconds"])
+    return dict(
+        attempt_id=row["id"],
+        kind=row["kind"],
+        workload_id=row["workload_id"],
+        state=row["state"],
+        status=row["status"],
+        error_class=row["error_class"],
+        created=created,
+        seconds=row["seconds"],
+    )

@@ -36,9 +36,13 @@ from jaxbench_mcp import expert_refs, targets, workloads
 
 FAST_P = (0.0, 1.0, 1.2, 2.0)
 RESULTS_FILE, SUMMARY_FILE, REPORT_FILE, CHART_FILE = "results.json", "summary.json", "report.html", "speedup.png"
-_FAMILIES = (("attention", ("attention", "mha", "retention", "state_space")), ("convolution", ("conv",)),
-             ("matmul", ("matmul", "gemm", "bmm", "mlp", "moe", "dot")), ("normalization", ("norm",)),
-             ("loss", ("cross_entropy",)))
+_FAMILIES = (
+    ("attention", ("attention", "mha", "retention", "state_space")),
+    ("convolution", ("conv",)),
+    ("matmul", ("matmul", "gemm", "bmm", "mlp", "moe", "dot")),
+    ("normalization", ("norm",)),
+    ("loss", ("cross_entropy",)),
+)
 
 
 class CampaignError(ValueError):
@@ -61,7 +65,9 @@ class Correctness(BaseModel):
     correct: bool
     max_diff: float | None = Field(None, description="Worst |candidate - truth| over the hidden seeds")
     tolerance: float | None = None
-    jaxbench_allclose: bool | None = Field(None, description="JAXBench's own allclose(1e-2) against the native baseline")
+    jaxbench_allclose: bool | None = Field(
+        None, description="JAXBench's own allclose(1e-2) against the native baseline"
+    )
 
 
 class AttemptResult(BaseModel):
@@ -110,18 +116,23 @@ class Summary(BaseModel):
 
     def summary(self) -> str:
         pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
-        lines = [f"{self.run_dir}: {self.attempts} attempts at {self.workloads_attempted} of {self.workloads_total} workloads "
-                 f"(tier {self.tier}, target {self.target or 'none'}, speeds: {self.speed_kind})"
-                 + (" -- INTERRUPTED, partial" if self.interrupted else ""),
-                 f"compiled {pct(self.compile_rate)} of attempts; correct {pct(self.correct_rate_attempted)} of attempted "
-                 f"workloads, {pct(self.correct_rate_all)} of all {self.workloads_total}",
-                 "fast_p vs XLA (attempted / all): " + ", ".join(
-                     f"p={p}: {pct(self.fast_p_vs_xla_attempted[p])} / {pct(self.fast_p_vs_xla_all[p])}" for p in self.fast_p_vs_xla_all),
-                 f"fast_p vs expert ({self.expert_workloads_attempted} attempted workloads with one): " + ", ".join(
-                     f"p={p}: {pct(v)}" for p, v in self.fast_p_vs_expert.items()),
-                 f"geomean speedup vs XLA over solved: {_x(self.geomean_speedup_vs_xla_solved)}; clipped (MaxKernel, "
-                 f"failures and slowdowns = 1x): {_x(self.clipped_geomean_speedup_vs_xla)}",
-                 "status: " + ", ".join(f"{k} {v}" for k, v in sorted(self.status_counts.items()))]
+        lines = [
+            f"{self.run_dir}: {self.attempts} attempts at {self.workloads_attempted} of {self.workloads_total} workloads "
+            f"(tier {self.tier}, target {self.target or 'none'}, speeds: {self.speed_kind})"
+            + (" -- INTERRUPTED, partial" if self.interrupted else ""),
+            f"compiled {pct(self.compile_rate)} of attempts; correct {pct(self.correct_rate_attempted)} of attempted "
+            f"workloads, {pct(self.correct_rate_all)} of all {self.workloads_total}",
+            "fast_p vs XLA (attempted / all): "
+            + ", ".join(
+                f"p={p}: {pct(self.fast_p_vs_xla_attempted[p])} / {pct(self.fast_p_vs_xla_all[p])}"
+                for p in self.fast_p_vs_xla_all
+            ),
+            f"fast_p vs expert ({self.expert_workloads_attempted} attempted workloads with one): "
+            + ", ".join(f"p={p}: {pct(v)}" for p, v in self.fast_p_vs_expert.items()),
+            f"geomean speedup vs XLA over solved: {_x(self.geomean_speedup_vs_xla_solved)}; clipped (MaxKernel, "
+            f"failures and slowdowns = 1x): {_x(self.clipped_geomean_speedup_vs_xla)}",
+            "status: " + ", ".join(f"{k} {v}" for k, v in sorted(self.status_counts.items())),
+        ]
         return "\n".join(lines)
 
 
@@ -152,8 +163,10 @@ def discover(run_dir: Path) -> tuple[list[tuple[str, Path]], list[str]]:
             continue
         found += [(workload_id, f) for f in files]
     if not found:
-        raise CampaignError(f"{run_dir} holds no attempt: put one file per attempt as <workload_id>.py or "
-                            "<workload_id>/<name>.py (e.g. 8p_GEMM.py)" + (f"; skipped: {'; '.join(problems)}" if problems else ""))
+        raise CampaignError(
+            f"{run_dir} holds no attempt: put one file per attempt as <workload_id>.py or "
+            "<workload_id>/<name>.py (e.g. 8p_GEMM.py)" + (f"; skipped: {'; '.join(problems)}" if problems else "")
+        )
     return found, problems
 
 
@@ -173,24 +186,47 @@ def score(bench, workload_id: str, source: str, target: str | None, cancel: thre
     verdict = profile.verdict
     entry = next((t for t in profile.targets if t.target == target), profile.targets[0] if profile.targets else None)
     worst = max((s.max_abs_error for s in verdict.seeds), default=None)
-    compiled = bool(verdict.compiles) and all(c.ok for c in verdict.compiles) if target else verdict.status not in (
-        "invalid_kernel", "lowering_error", "compile_error")
+    compiled = (
+        bool(verdict.compiles) and all(c.ok for c in verdict.compiles)
+        if target
+        else verdict.status not in ("invalid_kernel", "lowering_error", "compile_error")
+    )
     correct = verdict.status == "correct"
     return dict(
-        workload_id=workload_id, status=verdict.status, error_class=verdict.error_class, message=verdict.message[:500],
+        workload_id=workload_id,
+        status=verdict.status,
+        error_class=verdict.error_class,
+        message=verdict.message[:500],
         compiled=compiled and verdict.status != "server_error",
-        correctness=Correctness(correct=correct, max_diff=worst, tolerance=min((s.tolerance for s in verdict.seeds), default=None),
-                                jaxbench_allclose=verdict.jaxbench_compatible),
-        timings=Timings(kernel_us=entry.candidate_us if entry and correct else None,
-                        baseline_us=entry.xla_baseline_us if entry and correct else None,
-                        pallas_reference_us=entry.expert_us if entry and correct else None, method=profile.kind),
+        correctness=Correctness(
+            correct=correct,
+            max_diff=worst,
+            tolerance=min((s.tolerance for s in verdict.seeds), default=None),
+            jaxbench_allclose=verdict.jaxbench_compatible,
+        ),
+        timings=Timings(
+            kernel_us=entry.candidate_us if entry and correct else None,
+            baseline_us=entry.xla_baseline_us if entry and correct else None,
+            pallas_reference_us=entry.expert_us if entry and correct else None,
+            method=profile.kind,
+        ),
         speedup_vs_baseline=entry.speedup_vs_xla if entry and correct else None,
         speedup_vs_pallas=entry.speedup_vs_expert if entry and correct else None,
-        target=target, tier=profile.tier, estimate_kind=profile.kind, attempt_id=profile.attempt_id)
+        target=target,
+        tier=profile.tier,
+        estimate_kind=profile.kind,
+        attempt_id=profile.attempt_id,
+    )
 
 
-def evaluate(run_dir: Path | str, bench=None, target: str | None = None, force: bool = False,
-             progress: Callable[[int, int, str], None] | None = None, jobs: int | None = None) -> Summary:
+def evaluate(
+    run_dir: Path | str,
+    bench=None,
+    target: str | None = None,
+    force: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+    jobs: int | None = None,
+) -> Summary:
     """Score every attempt in run_dir; write results.json and summary.json there; return the summary.
 
     Up to `jobs` attempts run at once (default: as many as the executor has slots, e.g. one per fleet host).
@@ -214,7 +250,9 @@ def evaluate(run_dir: Path | str, bench=None, target: str | None = None, force: 
         fields = kept if kept is not None else score(bench, workload_id, source, target, cancel=stop)
         if kept is None and fields["status"] != "server_error":  # the server's failure is worth retrying
             bench.store.cache_put(key, json.loads(json.dumps(fields, default=lambda m: m.model_dump(mode="json"))))
-        return AttemptResult(attempt=str(path.relative_to(run_dir)), sha256=key.split("/")[1], cached=kept is not None, **fields)
+        return AttemptResult(
+            attempt=str(path.relative_to(run_dir)), sha256=key.split("/")[1], cached=kept is not None, **fields
+        )
 
     finished: dict[int, AttemptResult] = {}
     interrupted = False
@@ -227,7 +265,9 @@ def evaluate(run_dir: Path | str, bench=None, target: str | None = None, force: 
             index = futures[future]
             finished[index] = future.result()
             if progress:
-                progress(len(finished), len(attempts), finished[index].attempt if len(finished) < len(attempts) else "done")
+                progress(
+                    len(finished), len(attempts), finished[index].attempt if len(finished) < len(attempts) else "done"
+                )
     except BaseException:  # Ctrl-C, or an attempt that failed outright: what finished is still written
         interrupted = True
         stop.set()  # the attempts in flight raise Cancelled within about a second
@@ -236,8 +276,9 @@ def evaluate(run_dir: Path | str, bench=None, target: str | None = None, force: 
         pool.shutdown(wait=True, cancel_futures=True)
         results = [finished[i] for i in sorted(finished)]
         summary = summarize(run_dir, results, tier, target, interrupted)
-        (run_dir / RESULTS_FILE).write_text(json.dumps({"problems": problems, "attempts": [r.model_dump(mode="json") for r in results]},
-                                                       indent=2))
+        (run_dir / RESULTS_FILE).write_text(
+            json.dumps({"problems": problems, "attempts": [r.model_dump(mode="json") for r in results]}, indent=2)
+        )
         (run_dir / SUMMARY_FILE).write_text(summary.model_dump_json(indent=2))
         if own:
             bench.close()
@@ -258,7 +299,9 @@ def best_attempts(results: list[AttemptResult]) -> dict[str, AttemptResult]:
     return best
 
 
-def summarize(run_dir: Path, results: list[AttemptResult], tier: str, target: str | None, interrupted: bool = False) -> Summary:
+def summarize(
+    run_dir: Path, results: list[AttemptResult], tier: str, target: str | None, interrupted: bool = False
+) -> Summary:
     total = len(workloads.all_workloads())
     best = best_attempts(results)
     kinds = {r.estimate_kind for r in best.values() if r.correctness.correct}
@@ -281,8 +324,14 @@ def summarize(run_dir: Path, results: list[AttemptResult], tier: str, target: st
     for cat in categories.values():
         cat["correct_rate"] = cat["correct"] / cat["attempted"]
     return Summary(
-        run_dir=str(run_dir), attempts=len(results), workloads_attempted=len(best), workloads_total=total, tier=tier, target=target,
-        speed_kind=next(iter(kinds), "none (no correct attempt)"), interrupted=interrupted,
+        run_dir=str(run_dir),
+        attempts=len(results),
+        workloads_attempted=len(best),
+        workloads_total=total,
+        tier=tier,
+        target=target,
+        speed_kind=next(iter(kinds), "none (no correct attempt)"),
+        interrupted=interrupted,
         conventions={
             "best_attempt": "per workload, the correct attempt with the highest speedup vs XLA, else the first attempt",
             "fast_p": "share of workloads whose best attempt is correct and has speedup > p",
@@ -295,14 +344,21 @@ def summarize(run_dir: Path, results: list[AttemptResult], tier: str, target: st
         correct_rate_attempted=len(solved) / len(best) if best else 0.0,
         correct_rate_all=len(solved) / total,
         status_counts={s: sum(1 for r in results if r.status == s) for s in sorted({r.status for r in results})},
-        fast_p_vs_xla_attempted={str(p): fast(p, attempted, lambda r: r.speedup_vs_baseline) / len(best) if best else 0.0 for p in FAST_P},
+        fast_p_vs_xla_attempted={
+            str(p): fast(p, attempted, lambda r: r.speedup_vs_baseline) / len(best) if best else 0.0 for p in FAST_P
+        },
         fast_p_vs_xla_all={str(p): fast(p, attempted, lambda r: r.speedup_vs_baseline) / total for p in FAST_P},
-        fast_p_vs_expert={str(p): fast(p, [best[w] for w in with_expert], lambda r: r.speedup_vs_pallas) / len(with_expert)
-                          if with_expert else 0.0 for p in FAST_P},
+        fast_p_vs_expert={
+            str(p): fast(p, [best[w] for w in with_expert], lambda r: r.speedup_vs_pallas) / len(with_expert)
+            if with_expert
+            else 0.0
+            for p in FAST_P
+        },
         expert_workloads_attempted=len(with_expert),
         geomean_speedup_vs_xla_solved=_geomean([r.speedup_vs_baseline for r in solved if r.speedup_vs_baseline]),
-        clipped_geomean_speedup_vs_xla=_geomean([max(1.0, r.speedup_vs_baseline or 1.0) if r.correctness.correct else 1.0
-                                                 for r in attempted]),
+        clipped_geomean_speedup_vs_xla=_geomean(
+            [max(1.0, r.speedup_vs_baseline or 1.0) if r.correctness.correct else 1.0 for r in attempted]
+        ),
         by_category=categories,
         best={w: r.attempt for w, r in best.items()},
     )
@@ -314,7 +370,9 @@ def load(run_dir: Path | str) -> tuple[list[AttemptResult], Summary]:
         data = json.loads((run_dir / RESULTS_FILE).read_text())
         summary = Summary.model_validate_json((run_dir / SUMMARY_FILE).read_text())
     except FileNotFoundError as exc:
-        raise CampaignError(f"{run_dir} has no {exc.filename and Path(exc.filename).name}: run `jaxbench-mcp evaluate {run_dir}` first") from None
+        raise CampaignError(
+            f"{run_dir} has no {exc.filename and Path(exc.filename).name}: run `jaxbench-mcp evaluate {run_dir}` first"
+        ) from None
     return [AttemptResult(**a) for a in data["attempts"]], summary
 
 
@@ -323,7 +381,9 @@ def table(results: list[AttemptResult]) -> str:
     rows = [f"{'attempt':<48} {'status':<15} {'max_diff':>9} {'vs XLA':>8} {'vs expert':>9}"]
     for r in results:
         diff = "" if r.correctness.max_diff is None else f"{r.correctness.max_diff:.2g}"
-        rows.append(f"{r.attempt[:48]:<48} {r.status:<15} {diff:>9} {_x(r.speedup_vs_baseline):>8} {_x(r.speedup_vs_pallas):>9}")
+        rows.append(
+            f"{r.attempt[:48]:<48} {r.status:<15} {diff:>9} {_x(r.speedup_vs_baseline):>8} {_x(r.speedup_vs_pallas):>9}"
+        )
     return "\n".join(rows)
 
 

@@ -32,7 +32,9 @@ def _png(fig) -> bytes:
 def speedup_chart(results: list[campaign.AttemptResult], summary: campaign.Summary) -> bytes:
     """Best attempt per workload: speedup vs XLA (log scale); failed workloads marked at 1x in red."""
     plt = _pyplot()
-    best = sorted(campaign.best_attempts(results).values(), key=lambda r: (r.correctness.correct, r.speedup_vs_baseline or 0))
+    best = sorted(
+        campaign.best_attempts(results).values(), key=lambda r: (r.correctness.correct, r.speedup_vs_baseline or 0)
+    )
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(best) + 1.4))
@@ -42,8 +44,14 @@ def speedup_chart(results: list[campaign.AttemptResult], summary: campaign.Summa
         if r.correctness.correct and r.speedup_vs_baseline:
             # Bars grow from 1x: right of the line is faster than XLA, left is slower.
             ax.barh(row, r.speedup_vs_baseline - 1, left=1, color=_OK if r.speedup_vs_baseline >= 1 else "#f9a825")
-            ax.text(r.speedup_vs_baseline * (1.04 if r.speedup_vs_baseline >= 1 else 0.96), row, f"{r.speedup_vs_baseline:.2f}x",
-                    va="center", ha="left" if r.speedup_vs_baseline >= 1 else "right", fontsize=7)
+            ax.text(
+                r.speedup_vs_baseline * (1.04 if r.speedup_vs_baseline >= 1 else 0.96),
+                row,
+                f"{r.speedup_vs_baseline:.2f}x",
+                va="center",
+                ha="left" if r.speedup_vs_baseline >= 1 else "right",
+                fontsize=7,
+            )
         else:
             ax.plot(1, row, "x", color=_FAIL)
             ax.text(1.05, row, r.status, va="center", fontsize=7, color=_FAIL)
@@ -100,11 +108,23 @@ def write_report(run_dir: Path | str) -> Path:
     main = speedup_chart(results, summary)
     (run_dir / campaign.CHART_FILE).write_bytes(main)
     rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-            r.attempt, r.workload_id, r.status, r.error_class or "",
-            "" if r.correctness.max_diff is None else f"{r.correctness.max_diff:.3g}",
-            campaign._x(r.speedup_vs_baseline), campaign._x(r.speedup_vs_pallas), r.message[:160])) + "</tr>"
-        for r in results)
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(v))}</td>"
+            for v in (
+                r.attempt,
+                r.workload_id,
+                r.status,
+                r.error_class or "",
+                "" if r.correctness.max_diff is None else f"{r.correctness.max_diff:.3g}",
+                campaign._x(r.speedup_vs_baseline),
+                campaign._x(r.speedup_vs_pallas),
+                r.message[:160],
+            )
+        )
+        + "</tr>"
+        for r in results
+    )
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>jaxbench campaign: {html.escape(summary.run_dir)}</title>
 <style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:1100px}} table{{border-collapse:collapse;font-size:12px}}
@@ -131,8 +151,10 @@ def compare(run_a: Path | str, run_b: Path | str, chart: Path | str | None = Non
     results_a, summary_a = campaign.load(run_a)
     results_b, summary_b = campaign.load(run_b)
     if summary_a.speed_kind != summary_b.speed_kind and "none" not in summary_a.speed_kind + summary_b.speed_kind:
-        raise campaign.CampaignError(f"the runs' speeds are of different kinds ({summary_a.speed_kind} vs {summary_b.speed_kind}); "
-                                     "compare runs made on the same tier")
+        raise campaign.CampaignError(
+            f"the runs' speeds are of different kinds ({summary_a.speed_kind} vs {summary_b.speed_kind}); "
+            "compare runs made on the same tier"
+        )
     best_a, best_b = campaign.best_attempts(results_a), campaign.best_attempts(results_b)
     lines = [f"{'workload':<48} {'A':>18} {'B':>18} {'B/A':>7}"]
     points = []
@@ -143,13 +165,22 @@ def compare(run_a: Path | str, run_b: Path | str, chart: Path | str | None = Non
             return "-" if r is None else (campaign._x(r.speedup_vs_baseline) if r.correctness.correct else r.status)
 
         ratio = ""
-        if a and b and a.correctness.correct and b.correctness.correct and a.speedup_vs_baseline and b.speedup_vs_baseline:
+        if (
+            a
+            and b
+            and a.correctness.correct
+            and b.correctness.correct
+            and a.speedup_vs_baseline
+            and b.speedup_vs_baseline
+        ):
             ratio = f"{b.speedup_vs_baseline / a.speedup_vs_baseline:.2f}"
             points.append((w, a.speedup_vs_baseline, b.speedup_vs_baseline))
         lines.append(f"{w[:48]:<48} {cell(a):>18} {cell(b):>18} {ratio:>7}")
-    lines.append(f"correct: A {summary_a.correct_rate_attempted:.1%} of {summary_a.workloads_attempted}, "
-                 f"B {summary_b.correct_rate_attempted:.1%} of {summary_b.workloads_attempted}; geomean vs XLA over solved: "
-                 f"A {campaign._x(summary_a.geomean_speedup_vs_xla_solved)}, B {campaign._x(summary_b.geomean_speedup_vs_xla_solved)}")
+    lines.append(
+        f"correct: A {summary_a.correct_rate_attempted:.1%} of {summary_a.workloads_attempted}, "
+        f"B {summary_b.correct_rate_attempted:.1%} of {summary_b.workloads_attempted}; geomean vs XLA over solved: "
+        f"A {campaign._x(summary_a.geomean_speedup_vs_xla_solved)}, B {campaign._x(summary_b.geomean_speedup_vs_xla_solved)}"
+    )
     if chart is not None:
         plt = _pyplot()
         fig, ax = plt.subplots(figsize=(5, 5))

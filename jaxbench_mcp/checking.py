@@ -119,13 +119,21 @@ def truth_of(w, inputs: tuple) -> Truth:
     scale = float(np.max(np.abs(truth[finite]), initial=0.0))
     ulp = float(jnp.finfo(baseline.dtype).eps) if jnp.issubdtype(baseline.dtype, jnp.floating) else 0.0
     tolerance = max(_TOLERANCE_FACTOR * baseline_error, ulp * scale)
-    return Truth(truth=truth, baseline=base32, dtype=str(baseline.dtype), tolerance=tolerance, baseline_error=baseline_error)
+    return Truth(
+        truth=truth, baseline=base32, dtype=str(baseline.dtype), tolerance=tolerance, baseline_error=baseline_error
+    )
 
 
-def compare(candidate: np.ndarray, candidate_dtype: str, t: Truth, seed_index: int) -> tuple[SeedReport | None, ErrorClass | None, str]:
+def compare(
+    candidate: np.ndarray, candidate_dtype: str, t: Truth, seed_index: int
+) -> tuple[SeedReport | None, ErrorClass | None, str]:
     """Compare one output with the truth: (report, error class or None, message)."""
     if tuple(candidate.shape) != tuple(t.truth.shape):
-        return None, ErrorClass.SHAPE_MISMATCH, f"output shape {list(candidate.shape)} but the workload returns {list(t.truth.shape)}"
+        return (
+            None,
+            ErrorClass.SHAPE_MISMATCH,
+            f"output shape {list(candidate.shape)} but the workload returns {list(t.truth.shape)}",
+        )
     if candidate_dtype != t.dtype:
         return None, ErrorClass.DTYPE_MISMATCH, f"output dtype {candidate_dtype} but the workload returns {t.dtype}"
     cand = candidate.astype(np.float64)
@@ -151,16 +159,24 @@ def compare(candidate: np.ndarray, candidate_dtype: str, t: Truth, seed_index: i
     )
     if bad.any():
         where = [int(i) for i in np.argwhere(bad)[0]]
-        return report, ErrorClass.NAN_OUTPUT, (
-            f"{int(bad.sum())} of {bad.size} outputs are NaN/Inf where the truth is finite (first at {where}); "
-            "uninitialised memory reads as NaN here, so this usually means an accumulator or output block "
-            "that is never initialised or never written"
+        return (
+            report,
+            ErrorClass.NAN_OUTPUT,
+            (
+                f"{int(bad.sum())} of {bad.size} outputs are NaN/Inf where the truth is finite (first at {where}); "
+                "uninitialised memory reads as NaN here, so this usually means an accumulator or output block "
+                "that is never initialised or never written"
+            ),
         )
     if not report.passed:
-        return report, ErrorClass.WRONG_VALUES, (
-            f"max |candidate - truth| = {max_abs:.4g} at {report.worst_index} (candidate {report.worst_candidate:.5g}, "
-            f"truth {report.worst_truth:.5g}); allowed {t.tolerance:.3g}, which is {_TOLERANCE_FACTOR:g}x the "
-            f"native-dtype baseline's own error {t.baseline_error:.3g}"
+        return (
+            report,
+            ErrorClass.WRONG_VALUES,
+            (
+                f"max |candidate - truth| = {max_abs:.4g} at {report.worst_index} (candidate {report.worst_candidate:.5g}, "
+                f"truth {report.worst_truth:.5g}); allowed {t.tolerance:.3g}, which is {_TOLERANCE_FACTOR:g}x the "
+                f"native-dtype baseline's own error {t.baseline_error:.3g}"
+            ),
         )
     return report, None, ""
 
@@ -220,9 +236,17 @@ def _produced_by(tier: targets.Tier, stage: Stage) -> str:
     if stage in (Stage.COMPARE, Stage.POLICY):
         return "server (trusted process)"
     if stage is Stage.COMPILE:
-        return "tpu: XLA:TPU compile for the attached chip" if tier is targets.Tier.TPU else "cpu_libtpu: deviceless XLA:TPU compile"
+        return (
+            "tpu: XLA:TPU compile for the attached chip"
+            if tier is targets.Tier.TPU
+            else "cpu_libtpu: deviceless XLA:TPU compile"
+        )
     if stage is Stage.RUN:
-        return "tpu: real run on the attached chip" if tier is targets.Tier.TPU else f"{tier}: TPU interpret mode on the CPU"
+        return (
+            "tpu: real run on the attached chip"
+            if tier is targets.Tier.TPU
+            else f"{tier}: TPU interpret mode on the CPU"
+        )
     if stage is Stage.LOWER:
         return f"{tier}: jax lowering for TPU (Mosaic)"
     return f"{tier}: candidate process"
@@ -250,18 +274,26 @@ def inspect_module(job_dir: Path, module_file: str) -> tuple[int, str]:
 class Checker:
     """Owns the warm worker pool and the device slots of this host; `check` is safe from many threads."""
 
-    def __init__(self, tier: targets.Tier | None = None, limits: Limits | None = None, spares: int | None = None,
-                 slots: int | None = None):
+    def __init__(
+        self,
+        tier: targets.Tier | None = None,
+        limits: Limits | None = None,
+        spares: int | None = None,
+        slots: int | None = None,
+    ):
         self.tier = tier or targets.detect_tier()
         self.limits = limits or Limits()
         self.isolation = sandbox.detect()
-        self.default_target = (targets.DEFAULT_CPU_TARGET if self.tier is targets.Tier.CPU_LIBTPU
-                                else targets.attached_generation())
+        self.default_target = (
+            targets.DEFAULT_CPU_TARGET if self.tier is targets.Tier.CPU_LIBTPU else targets.attached_generation()
+        )
         self.queue = JobQueue(slots or default_slots(self.tier))
         if spares is None:
             # Only one process can hold a TPU: there, the next worker starts when the last one is done.
             spares = 0 if self.tier is targets.Tier.TPU else self.queue.slots
-        self.pool = WorkerPool(self.default_target if self.tier is targets.Tier.CPU_LIBTPU else None, self.tier, self.limits, spares)
+        self.pool = WorkerPool(
+            self.default_target if self.tier is targets.Tier.CPU_LIBTPU else None, self.tier, self.limits, spares
+        )
 
     def start(self) -> None:
         self.pool.fill()
@@ -278,18 +310,26 @@ class Checker:
         """A worker that said 'ready'; a worker that fails to start is replaced once before giving up."""
         tail = ""
         for _ in range(2):
-            worker = (Worker(None, self.tier, self.limits, dump_schedules=True) if dump_schedules else self.pool.take())
+            worker = Worker(None, self.tier, self.limits, dump_schedules=True) if dump_schedules else self.pool.take()
             if worker.wait_ready():
                 return worker
             tail = worker.tail("stderr.log")[-2000:]
             worker.dispose()
         raise WorkerStartFailed(f"the checker's worker failed to start twice; its stderr ends with:\n{tail}")
 
-    def run_job(self, make_job: Callable[[Path], protocol.CheckJob | protocol.ProfileJob | protocol.MeasureJob | protocol.ReferenceJob],
-                source: str | None, on_event: Callable[[protocol.StageEvent], None] = lambda _e: None,
-                cancel: threading.Event | None = None, dump_schedules: bool = False) -> RunOutcome:
+    def run_job(
+        self,
+        make_job: Callable[
+            [Path], protocol.CheckJob | protocol.ProfileJob | protocol.MeasureJob | protocol.ReferenceJob
+        ],
+        source: str | None,
+        on_event: Callable[[protocol.StageEvent], None] = lambda _e: None,
+        cancel: threading.Event | None = None,
+        dump_schedules: bool = False,
+    ) -> RunOutcome:
         """Every kind of job: take a queue slot, then a ready worker, write the candidate and the job's files
         into its directory, and follow it to the end. Raises Cancelled or WorkerStartFailed."""
+
         def in_slot() -> RunOutcome:
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
@@ -309,18 +349,26 @@ class Checker:
 
     # ---- check ----
 
-    def check(self, workload_id: str, source: str, targets_: list[str] | None = None, size: str | None = None,
-              seeds: int = DEFAULT_SEEDS, require_pallas: bool = True,
-              on_progress: Callable[[str], None] | None = None,
-              cancel: threading.Event | None = None) -> tuple[Verdict, RunOutcome | None]:
+    def check(
+        self,
+        workload_id: str,
+        source: str,
+        targets_: list[str] | None = None,
+        size: str | None = None,
+        seeds: int = DEFAULT_SEEDS,
+        require_pallas: bool = True,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> tuple[Verdict, RunOutcome | None]:
         """The verdict on one candidate, and the worker's outcome (None when no worker could start: the verdict
         is then a server_error). Raises Cancelled when `cancel` is set before the end."""
         started = time.monotonic()
         w = workloads.get_workload(workload_id)
         chosen = targets.parse_targets(targets_) if targets_ else self.default_targets()
         if chosen and self.tier is targets.Tier.CPU:
-            raise targets.UnknownTarget("this host has no libtpu, so it cannot compile for a TPU generation; "
-                                        "install jax[tpu] or omit targets")
+            raise targets.UnknownTarget(
+                "this host has no libtpu, so it cannot compile for a TPU generation; install jax[tpu] or omit targets"
+            )
         run_size = size or ("full" if self.tier is targets.Tier.TPU else "small")
         w.size_params(run_size)
         if not 1 <= seeds <= 16:
@@ -338,10 +386,14 @@ class Checker:
         def make_job(job_dir: Path) -> protocol.CheckJob:
             # Built field by field: the seeds stay here; the worker gets the arrays they produce.
             return protocol.CheckJob(
-                workload_id=w.id, targets=chosen, size=run_size, interpret=self.tier is not targets.Tier.TPU,
+                workload_id=w.id,
+                targets=chosen,
+                size=run_size,
+                interpret=self.tier is not targets.Tier.TPU,
                 inputs=[write_inputs(inputs[seed], job_dir, f"input_{k}") for k, seed in enumerate(hidden)],
                 # Orders in which interpret mode visits "parallel" grid axes: fresh for every check.
-                shuffle_seeds=[secrets.randbelow(2**31) for _ in hidden])
+                shuffle_seeds=[secrets.randbelow(2**31) for _ in hidden],
+            )
 
         progress("queued")
         # The truth is needed only after the run; compute it meanwhile, on the server's side.
@@ -351,8 +403,15 @@ class Checker:
         truths: dict[int, Truth] = {}
         truth = threading.Thread(target=lambda: truths.update({s: truth_of(w, inputs[s]) for s in hidden}), daemon=True)
         truth.start()
-        verdict = Verdict(status=Status.CORRECT, message="", workload_id=w.id, size=run_size, targets=chosen, tier=str(self.tier),
-                          isolation=str(self.isolation))
+        verdict = Verdict(
+            status=Status.CORRECT,
+            message="",
+            workload_id=w.id,
+            size=run_size,
+            targets=chosen,
+            tier=str(self.tier),
+            isolation=str(self.isolation),
+        )
         try:
             outcome = self.run_job(make_job, source, on_event, cancel)
         except WorkerStartFailed as exc:
@@ -369,7 +428,9 @@ class Checker:
         return verdict, outcome
 
     @staticmethod
-    def _fail(verdict: Verdict, cls: ErrorClass | None, text: str, stage: Stage | None = None, preface: str = "") -> None:
+    def _fail(
+        verdict: Verdict, cls: ErrorClass | None, text: str, stage: Stage | None = None, preface: str = ""
+    ) -> None:
         diagnosis = error_catalog.classify(stage, text) if cls is None else error_catalog.diagnosis_for(cls)
         diagnosis = error_catalog.refine_for_kernels(diagnosis, verdict.kernels)
         verdict.error_class = diagnosis.error_class
@@ -379,7 +440,9 @@ class Checker:
 
     # ---- turning the worker's events into a verdict ----
 
-    def _judge(self, verdict: Verdict, w, truths: list[Truth], outcome: RunOutcome, require_pallas: bool, progress) -> None:
+    def _judge(
+        self, verdict: Verdict, w, truths: list[Truth], outcome: RunOutcome, require_pallas: bool, progress
+    ) -> None:
         failures: list[tuple[ErrorClass | None, str, Stage | None]] = []  # (class, message, stage for the catalog)
         outputs: dict[int, protocol.Output] = {}
         mosaic_kernels: dict[str, int] = {}
@@ -389,32 +452,61 @@ class Checker:
             if e.state == "start":
                 continue
             ok = e.state == "done"
-            verdict.stages.append(StageReport(stage=e.stage, ok=ok, seconds=round(e.seconds, 4), target=e.target,
-                                              produced_by=_produced_by(self.tier, e.stage)))
+            verdict.stages.append(
+                StageReport(
+                    stage=e.stage,
+                    ok=ok,
+                    seconds=round(e.seconds, 4),
+                    target=e.target,
+                    produced_by=_produced_by(self.tier, e.stage),
+                )
+            )
             if e.traced is not None:
                 traced = e.traced
                 kernels = e.traced.kernels
-                verdict.kernels = [KernelDescription(name=k.name, grid=k.grid, block_shapes=[b.block_shape for b in k.blocks],
-                                                     dimension_semantics=k.dimension_semantics, num_scalar_prefetch=k.num_scalar_prefetch,
-                                                     num_scratch=k.num_scratch) for k in kernels]
+                verdict.kernels = [
+                    KernelDescription(
+                        name=k.name,
+                        grid=k.grid,
+                        block_shapes=[b.block_shape for b in k.blocks],
+                        dimension_semantics=k.dimension_semantics,
+                        num_scalar_prefetch=k.num_scalar_prefetch,
+                        num_scratch=k.num_scratch,
+                    )
+                    for k in kernels
+                ]
                 verdict.pallas_calls = len(kernels)
                 vmem = max((_vmem_estimate(k) for k in kernels), default=None)
                 if e.traced.host_callbacks:
-                    failures.append((ErrorClass.HOST_CALLBACK, "workload calls back into Python on the host "
-                                     f"({', '.join(sorted(set(e.traced.host_callbacks)))}); the computation must run on the TPU", None))
+                    failures.append(
+                        (
+                            ErrorClass.HOST_CALLBACK,
+                            "workload calls back into Python on the host "
+                            f"({', '.join(sorted(set(e.traced.host_callbacks)))}); the computation must run on the TPU",
+                            None,
+                        )
+                    )
             if e.lowered is not None and e.lowered.module_file:
                 try:
                     count, digest = inspect_module(outcome.job_dir, e.lowered.module_file)
                 except protocol.ProtocolViolation as exc:
-                    failures.append((ErrorClass.PROTOCOL_VIOLATION, f"the lowered module for {e.target or 'TPU'}: {exc}", None))
+                    failures.append(
+                        (ErrorClass.PROTOCOL_VIOLATION, f"the lowered module for {e.target or 'TPU'}: {exc}", None)
+                    )
                     continue
                 mosaic_kernels[e.target or "tpu"] = count
                 verdict.program_sha256[e.target or "tpu"] = digest
             if e.stage is Stage.COMPILE:
-                verdict.compiles.append(CompileReport(target=e.target, ok=ok, seconds=round(e.seconds, 3),
-                                                      code_size_bytes=e.compiled.code_size_bytes if e.compiled else None,
-                                                      vmem_estimate_bytes=vmem or None,
-                                                      error=None if ok else _compile_error_line(e.text or "")))
+                verdict.compiles.append(
+                    CompileReport(
+                        target=e.target,
+                        ok=ok,
+                        seconds=round(e.seconds, 3),
+                        code_size_bytes=e.compiled.code_size_bytes if e.compiled else None,
+                        vmem_estimate_bytes=vmem or None,
+                        error=None if ok else _compile_error_line(e.text or ""),
+                    )
+                )
             if e.output is not None:
                 outputs[e.seed_index] = e.output
             if not ok:
@@ -427,22 +519,49 @@ class Checker:
 
         failed_compiles = [c.target for c in verdict.compiles if not c.ok]
         if outcome.violation:
-            failures.insert(0, (ErrorClass.PROTOCOL_VIOLATION, f"the candidate's process broke the worker protocol: "
-                                f"{outcome.violation}; the run was stopped", None))
+            failures.insert(
+                0,
+                (
+                    ErrorClass.PROTOCOL_VIOLATION,
+                    f"the candidate's process broke the worker protocol: {outcome.violation}; the run was stopped",
+                    None,
+                ),
+            )
         elif outcome.killed_for and not failures:
             failures.append(self._killed(outcome.killed_for))
         if not failures and not outcome.finished:
             code = outcome.returncode
             # Inside bubblewrap the sandbox's init reports a child killed by signal N as exit status 128 + N.
-            signal_number = -code if code is not None and code < 0 else (
-                code - 128 if outcome.isolation is sandbox.Isolation.BUBBLEWRAP and code is not None and 128 < code < 128 + 65 else None)
+            signal_number = (
+                -code
+                if code is not None and code < 0
+                else (
+                    code - 128
+                    if outcome.isolation is sandbox.Isolation.BUBBLEWRAP and code is not None and 128 < code < 128 + 65
+                    else None
+                )
+            )
             if signal_number:
-                failures.append((ErrorClass.KILLED_BY_SIGNAL, f"the candidate's process died from signal {_signal_name(signal_number)}", None))
+                failures.append(
+                    (
+                        ErrorClass.KILLED_BY_SIGNAL,
+                        f"the candidate's process died from signal {_signal_name(signal_number)}",
+                        None,
+                    )
+                )
             else:
-                failures.append((ErrorClass.EXITED, f"the candidate's process exited with status {code} before the check finished", None))
+                failures.append(
+                    (
+                        ErrorClass.EXITED,
+                        f"the candidate's process exited with status {code} before the check finished",
+                        None,
+                    )
+                )
 
         if not failures and traced is None and outcome.finished:
-            failures.append((ErrorClass.PROTOCOL_VIOLATION, "the worker reported 'finished' before tracing the candidate", None))
+            failures.append(
+                (ErrorClass.PROTOCOL_VIOLATION, "the worker reported 'finished' before tracing the candidate", None)
+            )
         if not failures:
             failures += self._full_size(w, traced, verdict)
             progress("compare")
@@ -451,24 +570,38 @@ class Checker:
                 failures.append(failure)
 
         if not failures and require_pallas and not any(mosaic_kernels.values()):
-            failures.append((ErrorClass.NO_PALLAS_CALL, "no Pallas kernel in workload(): the lowered program holds no Mosaic "
-                             "kernel (tpu_custom_call); this benchmark asks for a Pallas kernel"
-                             + (f" (the trace listed {verdict.pallas_calls} pallas_call(s) that did not reach the program)"
-                                if verdict.pallas_calls else ""), None))
+            failures.append(
+                (
+                    ErrorClass.NO_PALLAS_CALL,
+                    "no Pallas kernel in workload(): the lowered program holds no Mosaic "
+                    "kernel (tpu_custom_call); this benchmark asks for a Pallas kernel"
+                    + (
+                        f" (the trace listed {verdict.pallas_calls} pallas_call(s) that did not reach the program)"
+                        if verdict.pallas_calls
+                        else ""
+                    ),
+                    None,
+                )
+            )
         if not failures and require_pallas and traced is not None and traced.work is not None:
             failure = self._work_share(w, traced.work, verdict)
             if failure:
                 failures.append(failure)
 
         if w.degenerate_output:
-            verdict.warnings.append("this workload's output is near-constant: an all-zeros or constant output passes JAXBench's own check (see the workload notes)")
+            verdict.warnings.append(
+                "this workload's output is near-constant: an all-zeros or constant output passes JAXBench's own check (see the workload notes)"
+            )
         if failures:
             cls, text, stage = failures[0]
             preface = ""
             if stage is Stage.COMPILE and len(verdict.compiles) > 1:
                 ok_targets = [c.target for c in verdict.compiles if c.ok]
-                preface = (f"compile failed for {', '.join(failed_compiles)}" + (f" (ok for {', '.join(ok_targets)})" if ok_targets
-                           else "") + f"; the first failure ({failed_compiles[0]}):\n")
+                preface = (
+                    f"compile failed for {', '.join(failed_compiles)}"
+                    + (f" (ok for {', '.join(ok_targets)})" if ok_targets else "")
+                    + f"; the first failure ({failed_compiles[0]}):\n"
+                )
             self._fail(verdict, cls, text, stage, preface)
 
     @staticmethod
@@ -481,29 +614,46 @@ class Checker:
             return []
         failures = []
         if traced.outline is not None and traced.run_outline is not None:
-            difference = coverage.first_difference(traced.run_outline, traced.outline, (f"{verdict.size} size", "full size"))
+            difference = coverage.first_difference(
+                traced.run_outline, traced.outline, (f"{verdict.size} size", "full size")
+            )
             if difference is not None:
-                failures.append((ErrorClass.SIZE_DEPENDENT_PROGRAM, "workload() traces to a different program at the "
-                                 f"{verdict.size} size than at full size: {difference['text']}", None))
+                failures.append(
+                    (
+                        ErrorClass.SIZE_DEPENDENT_PROGRAM,
+                        "workload() traces to a different program at the "
+                        f"{verdict.size} size than at full size: {difference['text']}",
+                        None,
+                    )
+                )
         if traced.coverage is not None:
             for finding in traced.coverage.findings:
                 verdict.full_size_findings.append(finding.message)
                 if finding.kind == "unread_input" and finding.operand.split(" (")[0] in w.sparse_inputs:
-                    verdict.warnings.append(f"{finding.message} ({finding.operand.split(' (')[0]} is sparse: a kernel may "
-                                            "skip parts of it)")
+                    verdict.warnings.append(
+                        f"{finding.message} ({finding.operand.split(' (')[0]} is sparse: a kernel may skip parts of it)"
+                    )
                     continue
                 cls = ErrorClass.UNWRITTEN_OUTPUT if finding.kind == "unwritten_output" else ErrorClass.UNREAD_INPUT
                 failures.append((cls, finding.message, None))
         # An unwritten output decides over an unread input: it is the more direct fault.
-        failures.sort(key=lambda f: [ErrorClass.SIZE_DEPENDENT_PROGRAM, ErrorClass.UNWRITTEN_OUTPUT, ErrorClass.UNREAD_INPUT].index(f[0]))
+        failures.sort(
+            key=lambda f: [
+                ErrorClass.SIZE_DEPENDENT_PROGRAM,
+                ErrorClass.UNWRITTEN_OUTPUT,
+                ErrorClass.UNREAD_INPUT,
+            ].index(f[0])
+        )
         return failures[:1]
 
     @staticmethod
     def _work_share(w, work: protocol.Work, verdict: Verdict) -> tuple[ErrorClass, str, None] | None:
         from jaxbench_mcp import coverage
 
-        share = coverage.work_share({"flops": work.kernel_flops, "bytes": work.kernel_bytes, "exact": work.exact},
-                                    None if work.outside_flops is None else {"flops": work.outside_flops, "bytes": work.outside_bytes})
+        share = coverage.work_share(
+            {"flops": work.kernel_flops, "bytes": work.kernel_bytes, "exact": work.exact},
+            None if work.outside_flops is None else {"flops": work.outside_flops, "bytes": work.outside_bytes},
+        )
         judged = coverage.judge_work_share(share, w.flops("full"), w.io_bytes("full"))
         verdict.pallas_work = judged["reason"]
         if judged["error_class"]:
@@ -512,44 +662,87 @@ class Checker:
 
     def _killed(self, killed_for: str) -> tuple[ErrorClass, str, None]:
         if killed_for == "memory":
-            return (ErrorClass.MEMORY_LIMIT, f"the worker exceeded the memory limit of {self.limits.memory_bytes / 2**30:.1f} GiB and was killed", None)
+            return (
+                ErrorClass.MEMORY_LIMIT,
+                f"the worker exceeded the memory limit of {self.limits.memory_bytes / 2**30:.1f} GiB and was killed",
+                None,
+            )
         if killed_for == "disk":
-            return (ErrorClass.PROTOCOL_VIOLATION, f"the candidate wrote more than {self.limits.max_job_dir_bytes / 2**30:.1f} GiB into "
-                    "its job directory and was killed", None)
+            return (
+                ErrorClass.PROTOCOL_VIOLATION,
+                f"the candidate wrote more than {self.limits.max_job_dir_bytes / 2**30:.1f} GiB into "
+                "its job directory and was killed",
+                None,
+            )
         stage = killed_for.split(":", 1)[1]
         if stage == "overall":
             return (ErrorClass.STAGE_TIMEOUT, "the job ran past its overall time limit; the worker was killed", None)
-        return (ErrorClass.STAGE_TIMEOUT, f"stage '{stage}' ran longer than its limit of {self.limits.for_stage(Stage(stage)):.0f} s; "
-                "the worker was killed", None)
+        return (
+            ErrorClass.STAGE_TIMEOUT,
+            f"stage '{stage}' ran longer than its limit of {self.limits.for_stage(Stage(stage)):.0f} s; "
+            "the worker was killed",
+            None,
+        )
 
     def _compare(self, truths: list[Truth], outcome: RunOutcome, outputs: dict[int, protocol.Output], verdict: Verdict):
         for index, t in enumerate(truths):
             info = outputs.get(index)
             if info is None and outcome.finished:
-                return (ErrorClass.PROTOCOL_VIOLATION, "the worker reported 'finished' before every seed's run was done", None)
+                return (
+                    ErrorClass.PROTOCOL_VIOLATION,
+                    "the worker reported 'finished' before every seed's run was done",
+                    None,
+                )
             if info is None:
                 return (ErrorClass.EXITED, "the candidate's process stopped before producing every output", None)
             if info.leaves != 1:
-                return (ErrorClass.SHAPE_MISMATCH, f"workload() returns {info.leaves} arrays; this workload returns exactly one", None)
+                return (
+                    ErrorClass.SHAPE_MISMATCH,
+                    f"workload() returns {info.leaves} arrays; this workload returns exactly one",
+                    None,
+                )
             if tuple(info.shape) != tuple(t.truth.shape):
-                return (ErrorClass.SHAPE_MISMATCH, f"seed {index}: output shape {info.shape} but the workload returns {list(t.truth.shape)}", None)
+                return (
+                    ErrorClass.SHAPE_MISMATCH,
+                    f"seed {index}: output shape {info.shape} but the workload returns {list(t.truth.shape)}",
+                    None,
+                )
             try:
                 # float64 at most, plus the .npy header: anything larger is not the output it claims to be.
                 data = read_job_file(outcome.job_dir, info.path, t.truth.size * 8 + 4096)
                 candidate = np.load(io.BytesIO(data), allow_pickle=False)
             except (protocol.ProtocolViolation, ValueError, OSError, EOFError) as exc:
-                return (ErrorClass.PROTOCOL_VIOLATION, f"seed {index}: the output file is not a valid array ({exc})", None)
+                return (
+                    ErrorClass.PROTOCOL_VIOLATION,
+                    f"seed {index}: the output file is not a valid array ({exc})",
+                    None,
+                )
             if candidate.dtype.kind not in "biuf":  # the worker writes numbers; strings or objects are a forgery
-                return (ErrorClass.PROTOCOL_VIOLATION, f"seed {index}: the output file holds {candidate.dtype}, not numbers", None)
+                return (
+                    ErrorClass.PROTOCOL_VIOLATION,
+                    f"seed {index}: the output file holds {candidate.dtype}, not numbers",
+                    None,
+                )
             if tuple(candidate.shape) != tuple(info.shape):
-                return (ErrorClass.PROTOCOL_VIOLATION, f"seed {index}: the output file holds shape {list(candidate.shape)}, "
-                        f"not the {info.shape} its report claims", None)
+                return (
+                    ErrorClass.PROTOCOL_VIOLATION,
+                    f"seed {index}: the output file holds shape {list(candidate.shape)}, "
+                    f"not the {info.shape} its report claims",
+                    None,
+                )
             t0 = time.monotonic()
             report, cls, message = compare(candidate, info.dtype, t, index)
             if report:
                 verdict.seeds.append(report)
-            verdict.stages.append(StageReport(stage=Stage.COMPARE, ok=cls is None, seconds=round(time.monotonic() - t0, 4),
-                                              produced_by=_produced_by(self.tier, Stage.COMPARE), detail=f"seed {index}"))
+            verdict.stages.append(
+                StageReport(
+                    stage=Stage.COMPARE,
+                    ok=cls is None,
+                    seconds=round(time.monotonic() - t0, 4),
+                    produced_by=_produced_by(self.tier, Stage.COMPARE),
+                    detail=f"seed {index}",
+                )
+            )
             if cls is not None:
                 verdict.jaxbench_compatible = all(s.jaxbench_allclose for s in verdict.seeds) if verdict.seeds else None
                 return (cls, f"seed {index}: {message}", None)

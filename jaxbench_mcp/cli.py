@@ -44,7 +44,9 @@ def _emit(model, as_json: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from jaxbench_mcp import __version__
 
-    parser = _Parser(prog="jaxbench-mcp", description="Workloads, docs, checks and profiles for Pallas TPU kernels (JAXBench).")
+    parser = _Parser(
+        prog="jaxbench-mcp", description="Workloads, docs, checks and profiles for Pallas TPU kernels (JAXBench)."
+    )
     parser.add_argument("--version", action="version", version=f"jaxbench-mcp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -65,17 +67,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address; any but loopback needs a bearer token")
     p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--token-file", type=Path, metavar="PATH",
-                   help="HTTP: require 'Authorization: Bearer <the file's content>' (or set JAXBENCH_MCP_TOKEN)")
-    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME[:PORT]",
-                   help="HTTP: a Host name clients may use besides the loopback names and the bind address "
-                        "(DNS-rebinding protection); repeat for more")
-    p.add_argument("--show-expert-source", action="store_true",
-                   help="let get_workload return the expert kernel's source (hidden by default, as in JAXBench)")
-    p.add_argument("--ray", metavar="ADDRESS", help="run checks and profiles on a Ray cluster of hosts (HEAD:6379, or 'auto' on a "
-                                                    "node of it); needs the fleet extra")
-    p.add_argument("--host-slots", type=int, metavar="N", help="with --ray: checks each host runs at once (default: the host's "
-                                                               "own, 1 on a TPU host, its CPU count elsewhere)")
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="PATH",
+        help="HTTP: require 'Authorization: Bearer <the file's content>' (or set JAXBENCH_MCP_TOKEN)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="HTTP: a Host name clients may use besides the loopback names and the bind address "
+        "(DNS-rebinding protection); repeat for more",
+    )
+    p.add_argument(
+        "--show-expert-source",
+        action="store_true",
+        help="let get_workload return the expert kernel's source (hidden by default, as in JAXBench)",
+    )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run checks and profiles on a Ray cluster of hosts (HEAD:6379, or 'auto' on a "
+        "node of it); needs the fleet extra",
+    )
+    p.add_argument(
+        "--host-slots",
+        type=int,
+        metavar="N",
+        help="with --ray: checks each host runs at once (default: the host's "
+        "own, 1 on a TPU host, its CPU count elsewhere)",
+    )
 
     p = sub.add_parser("check", help="compile and check a candidate kernel (exit 0 only when correct)")
     p.add_argument("--workload", required=True, help="JAXBench id, e.g. 8p_GEMM")
@@ -86,7 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-no-pallas", action="store_true", help="do not require a pallas_call")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("profile", help="how fast a correct kernel is, next to XLA and the expert kernel (exit 0 when profiled)")
+    p = sub.add_parser(
+        "profile", help="how fast a correct kernel is, next to XLA and the expert kernel (exit 0 when profiled)"
+    )
     p.add_argument("--workload", required=True, help="JAXBench id, e.g. 8p_GEMM")
     p.add_argument("--kernel", required=True, type=Path, help="Python file defining workload(*inputs)")
     p.add_argument("--target", help="comma-separated TPU generations: v4,v5e,v5p,v6e,7x")
@@ -104,21 +129,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="the TPU generation to compile and estimate for (default: the host's)")
     p.add_argument("--force", action="store_true", help="re-run attempts whose results are cached")
     p.add_argument("--jobs", type=int, help="attempts checked at once (default: the executor's slots)")
-    p.add_argument("--ray", metavar="ADDRESS", help="check and profile on a Ray cluster of hosts (HEAD:6379); needs the fleet extra")
-    p.add_argument("--host-slots", type=int, metavar="N", help="with --ray: checks each host runs at once (default: the host's own)")
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="check and profile on a Ray cluster of hosts (HEAD:6379); needs the fleet extra",
+    )
+    p.add_argument(
+        "--host-slots",
+        type=int,
+        metavar="N",
+        help="with --ray: checks each host runs at once (default: the host's own)",
+    )
     p.add_argument("--json", action="store_true", help="print summary.json instead of the table")
 
-    p = sub.add_parser("estimate", help="static estimate of any function holding Pallas kernels (exit 0 when estimated)")
+    p = sub.add_parser(
+        "estimate", help="static estimate of any function holding Pallas kernels (exit 0 when estimated)"
+    )
     p.add_argument("function", metavar="FILE.py:FUNCTION", help="the function to estimate (the file runs sandboxed)")
-    p.add_argument("--args", required=True, help="comma-separated: bf16[8192,8192] (abstract), int32[4]=[1,2,3,4] "
-                                                 "(small, concrete), or a Python literal (a static argument)")
+    p.add_argument(
+        "--args",
+        required=True,
+        help="comma-separated: bf16[8192,8192] (abstract), int32[4]=[1,2,3,4] "
+        "(small, concrete), or a Python literal (a static argument)",
+    )
     p.add_argument("--target", help="comma-separated TPU generations: v4,v5e,v5p,v6e,7x (default v6e)")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("tune", help="compile every block-size variant, estimate, check the best few (exit 0 when one passes)")
+    p = sub.add_parser(
+        "tune", help="compile every block-size variant, estimate, check the best few (exit 0 when one passes)"
+    )
     p.add_argument("--workload", required=True, help="JAXBench id, e.g. 8p_GEMM")
-    p.add_argument("--kernel", required=True, type=Path, help="Python file defining workload(*inputs) and the block sizes")
-    p.add_argument("--params", required=True, help='JSON: module-level names and their candidate values, e.g. \'{"BM": [256, 512]}\'')
+    p.add_argument(
+        "--kernel", required=True, type=Path, help="Python file defining workload(*inputs) and the block sizes"
+    )
+    p.add_argument(
+        "--params",
+        required=True,
+        help="JSON: module-level names and their candidate values, e.g. '{\"BM\": [256, 512]}'",
+    )
     p.add_argument("--target", help="the TPU generation to estimate for (default: the host's)")
     p.add_argument("--check-top", type=int, default=3, help="how many of the best variants to check for correctness")
     p.add_argument("--max-variants", type=int, default=48, help="at most this many variants are compiled")
@@ -135,7 +183,13 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from jaxbench_mcp import api, docs, targets, workloads
 
-    agent_errors = (workloads.UnknownWorkload, workloads.UnknownSize, targets.UnknownTarget, docs.UnknownTopic, ValueError)
+    agent_errors = (
+        workloads.UnknownWorkload,
+        workloads.UnknownSize,
+        targets.UnknownTarget,
+        docs.UnknownTopic,
+        ValueError,
+    )
     try:
         if args.command == "list":
             _emit(api.list_workloads(tier=args.tier, operator=args.operator), args.json)
@@ -156,8 +210,14 @@ def main(argv: list[str] | None = None) -> None:
             bench = api.JaxBench.one_shot()
             try:
                 if args.command == "check":
-                    result = verdict = bench.check_kernel(args.workload, args.kernel.read_text(), args.target, args.size,
-                                                          args.seeds, require_pallas=not args.allow_no_pallas)
+                    result = verdict = bench.check_kernel(
+                        args.workload,
+                        args.kernel.read_text(),
+                        args.target,
+                        args.size,
+                        args.seeds,
+                        require_pallas=not args.allow_no_pallas,
+                    )
                 else:
                     result = bench.profile_kernel(args.workload, args.kernel.read_text(), args.target)
                     verdict = result.verdict
@@ -186,11 +246,20 @@ def _campaign(args) -> None:
             return
         bench = _fleet_bench(args.ray, args.host_slots) if args.ray else None
         try:
-            summary = campaign.evaluate(args.run_dir, bench, target=args.target, force=args.force, progress=campaign.ProgressBar(),
-                                        jobs=args.jobs)
+            summary = campaign.evaluate(
+                args.run_dir,
+                bench,
+                target=args.target,
+                force=args.force,
+                progress=campaign.ProgressBar(),
+                jobs=args.jobs,
+            )
         except KeyboardInterrupt:
-            _fail(f"interrupted: the finished attempts are in {args.run_dir / campaign.RESULTS_FILE} and cached; "
-                  "run the same command again to resume", code=130)
+            _fail(
+                f"interrupted: the finished attempts are in {args.run_dir / campaign.RESULTS_FILE} and cached; "
+                "run the same command again to resume",
+                code=130,
+            )
         finally:
             if bench is not None:
                 bench.close()
@@ -256,8 +325,10 @@ def _serve(args) -> None:
         # Ctrl-C: the shutdown handlers above kill the workers and exit at once (the stdin reader would block a
         # clean exit). Over HTTP, uvicorn takes the signals while it runs and closes the server's lifespan.
         if sys.stdin.isatty():
-            sys.stderr.write("jaxbench-mcp: MCP server on stdio, waiting for an MCP client on stdin "
-                             "(an agent starts this command itself; Ctrl-C stops it)\n")
+            sys.stderr.write(
+                "jaxbench-mcp: MCP server on stdio, waiting for an MCP client on stdin "
+                "(an agent starts this command itself; Ctrl-C stops it)\n"
+            )
         server.run("stdio")
     else:
         serve_http(server, args.host, args.port, security)

@@ -91,10 +91,12 @@ RAW = Calibration()
 # (overlap_loss 1.0): an empirical correction, not a statement about the hardware. Generations without usable
 # measurements (v4; v6e, whose tokamax data is held out for acceptance) keep the raw model.
 CALIBRATION: dict[str, Calibration] = {
-    "7x": Calibration(compute_scale=0.8, hbm_efficiency=0.6, overlap_loss=1.0,
-                      fitted_on="calibrated on 30 tokamax 7x configs"),
-    "v5p": Calibration(compute_scale=0.6, hbm_efficiency=1.0, overlap_loss=1.0,
-                       fitted_on="calibrated on 24 tokamax v5p configs"),
+    "7x": Calibration(
+        compute_scale=0.8, hbm_efficiency=0.6, overlap_loss=1.0, fitted_on="calibrated on 30 tokamax 7x configs"
+    ),
+    "v5p": Calibration(
+        compute_scale=0.6, hbm_efficiency=1.0, overlap_loss=1.0, fitted_on="calibrated on 24 tokamax v5p configs"
+    ),
 }
 
 
@@ -114,11 +116,15 @@ class KernelCost:
         return max(self.compute_s, self.memory_s) + self.exposed_s + self.overhead_s
 
 
-def kernel_cost(bundles: int, steps: int, hbm_bytes: float, generation: str, spb: float,
-                run_ratio: float = 1.0) -> KernelCost:
+def kernel_cost(
+    bundles: int, steps: int, hbm_bytes: float, generation: str, spb: float, run_ratio: float = 1.0
+) -> KernelCost:
     """The raw model on flat counts: every bundle runs `run_ratio` times per step, memory and compute overlap."""
-    return KernelCost(compute_s=bundles * steps * run_ratio * spb,
-                      memory_s=hbm_bytes / targets.chip_facts(generation).hbm_bytes_per_second, overhead_s=steps * STEP_OVERHEAD_S)
+    return KernelCost(
+        compute_s=bundles * steps * run_ratio * spb,
+        memory_s=hbm_bytes / targets.chip_facts(generation).hbm_bytes_per_second,
+        overhead_s=steps * STEP_OVERHEAD_S,
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -131,8 +137,16 @@ def megacore_cores(generation: str) -> int:
     return 2 if pltpu.ChipVersion(version).supports_megacore else 1
 
 
-def executed_bundles(depth_bundles, bundles: int, steps: int, has_grid_loop: bool, body_ratio: float,
-                     loop_ratio: float, flat_ratio: float, in_kernel_loops: int) -> float:
+def executed_bundles(
+    depth_bundles,
+    bundles: int,
+    steps: int,
+    has_grid_loop: bool,
+    body_ratio: float,
+    loop_ratio: float,
+    flat_ratio: float,
+    in_kernel_loops: int,
+) -> float:
     """Bundles a whole run executes, from the schedule's bundles per loop depth.
 
     With a grid loop (a gridded kernel of more than one step), depth 0 is the code around the grid (once),
@@ -158,42 +172,68 @@ def executed_bundles(depth_bundles, bundles: int, steps: int, has_grid_loop: boo
 MXU_PUSH_FLOPS = 2 * 8 * 128 * 128
 
 
-def pipelined_cost(executed: float, steps: int, hbm_bytes: float, generation: str, spb: float,
-                   calibration: Calibration = RAW, pipeline_stages: float | None = None, cores: int = 1,
-                   mxu_pushes: float = 0.0) -> KernelCost:
+def pipelined_cost(
+    executed: float,
+    steps: int,
+    hbm_bytes: float,
+    generation: str,
+    spb: float,
+    calibration: Calibration = RAW,
+    pipeline_stages: float | None = None,
+    cores: int = 1,
+    mxu_pushes: float = 0.0,
+) -> KernelCost:
     """Seconds from executed bundles and moved bytes (chip facts are per TensorCore). Compute is never below the
     executed matmul work at the MXUs' peak (the bundle count can undercount it: a loop body whose branches hold
     differently sized matmuls). A pipeline of n stages hides all but about 1/n of the smaller of compute and
     memory (the first fetch, the last write-back); the calibration may say it hides less. `cores` TensorCores
     share the work (a megacore chip's parallel grid)."""
     chip = targets.chip_facts(generation)
-    compute = max(executed * spb, mxu_pushes * MXU_PUSH_FLOPS / chip.peak_bf16_flops) * calibration.compute_scale / cores
+    compute = (
+        max(executed * spb, mxu_pushes * MXU_PUSH_FLOPS / chip.peak_bf16_flops) * calibration.compute_scale / cores
+    )
     memory = hbm_bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency * cores)
     stages = max(1.0, pipeline_stages if pipeline_stages is not None else float(steps))
     exposed = min(compute, memory) * max(1.0 / stages, calibration.overlap_loss)
-    return KernelCost(compute_s=compute, memory_s=memory, overhead_s=steps * calibration.step_overhead_s / cores,
-                      exposed_s=exposed)
+    return KernelCost(
+        compute_s=compute, memory_s=memory, overhead_s=steps * calibration.step_overhead_s / cores, exposed_s=exposed
+    )
 
 
 def outside_seconds(ops, generation: str, calibration: Calibration = RAW) -> list[float]:
     """Seconds of each XLA op around the kernels (all its runs): its own roofline, plus a fixed cost per run."""
     chip = targets.chip_facts(generation)
-    return [op.count * (max(op.flops / chip.peak_bf16_flops, op.bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency))
-                        + calibration.xla_op_overhead_s) for op in ops]
+    return [
+        op.count
+        * (
+            max(op.flops / chip.peak_bf16_flops, op.bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency))
+            + calibration.xla_op_overhead_s
+        )
+        for op in ops
+    ]
 
 
 # What to change for each bottleneck (one or two concrete moves) and where to read about it.
 BOTTLENECK_ADVICE = {
-    "grid-step-overhead-bound": ("fewer, larger grid steps: grow the block sizes (as far as VMEM allows) so that "
-                                 "each step does more work", "performance#block-size-vmem"),
-    "memory-bound": ("move fewer HBM bytes: larger blocks along the axes that re-fetch an operand (its index map "
-                     "changes between consecutive steps), or fuse the work around the kernel into it",
-                     "performance#roofline"),
-    "MXU-bound": ("already limited by the matmul units: keep matmul tiles multiples of the MXU size and in bf16; "
-                  "skip work that is masked out (pl.when on the block index)", "performance#mxu-shapes"),
-    "vector-unit-bound": ("the vector units limit it: move elementwise work off the per-step path (hoist it out of "
-                          "the innermost loop, do it once per output block), use bf16 where precision allows",
-                          "performance#reading-profile"),
+    "grid-step-overhead-bound": (
+        "fewer, larger grid steps: grow the block sizes (as far as VMEM allows) so that each step does more work",
+        "performance#block-size-vmem",
+    ),
+    "memory-bound": (
+        "move fewer HBM bytes: larger blocks along the axes that re-fetch an operand (its index map "
+        "changes between consecutive steps), or fuse the work around the kernel into it",
+        "performance#roofline",
+    ),
+    "MXU-bound": (
+        "already limited by the matmul units: keep matmul tiles multiples of the MXU size and in bf16; "
+        "skip work that is masked out (pl.when on the block index)",
+        "performance#mxu-shapes",
+    ),
+    "vector-unit-bound": (
+        "the vector units limit it: move elementwise work off the per-step path (hoist it out of "
+        "the innermost loop, do it once per output block), use bf16 where precision allows",
+        "performance#reading-profile",
+    ),
 }
 
 

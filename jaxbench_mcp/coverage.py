@@ -24,8 +24,7 @@ from jaxbench_mcp import kernel_analysis as ka
 # Primitives that only relabel elements: every element of the result is one element of the operand and
 # vice versa. An operand reached from a workload input through these alone is still "that input" (all of
 # it is read exactly when all of the operand is), though a region is then named in the operand's layout.
-_RELABEL = {"reshape", "squeeze", "expand_dims", "transpose", "convert_element_type", "copy", "copy_p",
-            "reshard"}
+_RELABEL = {"reshape", "squeeze", "expand_dims", "transpose", "convert_element_type", "copy", "copy_p", "reshard"}
 
 # Primitives whose result depends on every element of every array operand (elementwise maps, reductions,
 # contractions, layout changes, concatenation). Garbage in any operand element can reach the result, so a
@@ -34,13 +33,72 @@ _RELABEL = {"reshape", "squeeze", "expand_dims", "transpose", "convert_element_t
 # that may drop or overwrite elements (a kernel may legitimately leave a region that is later sliced
 # away or overwritten unwritten).
 _DENSE = _RELABEL | {
-    "transpose", "broadcast_in_dim", "concatenate", "rev",
-    "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or", "argmax", "argmin",
-    "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "dot_general",
-    "neg", "abs", "sign", "floor", "ceil", "round", "exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic",
-    "sqrt", "rsqrt", "cbrt", "sin", "cos", "tan", "erf", "erfc", "erf_inv", "square", "integer_pow", "pow",
-    "add", "sub", "mul", "div", "rem", "max", "min", "atan2", "nextafter", "is_finite", "not", "and", "or", "xor",
-    "eq", "ne", "lt", "le", "gt", "ge", "clamp", "stop_gradient", "optimization_barrier",
+    "transpose",
+    "broadcast_in_dim",
+    "concatenate",
+    "rev",
+    "reduce_sum",
+    "reduce_max",
+    "reduce_min",
+    "reduce_prod",
+    "reduce_and",
+    "reduce_or",
+    "argmax",
+    "argmin",
+    "cumsum",
+    "cumprod",
+    "cummax",
+    "cummin",
+    "cumlogsumexp",
+    "dot_general",
+    "neg",
+    "abs",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log1p",
+    "tanh",
+    "logistic",
+    "sqrt",
+    "rsqrt",
+    "cbrt",
+    "sin",
+    "cos",
+    "tan",
+    "erf",
+    "erfc",
+    "erf_inv",
+    "square",
+    "integer_pow",
+    "pow",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "rem",
+    "max",
+    "min",
+    "atan2",
+    "nextafter",
+    "is_finite",
+    "not",
+    "and",
+    "or",
+    "xor",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "clamp",
+    "stop_gradient",
+    "optimization_barrier",
 }
 
 # A coverage lattice larger than this (cells) is not analysed: the operand is reported as unknown.
@@ -109,7 +167,8 @@ class _Flat:
                         self.alias[outer] = inner
                 continue
             if name not in ka._KERNELS and any(
-                    e.primitive.name in ka._KERNELS for sub in ka._sub_jaxprs(eqn) for e in ka._walk_eqns(sub)):
+                e.primitive.name in ka._KERNELS for sub in ka._sub_jaxprs(eqn) for e in ka._walk_eqns(sub)
+            ):
                 self.in_loop_kernels += 1
             self.eqns.append((eqn, [self.canon(v) for v in eqn.invars], [self.canon(v) for v in eqn.outvars]))
 
@@ -125,7 +184,8 @@ def _index_map_reads_prefetch(bm, num_grid: int) -> bool:
     if not prefetch:
         return False
     return any(v in prefetch for e in ka._walk_eqns(jaxpr) for v in e.invars if _is_var(v)) or any(
-        v in prefetch for v in jaxpr.outvars if _is_var(v))
+        v in prefetch for v in jaxpr.outvars if _is_var(v)
+    )
 
 
 def _block_starts(bm, grid: list, points) -> list:
@@ -178,12 +238,15 @@ def _uses_of_kernel(eqn, kernel_index: int) -> tuple[list[_Use], list[_Use]]:
     dynamic = any(g is None for g in grid)
     points = None
     if not dynamic:
-        points = (np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid
-                  else np.zeros((0, 1), np.int32))
+        points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
     for k, bm in enumerate(mapping.block_mappings):
-        use = _Use(kernel=name, kernel_index=kernel_index, operand_index=k if k < nin else k - nin,
-                   grid=[g if g is not None else "dynamic" for g in grid],
-                   block_shape=[ka._block_dim(d) for d in bm.block_shape])
+        use = _Use(
+            kernel=name,
+            kernel_index=kernel_index,
+            operand_index=k if k < nin else k - nin,
+            grid=[g if g is not None else "dynamic" for g in grid],
+            block_shape=[ka._block_dim(d) for d in bm.block_shape],
+        )
         (ins if k < nin else outs).append(use)
         if ka._stays_in_hbm(bm):
             use.unknown = "stays in HBM (memory_space=ANY): the kernel copies it by hand"
@@ -267,8 +330,9 @@ def _boxes(missing: np.ndarray, breaks: list) -> tuple[list, int]:
             stop = int(np.argmin(full)) if not full.all() else full.size
             end[d] = start[d] + max(stop, 1)
         mask[tuple(slice(s, e) for s, e in zip(start, end))] = False
-        boxes.append((tuple(int(breaks[d][start[d]]) for d in range(nd)),
-                      tuple(int(breaks[d][end[d]]) for d in range(nd))))
+        boxes.append(
+            (tuple(int(breaks[d][start[d]]) for d in range(nd)), tuple(int(breaks[d][end[d]]) for d in range(nd)))
+        )
     return boxes, int(mask.any())
 
 
@@ -290,11 +354,21 @@ def _finding(kind: str, name: str, shape: tuple, uses: list[_Use], result) -> di
         "region": "; ".join(regions) + (" and more" if more else ""),
         "uncovered_elements": uncovered,
         "fraction_uncovered": uncovered / total if total else 0.0,
-        "kernels": [{"kernel": u.kernel, "kernel_index": u.kernel_index, "operand_index": u.operand_index,
-                     "grid": u.grid, "block_shape": u.block_shape} for u in uses],
+        "kernels": [
+            {
+                "kernel": u.kernel,
+                "kernel_index": u.kernel_index,
+                "operand_index": u.operand_index,
+                "grid": u.grid,
+                "block_shape": u.block_shape,
+            }
+            for u in uses
+        ],
         # the first use, for a one-line message
-        "kernel": uses[0].kernel, "operand_index": uses[0].operand_index,
-        "grid": uses[0].grid, "block_shape": uses[0].block_shape,
+        "kernel": uses[0].kernel,
+        "operand_index": uses[0].operand_index,
+        "grid": uses[0].grid,
+        "block_shape": uses[0].block_shape,
     }
 
 
@@ -341,12 +415,20 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
     """
     flat = _Flat(closed)
     in_names = list(input_names) if input_names is not None else [f"input {i}" for i in range(len(flat.invars))]
-    out_names = list(output_names) if output_names is not None else (
-        ["output"] if len(flat.outvars) == 1 else [f"output {i}" for i in range(len(flat.outvars))])
+    out_names = (
+        list(output_names)
+        if output_names is not None
+        else (["output"] if len(flat.outvars) == 1 else [f"output {i}" for i in range(len(flat.outvars))])
+    )
     findings, unknown, not_judged = [], [], []
     if flat.in_loop_kernels:
-        unknown.append({"operand": None, "kernel": None,
-                        "reason": f"{flat.in_loop_kernels} kernel call(s) inside a loop or a branch are not judged"})
+        unknown.append(
+            {
+                "operand": None,
+                "kernel": None,
+                "reason": f"{flat.in_loop_kernels} kernel call(s) inside a loop or a branch are not judged",
+            }
+        )
 
     # Where each value comes from (a workload input, possibly relabelled) and who reads each value.
     origin = {}
@@ -369,7 +451,9 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
         name = eqn.primitive.name
         if name in ka._MESH_KERNELS:
             kernel_count += 1
-            unknown.append({"operand": None, "kernel": name, "reason": "a pl.kernel / core_map kernel has no BlockSpecs"})
+            unknown.append(
+                {"operand": None, "kernel": name, "reason": "a pl.kernel / core_map kernel has no BlockSpecs"}
+            )
         elif name == "pallas_call":
             kernel_count += 1
             kernel_uses[position] = _uses_of_kernel(eqn, kernel_count - 1)
@@ -417,8 +501,17 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
             if tuple(var.aval.shape) != src.view:
                 other = other or "it is read through different reshapes"
                 continue
-            src.uses.append(_Use(kernel="slice", kernel_index=-1, operand_index=0, grid=[], block_shape=[],
-                                 lo=[np.array([s]) for s in start], hi=[np.array([e]) for e in limit]))
+            src.uses.append(
+                _Use(
+                    kernel="slice",
+                    kernel_index=-1,
+                    operand_index=0,
+                    grid=[],
+                    block_shape=[],
+                    lo=[np.array([s]) for s in start],
+                    hi=[np.array([e]) for e in limit],
+                )
+            )
         base = in_names[i] if i < len(in_names) else f"input {i}"
         name = _view_name(base, tuple(v.aval.shape), src.view, src.relabelled)
         blocked = [u for u in src.uses if u.unknown]
@@ -433,8 +526,11 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
         if isinstance(result, str):
             unknown.append({"operand": name, "kernel": src.uses[0].kernel, "reason": result})
         elif result[1]:
-            findings.append(_finding("unread_input", name, src.view,
-                                     [u for u in src.uses if u.kernel_index >= 0] or src.uses, result))
+            findings.append(
+                _finding(
+                    "unread_input", name, src.view, [u for u in src.uses if u.kernel_index >= 0] or src.uses, result
+                )
+            )
 
     # ---- outputs: which values reach a program output through dense operations only
     # var -> (the program output it reaches, reached through relabelling only?)
@@ -458,9 +554,14 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
         aliased = {o for _, o in eqn.params.get("input_output_aliases", ())}
         for k, (var, use) in enumerate(zip(outs, out_uses)):
             if var not in needed or k in aliased:
-                not_judged.append({"operand": f"{use.kernel} output {k}",
-                                   "reason": "aliased to an input" if k in aliased else
-                                   "it does not reach a program output through operations that use every element"})
+                not_judged.append(
+                    {
+                        "operand": f"{use.kernel} output {k}",
+                        "reason": "aliased to an input"
+                        if k in aliased
+                        else "it does not reach a program output through operations that use every element",
+                    }
+                )
                 continue
             reached, direct = needed[var]
             if not direct:
@@ -481,12 +582,14 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
 
 
 def describe_finding(f: dict) -> str:
-    """One sentence for a finding, e.g. "weight[:, 128000:128256] is never read at full size ...". """
+    """One sentence for a finding, e.g. "weight[:, 128000:128256] is never read at full size ..."."""
     verb = "written" if f["kind"] == "unwritten_output" else "read"
     share = f["fraction_uncovered"]
-    return (f"{f['region']} is never {verb} at full size ({f['uncovered_elements']} elements, "
-            f"{share:.3%} of {f['operand'].split(' (')[0]}): kernel {f['kernel']} has grid {f['grid']} and "
-            f"block shape {f['block_shape']} over shape {f['shape']}")
+    return (
+        f"{f['region']} is never {verb} at full size ({f['uncovered_elements']} elements, "
+        f"{share:.3%} of {f['operand'].split(' (')[0]}): kernel {f['kernel']} has grid {f['grid']} and "
+        f"block shape {f['block_shape']} over shape {f['shape']}"
+    )
 
 
 # ---- the same program at every size ------------------------------------------------------------
@@ -494,8 +597,17 @@ def describe_finding(f: dict) -> str:
 # Primitives that only move or relabel data. Whether jax emits them can depend on shapes alone (a
 # broadcast or reshape to the shape an operand already has is elided), so they are left out of the
 # outline rather than reported as a size-dependent program.
-_LAYOUT_ONLY = {"reshape", "squeeze", "expand_dims", "broadcast_in_dim", "convert_element_type", "copy", "copy_p",
-                "reshard", "transpose"}
+_LAYOUT_ONLY = {
+    "reshape",
+    "squeeze",
+    "expand_dims",
+    "broadcast_in_dim",
+    "convert_element_type",
+    "copy",
+    "copy_p",
+    "reshard",
+    "transpose",
+}
 # Wrappers whose bodies count, not the wrapper itself (jnp helpers trace as jit calls of their own).
 _TRANSPARENT = set(ka._CALLS_WITH_BODY)
 
@@ -545,13 +657,15 @@ def first_difference(a: list[str], b: list[str], labels=("small size", "full siz
         return seq[i] if i < len(seq) else None
 
     def around(seq):
-        return list(seq[max(0, i - 2): i + 3])
+        return list(seq[max(0, i - 2) : i + 3])
 
     def said(seq):
         return f"`{seq[i]}`" if i < len(seq) else "the end of the program"
 
-    text = (f"the programs differ at step {i}: the {labels[0]} trace has {said(a)} where the {labels[1]} trace "
-            f"has {said(b)} ({len(a)} vs {len(b)} steps in all)")
+    text = (
+        f"the programs differ at step {i}: the {labels[0]} trace has {said(a)} where the {labels[1]} trace "
+        f"has {said(b)} ({len(a)} vs {len(b)} steps in all)"
+    )
     return {"position": i, "a": at(a), "b": at(b), "a_context": around(a), "b_context": around(b), "text": text}
 
 
@@ -565,11 +679,45 @@ SUBSTANTIAL_OUTSIDE = 0.10
 # FLOPs outside them (a copy kernel beside a jnp matmul moves real bytes but computes nothing).
 OUTSIDE_DOES_THE_MATH = 0.5
 
-_NO_FLOPS = {"get", "swap", "load", "store", "masked_load", "masked_swap", "addupdate", "iota", "broadcast_in_dim",
-             "reshape", "squeeze", "expand_dims", "transpose", "convert_element_type", "bitcast_convert_type",
-             "slice", "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "select_n", "copy", "copy_p",
-             "program_id", "num_programs", "dma_start", "dma_wait", "semaphore_signal", "semaphore_wait",
-             "semaphore_read", "delay", "run_scoped", "reshard", "gather", "scatter", "multiple_of", "rev"}
+_NO_FLOPS = {
+    "get",
+    "swap",
+    "load",
+    "store",
+    "masked_load",
+    "masked_swap",
+    "addupdate",
+    "iota",
+    "broadcast_in_dim",
+    "reshape",
+    "squeeze",
+    "expand_dims",
+    "transpose",
+    "convert_element_type",
+    "bitcast_convert_type",
+    "slice",
+    "dynamic_slice",
+    "dynamic_update_slice",
+    "concatenate",
+    "pad",
+    "select_n",
+    "copy",
+    "copy_p",
+    "program_id",
+    "num_programs",
+    "dma_start",
+    "dma_wait",
+    "semaphore_signal",
+    "semaphore_wait",
+    "semaphore_read",
+    "delay",
+    "run_scoped",
+    "reshard",
+    "gather",
+    "scatter",
+    "multiple_of",
+    "rev",
+}
 
 
 def _flops(eqn) -> float:
@@ -614,8 +762,12 @@ def kernel_work(closed) -> dict:
         bodies.append(eqn)
     in_place = ka._kernels_in_place(jaxpr)
     exact = exact and in_place is not None and all(t["exact"] and t["steps_exact"] for t in traffic)
-    return {"flops": flops, "bytes": float(sum(t["hbm_bytes"] for t in traffic)), "kernels": len(bodies),
-            "exact": exact}
+    return {
+        "flops": flops,
+        "bytes": float(sum(t["hbm_bytes"] for t in traffic)),
+        "kernels": len(bodies),
+        "exact": exact,
+    }
 
 
 def outside_work(closed, args, generation: str | None = None) -> dict | None:
@@ -659,9 +811,15 @@ def work_share(kernels: dict, outside: dict | None) -> dict:
             return None
         return inside / (inside + rest)
 
-    return {"kernel_flops": kernels["flops"], "kernel_bytes": kernels["bytes"], "outside_flops": of,
-            "outside_bytes": ob, "flops_share": share(kernels["flops"], of), "bytes_share": share(kernels["bytes"], ob),
-            "exact": bool(kernels.get("exact")) and outside is not None}
+    return {
+        "kernel_flops": kernels["flops"],
+        "kernel_bytes": kernels["bytes"],
+        "outside_flops": of,
+        "outside_bytes": ob,
+        "flops_share": share(kernels["flops"], of),
+        "bytes_share": share(kernels["bytes"], ob),
+        "exact": bool(kernels.get("exact")) and outside is not None,
+    }
 
 
 def judge_work_share(share: dict, workload_flops: float | None = None, workload_bytes: float | None = None) -> dict:
@@ -681,7 +839,8 @@ def judge_work_share(share: dict, workload_flops: float | None = None, workload_
         return {"error_class": None, "reason": "the work outside the kernels is unknown"}
     if workload_flops or workload_bytes:
         substantial = (bool(workload_flops) and of >= SUBSTANTIAL_OUTSIDE * workload_flops) or (
-            bool(workload_bytes) and ob >= SUBSTANTIAL_OUTSIDE * workload_bytes)
+            bool(workload_bytes) and ob >= SUBSTANTIAL_OUTSIDE * workload_bytes
+        )
     else:
         substantial = of + ob > 0
     fs = share["flops_share"] if share["flops_share"] is not None else 0.0
@@ -690,9 +849,10 @@ def judge_work_share(share: dict, workload_flops: float | None = None, workload_
     if not substantial:
         return {"error_class": None, "reason": said + "; the work outside them is small"}
     if fs < PALLAS_SHARE_THRESHOLD and bs < PALLAS_SHARE_THRESHOLD:
-        return {"error_class": "pallas_not_doing_the_work",
-                "reason": said + "; XLA does the rest outside them"}
+        return {"error_class": "pallas_not_doing_the_work", "reason": said + "; XLA does the rest outside them"}
     if workload_flops and fs < PALLAS_SHARE_THRESHOLD and of >= OUTSIDE_DOES_THE_MATH * workload_flops:
-        return {"error_class": "pallas_not_doing_the_work",
-                "reason": said + f"; XLA does {of / workload_flops:.0%} of the workload's FLOPs outside them"}
+        return {
+            "error_class": "pallas_not_doing_the_work",
+            "reason": said + f"; XLA does {of / workload_flops:.0%} of the workload's FLOPs outside them",
+        }
     return {"error_class": None, "reason": said}

@@ -41,7 +41,9 @@ class UnknownTopic(DocsError):
     def __init__(self, topic: str, close_matches: list[str]):
         self.topic, self.close_matches = topic, close_matches
         hint = f" Did you mean: {', '.join(close_matches)}?" if close_matches else ""
-        super().__init__(f"unknown docs topic or section {topic!r}.{hint} read_docs() with no arguments lists all topics.")
+        super().__init__(
+            f"unknown docs topic or section {topic!r}.{hint} read_docs() with no arguments lists all topics."
+        )
 
 
 class PageOutOfRange(DocsError):
@@ -290,10 +292,10 @@ class DocsPage(BaseModel):
         return self.text
 
 
-def _section_model(s: _Section, text: str | None = None, part: str | None = None,
-                   abridged: bool = False) -> DocSection:
-    return DocSection(ref=s.ref, topic=s.topic_id, title=s.title, text=s.text if text is None else text,
-                      part=part, abridged=abridged)
+def _section_model(s: _Section, text: str | None = None, part: str | None = None, abridged: bool = False) -> DocSection:
+    return DocSection(
+        ref=s.ref, topic=s.topic_id, title=s.title, text=s.text if text is None else text, part=part, abridged=abridged
+    )
 
 
 _PY_EXAMPLE = re.compile(r"^```python[^\n]*\n.*?^```[ \t]*$", re.S | re.M)
@@ -450,8 +452,15 @@ def _read_topic(topic_id: str, page: int, page_chars: int) -> DocsPage:
     head = f"# {topic.title}  [topic {topic.id}, jax {topic.jax_version}]"
     body = "\n\n".join(chunk for _, chunk, _ in chosen)
     text = f"{head}\n\n{body}" + _footer(page, len(groups), f"read_docs(topic='{topic_id}', page={{page}})")
-    return DocsPage(kind="topic", topic=topic_id, topics=[_topic_model(topic)], sections=sections,
-                    page=page, pages=len(groups), text=text)
+    return DocsPage(
+        kind="topic",
+        topic=topic_id,
+        topics=[_topic_model(topic)],
+        sections=sections,
+        page=page,
+        pages=len(groups),
+        text=text,
+    )
 
 
 def _read_section(ref: str, page: int, page_chars: int) -> DocsPage:
@@ -464,8 +473,9 @@ def _read_section(ref: str, page: int, page_chars: int) -> DocsPage:
     return DocsPage(kind="section", topic=ref, sections=[model], page=page, pages=len(chunks), text=text)
 
 
-def read_docs(topic: str | None = None, query: str | None = None, page: int = 1,
-              page_chars: int = DEFAULT_PAGE_CHARS) -> DocsPage:
+def read_docs(
+    topic: str | None = None, query: str | None = None, page: int = 1, page_chars: int = DEFAULT_PAGE_CHARS
+) -> DocsPage:
     """The docs, one page at a time.
 
     no arguments          -> the list of topics and their section refs
@@ -638,16 +648,25 @@ def search(query: str, topic: str | None = None, page: int = 1, page_chars: int 
     ranked = _rank(query, topic)
     scope = f" in topic {topic}" if topic else ""
     if not ranked:
-        text = (f"No docs section matches {query!r}{scope}. Try other words (API names such as pl.BlockSpec, "
-                "error text), or read_docs() for the list of topics.")
+        text = (
+            f"No docs section matches {query!r}{scope}. Try other words (API names such as pl.BlockSpec, "
+            "error text), or read_docs() for the list of topics."
+        )
         return DocsPage(kind="search", query=query, topic=topic, text=text)
     # Drop the long tail: sections scoring far below the best one only share a common word.
     ranked = [(ref, score) for ref, score in ranked if score >= MIN_RELATIVE_SCORE * ranked[0][1]]
     hits = []
     for ref, score in ranked:
         s = sections[ref]
-        hits.append(DocSearchHit(ref=ref, title=s.title, topic_title=topics[s.topic_id].title,
-                                 score=round(score, 2), snippet=_snippet(s.text, query)))
+        hits.append(
+            DocSearchHit(
+                ref=ref,
+                title=s.title,
+                topic_title=topics[s.topic_id].title,
+                score=round(score, 2),
+                snippet=_snippet(s.text, query),
+            )
+        )
     rendered = [h.summary() for h in hits]
     groups: list[list[int]] = []
     for group in _pack(rendered, page_chars - 400):
@@ -666,8 +685,9 @@ def search(query: str, topic: str | None = None, page: int = 1, page_chars: int 
             parts.append(f"--- best match in full ---\n{_section_model(best).summary()}")
     call = f"read_docs(query={query!r}" + (f", topic={topic!r}" if topic else "") + ", page={page})"
     text = "\n\n".join(parts) + _footer(page, len(groups), call)
-    return DocsPage(kind="search", query=query, topic=topic, hits=chosen, sections=shown,
-                    page=page, pages=len(groups), text=text)
+    return DocsPage(
+        kind="search", query=query, topic=topic, hits=chosen, sections=shown, page=page, pages=len(groups), text=text
+    )
 
 
 # ---- context packs ------------------------------------------------------------------------------
@@ -682,24 +702,59 @@ CORE_SECTIONS = (
 
 # Operator families: (name, keyword pattern over "<id> <operator>", section refs in priority order).
 FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("paged_attention", r"paged|ragged_paged",
-     ("recipe-paged-attention#paged-decode", "recipe-paged-attention#ragged-batches", "scalar-prefetch#prefetch-grid-spec",
-      "manual-dma#async-copy", "recipe-paged-attention#decode-performance", "recipe-flash-attention#online-softmax")),
-    ("attention", r"attention|\bmha\b|_mha|gqa|mla|flash|retention|ssd|state_space|mamba",
-     ("recipe-flash-attention#online-softmax", "recipe-flash-attention#causal-skip", "recipe-flash-attention#gqa-heads",
-      "dimension-semantics#parallel-arbitrary")),
-    ("moe", r"moe|gmm|grouped|megablox|ragged_dot|expert",
-     ("recipe-grouped-matmul#group-tiles", "scalar-prefetch#prefetch-grid-spec", "recipe-grouped-matmul#moe-layer",
-      "recipe-matmul#fused-epilogue")),
-    ("conv", r"conv",
-     ("recipe-convolution#shifted-matmuls", "recipe-convolution#im2col", "recipe-matmul#fused-epilogue")),
-    ("matmul", r"gemm|matmul|bmm|mlp|swiglu|dense|linear|triangle|einsum",
-     ("recipe-matmul#fused-epilogue", "accumulation#f32-accumulators", "performance#mxu-shapes",
-      "recipe-matmul#block-sizes")),
-    ("norm", r"norm",
-     ("recipe-norms#rms-norm", "recipe-norms#layer-norm", "recipe-norms#cross-block-stats")),
-    ("reduction", r"entropy|logsumexp|softmax|_sum|sum_|mean|_max|max_|_min|min_|pool|reduc",
-     ("recipe-reductions#row-reductions", "recipe-reductions#cross-entropy", "recipe-reductions#logsumexp")),
+    (
+        "paged_attention",
+        r"paged|ragged_paged",
+        (
+            "recipe-paged-attention#paged-decode",
+            "recipe-paged-attention#ragged-batches",
+            "scalar-prefetch#prefetch-grid-spec",
+            "manual-dma#async-copy",
+            "recipe-paged-attention#decode-performance",
+            "recipe-flash-attention#online-softmax",
+        ),
+    ),
+    (
+        "attention",
+        r"attention|\bmha\b|_mha|gqa|mla|flash|retention|ssd|state_space|mamba",
+        (
+            "recipe-flash-attention#online-softmax",
+            "recipe-flash-attention#causal-skip",
+            "recipe-flash-attention#gqa-heads",
+            "dimension-semantics#parallel-arbitrary",
+        ),
+    ),
+    (
+        "moe",
+        r"moe|gmm|grouped|megablox|ragged_dot|expert",
+        (
+            "recipe-grouped-matmul#group-tiles",
+            "scalar-prefetch#prefetch-grid-spec",
+            "recipe-grouped-matmul#moe-layer",
+            "recipe-matmul#fused-epilogue",
+        ),
+    ),
+    (
+        "conv",
+        r"conv",
+        ("recipe-convolution#shifted-matmuls", "recipe-convolution#im2col", "recipe-matmul#fused-epilogue"),
+    ),
+    (
+        "matmul",
+        r"gemm|matmul|bmm|mlp|swiglu|dense|linear|triangle|einsum",
+        (
+            "recipe-matmul#fused-epilogue",
+            "accumulation#f32-accumulators",
+            "performance#mxu-shapes",
+            "recipe-matmul#block-sizes",
+        ),
+    ),
+    ("norm", r"norm", ("recipe-norms#rms-norm", "recipe-norms#layer-norm", "recipe-norms#cross-block-stats")),
+    (
+        "reduction",
+        r"entropy|logsumexp|softmax|_sum|sum_|mean|_max|max_|_min|min_|pool|reduc",
+        ("recipe-reductions#row-reductions", "recipe-reductions#cross-entropy", "recipe-reductions#logsumexp"),
+    ),
 )
 
 # Within a family, a more specific operator moves one section to the front of that family's list.
@@ -767,8 +822,7 @@ def _pack_sections(wanted: list[tuple[str, bool]], budget: int, used: int) -> tu
     return chosen, omitted
 
 
-def context_pack_for(workload_id: str, operator: str, description: str = "",
-                     budget_chars: int = 12000) -> DocsPage:
+def context_pack_for(workload_id: str, operator: str, description: str = "", budget_chars: int = 12000) -> DocsPage:
     """The pack for a workload given by its id and operator (context_pack looks these up)."""
     if budget_chars < 1000:
         raise DocsError("budget_chars must be at least 1000")
@@ -782,8 +836,10 @@ def context_pack_for(workload_id: str, operator: str, description: str = "",
     for k in range(max(len(rs) for rs in per_family)):
         wanted.extend((rs[k], True) for rs in per_family if k < len(rs))
     wanted.extend((ref, False) for ref in TAIL_SECTIONS)
-    head = (f"Docs for {workload_id} (operator {operator}; families: {', '.join(families)}). "
-            "Sections are addressed 'topic#anchor'; read more with read_docs(topic=...) or read_docs(query=...).")
+    head = (
+        f"Docs for {workload_id} (operator {operator}; families: {', '.join(families)}). "
+        "Sections are addressed 'topic#anchor'; read more with read_docs(topic=...) or read_docs(query=...)."
+    )
     footer_reserve = 400
     chosen, omitted = _pack_sections(wanted, budget_chars - footer_reserve, len(head) + 2)
     parts = [head] + [m.summary() for m in chosen]

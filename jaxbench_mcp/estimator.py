@@ -58,26 +58,41 @@ class Estimate(BaseModel):
     target: str
     total_us: Real = Field(description="Kernels plus the XLA work around them")
     kernels: list[KernelEstimate] = Field(default_factory=list)
-    outside_us: OptionalReal = Field(None, description="XLA's work outside the Pallas kernels; None when it could not be costed")
+    outside_us: OptionalReal = Field(
+        None, description="XLA's work outside the Pallas kernels; None when it could not be costed"
+    )
     outside_ops: list[OutsideOpTerm] = Field(default_factory=list, description="That work per XLA op, largest first")
     bottleneck: str | None = None
-    advice: list[str] = Field(default_factory=list, description="What to change for the bottleneck, with the doc section")
+    advice: list[str] = Field(
+        default_factory=list, description="What to change for the bottleneck, with the doc section"
+    )
     flags: list[str] = Field(default_factory=list)
     calibration: str = Field("raw model", description="Which per-generation calibration scaled the terms")
 
     def summary(self) -> str:
-        lines = [f"{self.target}: ~{self.total_us:,.1f} us (static estimate; {self.calibration})"
-                 + (f"; bottleneck: {self.bottleneck}" if self.bottleneck else "")]
+        lines = [
+            f"{self.target}: ~{self.total_us:,.1f} us (static estimate; {self.calibration})"
+            + (f"; bottleneck: {self.bottleneck}" if self.bottleneck else "")
+        ]
         for k in self.kernels:
-            lines.append(f"  kernel {k.name}: {k.grid_steps} steps x {k.bundles_per_step} bundles"
-                         + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
-                         + f"; compute {k.compute_us:,.1f} us, HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB), "
-                         f"not overlapped {k.exposed_us:,.1f} us, step overhead {k.overhead_us:,.1f} us -> {k.bottleneck}")
+            lines.append(
+                f"  kernel {k.name}: {k.grid_steps} steps x {k.bundles_per_step} bundles"
+                + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
+                + f"; compute {k.compute_us:,.1f} us, HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB), "
+                f"not overlapped {k.exposed_us:,.1f} us, step overhead {k.overhead_us:,.1f} us -> {k.bottleneck}"
+            )
         if self.outside_us is not None:
-            lines.append(f"  XLA work outside the kernels: ~{self.outside_us:,.1f} us"
-                         + (" (" + ", ".join(f"{o.opcode} {o.name} {o.us:,.1f} us" for o in self.outside_ops[:5])
-                            + (f", +{len(self.outside_ops) - 5} more" if len(self.outside_ops) > 5 else "") + ")"
-                            if self.outside_ops else ""))
+            lines.append(
+                f"  XLA work outside the kernels: ~{self.outside_us:,.1f} us"
+                + (
+                    " ("
+                    + ", ".join(f"{o.opcode} {o.name} {o.us:,.1f} us" for o in self.outside_ops[:5])
+                    + (f", +{len(self.outside_ops) - 5} more" if len(self.outside_ops) > 5 else "")
+                    + ")"
+                    if self.outside_ops
+                    else ""
+                )
+            )
         lines += [f"  do: {a}" for a in self.advice]
         lines += [f"  flag: {f}" for f in self.flags]
         return "\n".join(lines)
@@ -86,10 +101,16 @@ class Estimate(BaseModel):
 # ---- the traced and compiled part (sandboxed worker, or in process for trusted callables) -----------------
 
 
-def analyse(fn: Callable, args: Sequence, static_argnums: Sequence[int], generations: list[str], dump_root: Path,
-            on_trace: Callable[[protocol.ProfileTrace | None, str | None], None],
-            on_compile: Callable[[str, protocol.ProfileCompile | None, str | None, float], None],
-            write_module: Callable[[str, str], str] | None = None) -> None:
+def analyse(
+    fn: Callable,
+    args: Sequence,
+    static_argnums: Sequence[int],
+    generations: list[str],
+    dump_root: Path,
+    on_trace: Callable[[protocol.ProfileTrace | None, str | None], None],
+    on_compile: Callable[[str, protocol.ProfileCompile | None, str | None, float], None],
+    write_module: Callable[[str, str], str] | None = None,
+) -> None:
     """Trace `fn(*args)`, follow its kernels (kernel_analysis, kernel_replay), then compile it for each generation
     with libtpu's schedule dumps and read the schedules and XLA's work around the kernels.
 
@@ -115,7 +136,9 @@ def analyse(fn: Callable, args: Sequence, static_argnums: Sequence[int], generat
         on_compile(generation, compiled, None, time.perf_counter() - t0)
 
 
-def trace_kernels(fn: Callable, args: Sequence, static_argnums: Sequence[int], generation: str) -> protocol.ProfileTrace:
+def trace_kernels(
+    fn: Callable, args: Sequence, static_argnums: Sequence[int], generation: str
+) -> protocol.ProfileTrace:
     """What the trace says each kernel does when it runs: grid steps, HBM traffic, run ratios (raises on failure)."""
     import jax
 
@@ -131,8 +154,14 @@ def trace_kernels(fn: Callable, args: Sequence, static_argnums: Sequence[int], g
     return protocol.ProfileTrace(traffic=[protocol.KernelTraffic(**t) for t in traffic])
 
 
-def compile_kernels(fn: Callable, args: Sequence, static_argnums: Sequence[int], generation: str, dump_root: Path,
-                    write_module: Callable[[str, str], str] | None = None) -> protocol.ProfileCompile:
+def compile_kernels(
+    fn: Callable,
+    args: Sequence,
+    static_argnums: Sequence[int],
+    generation: str,
+    dump_root: Path,
+    write_module: Callable[[str, str], str] | None = None,
+) -> protocol.ProfileCompile:
     """Compile for `generation` with schedule dumps: the kernels' schedules and the XLA work around them (raises
     on a failed compile)."""
     from jaxbench_mcp.internals import hlo, libtpu
@@ -151,16 +180,25 @@ def compile_kernels(fn: Callable, args: Sequence, static_argnums: Sequence[int],
         ops, complete = hlo.outside_ops(compiled.as_text())
         ops = sorted(ops, key=lambda o: -o.count * max(o.flops, o.bytes))
         outside = protocol.OutsideCost(
-            xla_flops=sum(o.flops * o.count for o in ops), xla_bytes=sum(o.bytes * o.count for o in ops),
-            xla_optimal_seconds=None, complete=complete and len(ops) <= MAX_OUTSIDE_OPS,
-            ops=[protocol.OutsideOp(name=o.name[:200], opcode=o.opcode[:60], flops=o.flops, bytes=o.bytes, count=o.count)
-                 for o in ops[:MAX_OUTSIDE_OPS]])
+            xla_flops=sum(o.flops * o.count for o in ops),
+            xla_bytes=sum(o.bytes * o.count for o in ops),
+            xla_optimal_seconds=None,
+            complete=complete and len(ops) <= MAX_OUTSIDE_OPS,
+            ops=[
+                protocol.OutsideOp(name=o.name[:200], opcode=o.opcode[:60], flops=o.flops, bytes=o.bytes, count=o.count)
+                for o in ops[:MAX_OUTSIDE_OPS]
+            ],
+        )
     except Exception:  # noqa: BLE001 -- the kernels' estimate stands; the work around them is not estimated
         outside = None
     return protocol.ProfileCompile(
-        schedules=[protocol.Schedule(name=k.name, bundles=k.bundles, slot_use=k.slot_use, depth_bundles=list(k.depth_bundles))
-                   for k in schedules],
-        outside=outside, module_file=module_file)
+        schedules=[
+            protocol.Schedule(name=k.name, bundles=k.bundles, slot_use=k.slot_use, depth_bundles=list(k.depth_bundles))
+            for k in schedules
+        ],
+        outside=outside,
+        module_file=module_file,
+    )
 
 
 def _abstract(a):
@@ -182,56 +220,103 @@ def calibration_bundles(generation: str, dump_root: Path) -> int | None:
 # ---- seconds, in the trusted parent -----------------------------------------------------------------------
 
 
-def assemble(trace: protocol.ProfileTrace, compiled: protocol.ProfileCompile, generation: str, spb: float,
-             calibration: cost_model.Calibration | None = None) -> Estimate | str:
+def assemble(
+    trace: protocol.ProfileTrace,
+    compiled: protocol.ProfileCompile,
+    generation: str,
+    spb: float,
+    calibration: cost_model.Calibration | None = None,
+) -> Estimate | str:
     """The estimate for one generation from what `analyse` reported; a string saying why there is none."""
     calibration = calibration or cost_model.calibration_for(generation)
     traffic, schedules = trace.traffic, compiled.schedules
     if not schedules:
         return "no Pallas kernel schedule found in the compile dump"
     if len(schedules) != len(traffic):
-        return (f"no estimate: libtpu's dump holds {len(schedules)} kernel schedule(s) for the {len(traffic)} kernel(s) "
-                "of the trace, so they cannot be paired")
+        return (
+            f"no estimate: libtpu's dump holds {len(schedules)} kernel schedule(s) for the {len(traffic)} kernel(s) "
+            "of the trace, so they cannot be paired"
+        )
     kernels = []
     for k, (schedule, flow) in enumerate(zip(schedules, traffic, strict=True)):
         kernels.append(kernel_estimate(f"{k}:{schedule.name}", schedule, flow, generation, spb, calibration))
     outside_us, ops = None, []
     if compiled.outside is not None:
         seconds = cost_model.outside_seconds(compiled.outside.ops, generation, calibration)
-        ops = sorted((OutsideOpTerm(name=o.name, opcode=o.opcode, us=s * 1e6, flops=o.flops, bytes=o.bytes, count=o.count)
-                      for o, s in zip(compiled.outside.ops, seconds)), key=lambda o: -o.us)
+        ops = sorted(
+            (
+                OutsideOpTerm(name=o.name, opcode=o.opcode, us=s * 1e6, flops=o.flops, bytes=o.bytes, count=o.count)
+                for o, s in zip(compiled.outside.ops, seconds)
+            ),
+            key=lambda o: -o.us,
+        )
         outside_us = sum(seconds) * 1e6
     total = sum(k.estimate_us for k in kernels) + (outside_us or 0.0)
     main = max(kernels, key=lambda k: k.estimate_us)
-    estimate = Estimate(target=generation, total_us=total, kernels=kernels, outside_us=outside_us, outside_ops=ops,
-                        bottleneck=main.bottleneck, calibration=calibration.fitted_on)
+    estimate = Estimate(
+        target=generation,
+        total_us=total,
+        kernels=kernels,
+        outside_us=outside_us,
+        outside_ops=ops,
+        bottleneck=main.bottleneck,
+        calibration=calibration.fitted_on,
+    )
     if main.bottleneck in cost_model.BOTTLENECK_ADVICE:
         move, doc = cost_model.BOTTLENECK_ADVICE[main.bottleneck]
         estimate.advice.append(f"{main.bottleneck} ({main.name}): {move} (read_docs: {doc})")
     if outside_us is not None and outside_us > total / 2:
-        estimate.advice.append("most of the time is XLA work around the kernels (largest: "
-                               + ", ".join(f"{o.opcode} {o.name}" for o in ops[:2])
-                               + "): fold it into a kernel or remove it (read_docs: performance#when-xla-wins)")
+        estimate.advice.append(
+            "most of the time is XLA work around the kernels (largest: "
+            + ", ".join(f"{o.opcode} {o.name}" for o in ops[:2])
+            + "): fold it into a kernel or remove it (read_docs: performance#when-xla-wins)"
+        )
     estimate.flags = estimate_flags(estimate, compiled.outside)
     return estimate
 
 
-def kernel_estimate(name: str, schedule: protocol.Schedule, flow: protocol.KernelTraffic, generation: str, spb: float,
-                    calibration: cost_model.Calibration) -> KernelEstimate:
+def kernel_estimate(
+    name: str,
+    schedule: protocol.Schedule,
+    flow: protocol.KernelTraffic,
+    generation: str,
+    spb: float,
+    calibration: cost_model.Calibration,
+) -> KernelEstimate:
     has_grid_loop = flow.steps > 1
-    executed = cost_model.executed_bundles(schedule.depth_bundles, schedule.bundles, flow.steps, has_grid_loop,
-                                           flow.body_ratio, flow.loop_ratio, flow.flat_ratio, flow.in_kernel_loops)
+    executed = cost_model.executed_bundles(
+        schedule.depth_bundles,
+        schedule.bundles,
+        flow.steps,
+        has_grid_loop,
+        flow.body_ratio,
+        flow.loop_ratio,
+        flow.flat_ratio,
+        flow.in_kernel_loops,
+    )
     # A kernel that pipelines its own DMAs inside a loop overlaps them across the loop's trips.
     stages = flow.steps * (max(1.0, flow.loop_ratio) if flow.in_kernel_loops and flow.dma_bytes else 1.0)
     cores = cost_model.megacore_cores(generation) if flow.parallel_steps >= 2 else 1
-    cost = cost_model.pipelined_cost(executed, flow.steps, flow.hbm_bytes, generation, spb, calibration, stages, cores,
-                                     flow.mxu_pushes)
+    cost = cost_model.pipelined_cost(
+        executed, flow.steps, flow.hbm_bytes, generation, spb, calibration, stages, cores, flow.mxu_pushes
+    )
     return KernelEstimate(
-        name=name, grid_steps=flow.steps, bundles_per_step=schedule.bundles, slot_use=schedule.slot_use,
-        hbm_bytes=flow.hbm_bytes, hbm_bytes_exact=flow.exact, run_ratio=flow.run_ratio, run_ratio_exact=flow.run_ratio_exact,
-        grid_steps_exact=flow.steps_exact, compute_us=cost.compute_s * 1e6, memory_us=cost.memory_s * 1e6,
-        overhead_us=cost.overhead_s * 1e6, exposed_us=cost.exposed_s * 1e6, estimate_us=cost.estimate_s * 1e6,
-        bottleneck=cost_model.bottleneck(cost, schedule.slot_use))
+        name=name,
+        grid_steps=flow.steps,
+        bundles_per_step=schedule.bundles,
+        slot_use=schedule.slot_use,
+        hbm_bytes=flow.hbm_bytes,
+        hbm_bytes_exact=flow.exact,
+        run_ratio=flow.run_ratio,
+        run_ratio_exact=flow.run_ratio_exact,
+        grid_steps_exact=flow.steps_exact,
+        compute_us=cost.compute_s * 1e6,
+        memory_us=cost.memory_s * 1e6,
+        overhead_us=cost.overhead_s * 1e6,
+        exposed_us=cost.exposed_s * 1e6,
+        estimate_us=cost.estimate_s * 1e6,
+        bottleneck=cost_model.bottleneck(cost, schedule.slot_use),
+    )
 
 
 def estimate_flags(estimate: Estimate, outside: protocol.OutsideCost | None) -> list[str]:
@@ -241,15 +326,21 @@ def estimate_flags(estimate: Estimate, outside: protocol.OutsideCost | None) -> 
     if estimate.outside_us is None:
         flags.append("XLA work outside the Pallas kernels is not included: the compiled program could not be read")
     elif outside is not None and not outside.complete:
-        flags.append("XLA work outside the kernels is partly counted: a loop's trip count is unknown (its body counts once)")
+        flags.append(
+            "XLA work outside the kernels is partly counted: a loop's trip count is unknown (its body counts once)"
+        )
     if any(not k.grid_steps_exact for k in kernels):
-        flags.append("a grid dimension is known only at run time and could not be computed from the inputs: it counts as "
-                     "the number of blocks its index maps address (an upper bound), or as 1 without such a bound")
+        flags.append(
+            "a grid dimension is known only at run time and could not be computed from the inputs: it counts as "
+            "the number of blocks its index maps address (an upper bound), or as 1 without such a bound"
+        )
     if any(not k.hbm_bytes_exact for k in kernels):
         flags.append("HBM traffic is approximate: an index map or DMA depends on data the inputs do not determine")
     if any(not k.run_ratio_exact for k in kernels):
-        flags.append("compute is approximate: a pl.when/cond predicate depends on data (its heaviest branch is counted) "
-                     "or a loop's trip count is unknown (its body counts once)")
+        flags.append(
+            "compute is approximate: a pl.when/cond predicate depends on data (its heaviest branch is counted) "
+            "or a loop's trip count is unknown (its body counts once)"
+        )
     return flags
 
 
@@ -275,9 +366,12 @@ def _process_dump_root() -> Path:
         raise EstimateUnavailable(
             "libtpu is already loaded in this process without a schedule dump folder (it reads its flags once), so "
             "this process cannot read kernel schedules: call jaxbench_mcp.estimate before anything else compiles for "
-            "a TPU, or use jaxbench_mcp.estimator.estimate_file (a worker process) instead")
+            "a TPU, or use jaxbench_mcp.estimator.estimate_file (a worker process) instead"
+        )
     root = Path(tempfile.mkdtemp(prefix="jaxbench-estimate-"))
-    os.environ["LIBTPU_INIT_ARGS"] = (os.environ.get("LIBTPU_INIT_ARGS", "") + " " + libtpu.dump_flag(str(root))).strip()
+    os.environ["LIBTPU_INIT_ARGS"] = (
+        os.environ.get("LIBTPU_INIT_ARGS", "") + " " + libtpu.dump_flag(str(root))
+    ).strip()
     _DUMP_ROOT = root
     return root
 
@@ -291,8 +385,13 @@ def seconds_per_bundle(generation: str, dump_root: Path) -> float:
     return _SPB[generation]
 
 
-def estimate(fn: Callable, *args, target: str = targets.DEFAULT_CPU_TARGET, static_argnums: Sequence[int] = (),
-             calibration: cost_model.Calibration | None = None) -> Estimate:
+def estimate(
+    fn: Callable,
+    *args,
+    target: str = targets.DEFAULT_CPU_TARGET,
+    static_argnums: Sequence[int] = (),
+    calibration: cost_model.Calibration | None = None,
+) -> Estimate:
     """A static estimate of `fn(*args)` on TPU generation `target`, from a deviceless compile in this process.
 
     `args`: ShapeDtypeStructs, concrete arrays (small ones are followed, see the module doc) or, at
@@ -333,8 +432,21 @@ def parse_args(spec: str) -> list:
 
     from jaxbench_mcp.internals.hlo import _split_top
 
-    aliases = {"bf16": "bfloat16", "f32": "float32", "f16": "float16", "s32": "int32", "i32": "int32", "s8": "int8",
-               "i8": "int8", "u8": "uint8", "u32": "uint32", "s64": "int64", "i64": "int64", "pred": "bool", "f64": "float64"}
+    aliases = {
+        "bf16": "bfloat16",
+        "f32": "float32",
+        "f16": "float16",
+        "s32": "int32",
+        "i32": "int32",
+        "s8": "int8",
+        "i8": "int8",
+        "u8": "uint8",
+        "u32": "uint32",
+        "s64": "int64",
+        "i64": "int64",
+        "pred": "bool",
+        "f64": "float64",
+    }
     found = []
     for item in _split_top(spec):
         match = re.fullmatch(r"([a-z][a-z0-9_]*)\[([\d,\s]*)\](?:\s*=\s*(\[.*\]))?", item)
@@ -345,18 +457,23 @@ def parse_args(spec: str) -> list:
                 import numpy as np
 
                 values = np.asarray(values).reshape(-1).tolist()
-            found.append(protocol.ArrayArg(shape=shape, dtype=aliases.get(match.group(1), match.group(1)), values=values))
+            found.append(
+                protocol.ArrayArg(shape=shape, dtype=aliases.get(match.group(1), match.group(1)), values=values)
+            )
             continue
         try:
             found.append(protocol.StaticInput(static=ast.literal_eval(item)))
         except (ValueError, SyntaxError):
-            raise ValueError(f"cannot read argument {item!r}: write an array as dtype[dims] (e.g. bf16[8192,8192]), "
-                             "a small concrete one as int32[4]=[1,2,3,4], or a Python literal for a static argument") from None
+            raise ValueError(
+                f"cannot read argument {item!r}: write an array as dtype[dims] (e.g. bf16[8192,8192]), "
+                "a small concrete one as int32[4]=[1,2,3,4], or a Python literal for a static argument"
+            ) from None
     return found
 
 
-def estimate_file(source: str, function: str, args: list, generations: list[str], checker=None,
-                  cancel=None) -> dict[str, Estimate | str]:
+def estimate_file(
+    source: str, function: str, args: list, generations: list[str], checker=None, cancel=None
+) -> dict[str, Estimate | str]:
     """A static estimate of `function` from the Python source `source` (untrusted: it runs in the sandboxed
     worker), per generation: an Estimate, or a string saying why there is none. `args` as parse_args returns."""
     from jaxbench_mcp.checking import Checker
@@ -365,9 +482,12 @@ def estimate_file(source: str, function: str, args: list, generations: list[str]
     checker = checker or Checker(spares=0, slots=1)
     static = [i for i, a in enumerate(args) if isinstance(a, protocol.StaticInput)]
     try:
-        outcome = checker.run_job(lambda _d: protocol.EstimateJob(function=function, args=args, static_argnums=static,
-                                                                  targets=generations),
-                                  source, cancel=cancel, dump_schedules=True)
+        outcome = checker.run_job(
+            lambda _d: protocol.EstimateJob(function=function, args=args, static_argnums=static, targets=generations),
+            source,
+            cancel=cancel,
+            dump_schedules=True,
+        )
     finally:
         if owned:
             checker.close()
@@ -375,8 +495,11 @@ def estimate_file(source: str, function: str, args: list, generations: list[str]
         if outcome.violation:
             return {g: f"no estimate: the worker broke the protocol ({outcome.violation})" for g in generations}
         events = outcome.stage_events()
-        spb = {e.target: cost_model.seconds_per_bundle(e.target, e.calibration_bundles) for e in outcome.events
-               if isinstance(e, protocol.Reference) and e.calibration_bundles}
+        spb = {
+            e.target: cost_model.seconds_per_bundle(e.target, e.calibration_bundles)
+            for e in outcome.events
+            if isinstance(e, protocol.Reference) and e.calibration_bundles
+        }
         failed = next((e for e in events if e.state == "failed" and e.stage is not protocol.Stage.COMPILE), None)
         trace = next((e.profile_trace for e in events if e.profile_trace is not None), None)
         results: dict[str, Estimate | str] = {}
@@ -393,7 +516,11 @@ def estimate_file(source: str, function: str, args: list, generations: list[str]
                 results[e.target] = assemble(trace, e.profile_compile, e.target, spb[e.target])
         for g in generations:
             if g not in results:
-                why = (failed.text or "").strip()[-2000:] if failed else (outcome.killed_for or f"exit status {outcome.returncode}")
+                why = (
+                    (failed.text or "").strip()[-2000:]
+                    if failed
+                    else (outcome.killed_for or f"exit status {outcome.returncode}")
+                )
                 results[g] = f"no estimate for {g}: {why}"
         return results
     finally:

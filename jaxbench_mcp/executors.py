@@ -57,15 +57,32 @@ class LocalExecutor:
     def close(self) -> None:
         self.checker.close()
 
-    def check(self, workload_id: str, source: str, targets_: list[str] | None = None, size: str | None = None,
-              seeds: int = DEFAULT_SEEDS, require_pallas: bool = True, on_progress: Callable[[str], None] | None = None,
-              cancel: threading.Event | None = None) -> tuple[Verdict, str]:
-        verdict, outcome = self.checker.check(workload_id, source, targets_, size, seeds, require_pallas, on_progress, cancel)
+    def check(
+        self,
+        workload_id: str,
+        source: str,
+        targets_: list[str] | None = None,
+        size: str | None = None,
+        seeds: int = DEFAULT_SEEDS,
+        require_pallas: bool = True,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> tuple[Verdict, str]:
+        verdict, outcome = self.checker.check(
+            workload_id, source, targets_, size, seeds, require_pallas, on_progress, cancel
+        )
         if outcome is None:  # no worker could start: the verdict says so
             return verdict, verdict.message
         outcome.cleanup()
         return verdict, outcome.log_text()
 
-    def profile(self, workload_id: str, source: str, targets_: list[str], verdict: Verdict,
-                on_progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> Profile:
+    def profile(
+        self,
+        workload_id: str,
+        source: str,
+        targets_: list[str],
+        verdict: Verdict,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Profile:
         return self.profiler.profile(workload_id, source, targets_, verdict, on_progress=on_progress, cancel=cancel)

@@ -146,9 +146,20 @@ class HostView:
     detail: str = ""
 
     def public(self, running: int = 0, waiting: int = 0) -> FleetHost:
-        return FleetHost(name=self.name, node_id=self.node_id, state=self.state, tier=self.tier, attached_tpu=self.attached_tpu,
-                         tpu_chips=self.tpu_chips, slots=self.slots, running=running, waiting=waiting, in_flight=self.inflight,
-                         isolation=self.isolation, detail=self.detail)
+        return FleetHost(
+            name=self.name,
+            node_id=self.node_id,
+            state=self.state,
+            tier=self.tier,
+            attached_tpu=self.attached_tpu,
+            tpu_chips=self.tpu_chips,
+            slots=self.slots,
+            running=running,
+            waiting=waiting,
+            in_flight=self.inflight,
+            isolation=self.isolation,
+            detail=self.detail,
+        )
 
 
 def place(hosts: list[HostView], targets_: list[str], exclude: set[str] | frozenset[str] = frozenset()) -> HostView:
@@ -158,7 +169,9 @@ def place(hosts: list[HostView], targets_: list[str], exclude: set[str] | frozen
     live = [h for h in hosts if h.state == "ready" and h.node_id not in exclude]
     if not live:
         down = [f"{h.name} ({h.state}{': ' + h.detail if h.detail else ''})" for h in hosts]
-        raise NoLiveHost("no host of the fleet is up" + (f"; hosts: {'; '.join(down)}" if down else " (the cluster has none)"))
+        raise NoLiveHost(
+            "no host of the fleet is up" + (f"; hosts: {'; '.join(down)}" if down else " (the cluster has none)")
+        )
     pool = live
     if targets_:
         # A plain CPU host (no libtpu) lowers for TPU but compiles for no generation.
@@ -167,7 +180,8 @@ def place(hosts: list[HostView], targets_: list[str], exclude: set[str] | frozen
             raise NoHostForTarget(
                 f"no host of the fleet can compile for {', '.join(targets_)}: its hosts "
                 f"({', '.join(h.name for h in live)}) are plain CPU hosts without libtpu. Omit the target for a "
-                "lowering-only check, or add a host with libtpu or a TPU to the fleet")
+                "lowering-only check, or add a host with libtpu or a TPU to the fleet"
+            )
         pool = able
         for generation in targets_:  # the first requested generation that some host carries decides
             carriers = [h for h in able if h.attached_tpu == generation]
@@ -191,7 +205,9 @@ def fleet_default_target(hosts: list[HostView]) -> str | None:
     return targets.DEFAULT_CPU_TARGET if any(h.tier == str(targets.Tier.CPU_LIBTPU) for h in ready) else None
 
 
-def fleet_info(address: str, hosts: list[HostView], queues: dict[str, tuple[int, int]], fallback: str | None) -> FleetInfo:
+def fleet_info(
+    address: str, hosts: list[HostView], queues: dict[str, tuple[int, int]], fallback: str | None
+) -> FleetInfo:
     """server_info's view of the fleet; `queues` maps node id -> (running, waiting) as the hosts last said."""
     public = [h.public(*queues.get(h.node_id, (0, 0))) for h in hosts]
     ready = [h for h in public if h.state == "ready"]
@@ -200,10 +216,17 @@ def fleet_info(address: str, hosts: list[HostView], queues: dict[str, tuple[int,
     for h in ready:
         if h.attached_tpu:
             chips[h.attached_tpu] = chips.get(h.attached_tpu, 0) + h.tpu_chips
-    return FleetInfo(address=address, resource=HOST_RESOURCE, hosts=public, ready_hosts=len(ready),
-                     tpu_chips=sum(h.tpu_chips for h in ready), chips_by_generation=chips,
-                     queue_length=sum(h.waiting for h in ready), busy_share=(sum(h.running for h in ready) / slots) if slots else 0.0,
-                     fallback=fallback)
+    return FleetInfo(
+        address=address,
+        resource=HOST_RESOURCE,
+        hosts=public,
+        ready_hosts=len(ready),
+        tpu_chips=sum(h.tpu_chips for h in ready),
+        chips_by_generation=chips,
+        queue_length=sum(h.waiting for h in ready),
+        busy_share=(sum(h.running for h in ready) / slots) if slots else 0.0,
+        fallback=fallback,
+    )
 
 
 # ---- the host actor (one per host, on that host) ----------------------------------------------------
@@ -262,9 +285,18 @@ class HostActor:
                 return None
 
         checker = self.executor.checker
-        return {"hostname": socket.gethostname(), "pid": os.getpid(), "tier": str(checker.tier), "attached_tpu": targets.attached_generation(),
-                    "default_target": checker.default_target, "slots": checker.queue.slots, "isolation": str(checker.isolation),
-                    "jaxbench_mcp": __version__, "jax": version("jax"), "libtpu": targets.libtpu_version()}
+        return {
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "tier": str(checker.tier),
+            "attached_tpu": targets.attached_generation(),
+            "default_target": checker.default_target,
+            "slots": checker.queue.slots,
+            "isolation": str(checker.isolation),
+            "jaxbench_mcp": __version__,
+            "jax": version("jax"),
+            "libtpu": targets.libtpu_version(),
+        }
 
     def queue(self) -> tuple[int, int]:
         q = self.executor.queue()
@@ -279,13 +311,23 @@ class HostActor:
         # A cancel that arrives before its job starts leaves the event set for it: the job then stops at once.
         self._job(try_id).cancel.set()
 
-    def check(self, try_id: str, workload_id: str, source: str, targets_: list[str], size: str | None, seeds: int,
-              require_pallas: bool) -> dict:
+    def check(
+        self,
+        try_id: str,
+        workload_id: str,
+        source: str,
+        targets_: list[str],
+        size: str | None,
+        seeds: int,
+        require_pallas: bool,
+    ) -> dict:
         from jaxbench_mcp.checking import Cancelled
 
         job = self._job(try_id)
         try:
-            verdict, log = self.executor.check(workload_id, source, targets_, size, seeds, require_pallas, job.note, job.cancel)
+            verdict, log = self.executor.check(
+                workload_id, source, targets_, size, seeds, require_pallas, job.note, job.cancel
+            )
         except Cancelled:
             return {"cancelled": True, "progress": job.since(0)}
         finally:
@@ -297,7 +339,9 @@ class HostActor:
 
         job = self._job(try_id)
         try:
-            result = self.executor.profile(workload_id, source, targets_, Verdict.model_validate(verdict), job.note, job.cancel)
+            result = self.executor.profile(
+                workload_id, source, targets_, Verdict.model_validate(verdict), job.note, job.cancel
+            )
         except Cancelled:
             return {"cancelled": True, "progress": job.since(0)}
         finally:
@@ -406,9 +450,14 @@ class _Proxy:
             try:
                 # The name is unique per node in the namespace: a second server on the same cluster finds it taken.
                 actor = self.remote_class.options(
-                    name=f"jaxbench-host-{node_id}", namespace=NAMESPACE, num_cpus=0, resources=claim,
+                    name=f"jaxbench-host-{node_id}",
+                    namespace=NAMESPACE,
+                    num_cpus=0,
+                    resources=claim,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                    max_concurrency=ACTOR_CONCURRENCY, max_restarts=0, max_task_retries=0,
+                    max_concurrency=ACTOR_CONCURRENCY,
+                    max_restarts=0,
+                    max_task_retries=0,
                 ).remote(self.options.get("checker_options"))
             except ValueError as exc:
                 view.state, view.detail = "refused", f"{_CLAIMED} ({_short(exc)})"
@@ -457,12 +506,19 @@ class _Proxy:
                 host.view.state, host.view.detail = "dead", f"its actor failed to start: {_short(exc)}"
                 continue
             v = host.view
-            v.tier, v.attached_tpu, v.slots, v.isolation = info["tier"], info["attached_tpu"], info["slots"], info["isolation"]
+            v.tier, v.attached_tpu, v.slots, v.isolation = (
+                info["tier"],
+                info["attached_tpu"],
+                info["slots"],
+                info["isolation"],
+            )
             mine = (__version__, _version("jax"))
             if (info["jaxbench_mcp"], info["jax"]) != mine:
                 v.state = "refused"
-                v.detail = (f"runs jaxbench-mcp {info['jaxbench_mcp']} with jax {info['jax']}, the server "
-                            f"jaxbench-mcp {mine[0]} with jax {mine[1]}: its verdicts could differ")
+                v.detail = (
+                    f"runs jaxbench-mcp {info['jaxbench_mcp']} with jax {info['jax']}, the server "
+                    f"jaxbench-mcp {mine[0]} with jax {mine[1]}: its verdicts could differ"
+                )
                 self._release(host)
             else:
                 v.state, v.detail = "ready", f"pid {info['pid']}, libtpu {info['libtpu'] or 'none'}"
@@ -522,10 +578,16 @@ class _Proxy:
         if not any(h.view.state == "ready" for h in self.hosts.values()):
             views = self.views()
             detail = "; ".join(f"{v.name}: {v.state} {v.detail}".strip() for v in views)
-            self.send("failed", (f"no host of the Ray cluster at {self.address} came up within the claim timeout: {detail}" if views
-                                 else f"the Ray cluster at {self.address} has no node with the {HOST_RESOURCE!r} or "
-                                      f"{TPU_RESOURCE!r} resource: start each host with ray start --address "
-                                      f"{self.address} --resources '{{\"{HOST_RESOURCE}\": 1}}'"))
+            self.send(
+                "failed",
+                (
+                    f"no host of the Ray cluster at {self.address} came up within the claim timeout: {detail}"
+                    if views
+                    else f"the Ray cluster at {self.address} has no node with the {HOST_RESOURCE!r} or "
+                    f"{TPU_RESOURCE!r} resource: start each host with ray start --address "
+                    f"{self.address} --resources '{{\"{HOST_RESOURCE}\": 1}}'"
+                ),
+            )
             self.shutdown()
             return
         self.send("ready", [vars(v).copy() for v in self.views()])
@@ -537,11 +599,15 @@ class _Proxy:
                 break
             op = message[0]
             if op == "job":
-                threading.Thread(target=self.run_job, args=message[1:], daemon=True, name=f"fleet-job-{message[1][:8]}").start()
+                threading.Thread(
+                    target=self.run_job, args=message[1:], daemon=True, name=f"fleet-job-{message[1][:8]}"
+                ).start()
             elif op == "cancel":
                 self.cancel_event(message[1]).set()
             elif op == "fleet":  # asks every host for its queue: not on this loop, which must keep taking jobs
-                threading.Thread(target=lambda token=message[1]: self.send("fleet", token, self.fleet_snapshot()), daemon=True).start()
+                threading.Thread(
+                    target=lambda token=message[1]: self.send("fleet", token, self.fleet_snapshot()), daemon=True
+                ).start()
             elif op == "close":
                 break
         self.shutdown()
@@ -557,8 +623,11 @@ class _Proxy:
             else:
                 failures += 1
                 if failures >= GCS_PROBE_FAILURES:
-                    self.send("lost", f"the Ray cluster at {self.address} stopped answering (its GCS at {self.gcs_address} "
-                                      f"refused {failures} probes in a row)")
+                    self.send(
+                        "lost",
+                        f"the Ray cluster at {self.address} stopped answering (its GCS at {self.gcs_address} "
+                        f"refused {failures} probes in a row)",
+                    )
                     # A driver without its GCS ends itself within a minute anyway; end now, without a ray.shutdown
                     # that would wait on the dead GCS.
                     os._exit(3)
@@ -602,7 +671,16 @@ class _Proxy:
                 if chosen is None:
                     self.send(*failure)
                     return
-                self.send("try", job_id, {"attempt": attempt, "host": chosen.view.name, "node_id": chosen.view.node_id, "tier": chosen.view.tier})
+                self.send(
+                    "try",
+                    job_id,
+                    {
+                        "attempt": attempt,
+                        "host": chosen.view.name,
+                        "node_id": chosen.view.node_id,
+                        "tier": chosen.view.tier,
+                    },
+                )
                 try:
                     outcome = self.follow(chosen, kind, f"{job_id}-{attempt}", payload, job_id, cancel)
                 finally:
@@ -622,7 +700,9 @@ class _Proxy:
             # The server runs it itself if it can: a verdict is worth more than a server_error.
             self.send("unavailable", job_id, f"the job's host died on each of its {MAX_TRIES} tries on the fleet")
         except Exception as exc:  # noqa: BLE001 - the proxy's own failure becomes the job's error, never silence
-            self.send("error", job_id, _picklable(RuntimeError(f"the fleet proxy failed: {traceback.format_exc()[-1500:]}")))
+            self.send(
+                "error", job_id, _picklable(RuntimeError(f"the fleet proxy failed: {traceback.format_exc()[-1500:]}"))
+            )
             logger.error("fleet job %s: %s", job_id, exc)
         finally:
             with self.lock:
@@ -634,7 +714,13 @@ class _Proxy:
         import ray
         from ray import exceptions as rx
 
-        host_lost = (rx.RayActorError, rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError, rx.LocalRayletDiedError)
+        host_lost = (
+            rx.RayActorError,
+            rx.WorkerCrashedError,
+            rx.NodeDiedError,
+            rx.ObjectLostError,
+            rx.LocalRayletDiedError,
+        )
         ref = getattr(host.actor, kind).remote(try_id, **payload)
         relayed, cancel_sent = 0, False
         while True:
@@ -725,8 +811,13 @@ class RayExecutor:
     """Checks and profiles on a fleet of hosts on Ray (see the module docstring): the executor interface of
     jaxbench_mcp.executors, backed by a proxy process that drives Ray."""
 
-    def __init__(self, address: str, checker_options: dict | None = None, claim_timeout: float = CLAIM_TIMEOUT_SECONDS,
-                 cache=None):
+    def __init__(
+        self,
+        address: str,
+        checker_options: dict | None = None,
+        claim_timeout: float = CLAIM_TIMEOUT_SECONDS,
+        cache=None,
+    ):
         """`address`: the Ray head's GCS address (HOST:6379, or 'auto' on a node of the cluster). `checker_options`:
         passed to each host's Checker (e.g. slots, spares) and to the local fallback's. `cache`: the profiler cache
         of the local fallback (the server's store)."""
@@ -757,11 +848,18 @@ class RayExecutor:
         self._closed, self._fallback, self._local_started = False, None, False
         ours, theirs = socket.socketpair()
         code = "import sys; from jaxbench_mcp.fleet import _proxy_main; _proxy_main(int(sys.argv[1]))"
-        self._proc = subprocess.Popen([sys.executable, "-c", code, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                                      stdin=subprocess.DEVNULL, stdout=2, close_fds=True)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=2,
+            close_fds=True,
+        )
         theirs.close()
         self._conn = Connection(ours.detach())
-        self._conn.send(("config", self.address, {"checker_options": self.checker_options, "claim_timeout": self.claim_timeout}))
+        self._conn.send(
+            ("config", self.address, {"checker_options": self.checker_options, "claim_timeout": self.claim_timeout})
+        )
         wait = self.claim_timeout + 60.0  # imports and ray.init come before the claim timeout starts
         deadline = time.monotonic() + wait
         message = None
@@ -774,9 +872,15 @@ class RayExecutor:
             if message is None and self._proc.poll() is not None:
                 break
         if message is None or message[0] != "ready":
-            reason = message[1] if message else (f"the fleet's Ray driver exited with status {self._proc.poll()}"
-                                                 if self._proc.poll() is not None else
-                                                 f"the Ray cluster at {self.address} did not answer within {wait:.0f} s")
+            reason = (
+                message[1]
+                if message
+                else (
+                    f"the fleet's Ray driver exited with status {self._proc.poll()}"
+                    if self._proc.poll() is not None
+                    else f"the Ray cluster at {self.address} did not answer within {wait:.0f} s"
+                )
+            )
             self._conn.close()  # a proxy waiting for its next message ends on this; one stuck in ray.init is stopped
             self._stop_proxy(grace=5.0)
             raise FleetUnavailable(reason)
@@ -786,7 +890,10 @@ class RayExecutor:
 
     def describe(self) -> str:
         """One line on the fleet's hosts, for the operator."""
-        return ", ".join(f"{h.name} ({h.state}, {h.tier}, TPU {h.attached_tpu or 'none'})" for h in self._hosts) or "no host"
+        return (
+            ", ".join(f"{h.name} ({h.state}, {h.tier}, TPU {h.attached_tpu or 'none'})" for h in self._hosts)
+            or "no host"
+        )
 
     def close(self) -> None:
         if self._closed:
@@ -857,7 +964,9 @@ class RayExecutor:
             self._fallback = reason
             jobs = list(self._jobs.values())
             for h in self._hosts:
-                h.state, h.detail = ("dead", "the cluster is gone") if h.state in ("ready", "starting") else (h.state, h.detail)
+                h.state, h.detail = (
+                    ("dead", "the cluster is gone") if h.state in ("ready", "starting") else (h.state, h.detail)
+                )
         logger.error("fleet at %s is gone (%s): falling back to local execution", self.address, reason)
         for job in jobs:
             job.inbox.put(("unavailable", reason))
@@ -913,7 +1022,11 @@ class RayExecutor:
                 kinds[h.isolation].append(h.name)
         if len(kinds) == 1:
             return next(iter(kinds))
-        return "mixed: " + "; ".join(f"{k} on {', '.join(v)}" for k, v in kinds.items()) if kinds else "unknown (no host up)"
+        return (
+            "mixed: " + "; ".join(f"{k} on {', '.join(v)}" for k, v in kinds.items())
+            if kinds
+            else "unknown (no host up)"
+        )
 
     def default_targets(self) -> list[str]:
         return [self.default_target] if self.default_target else []
@@ -937,12 +1050,20 @@ class RayExecutor:
             return self._local_executor().queue()
         info = self.fleet()
         ready = [h for h in info.hosts if h.state == "ready"]
-        return QueueInfo(slots=sum(h.slots for h in ready), running=sum(h.running for h in ready), waiting=info.queue_length)
+        return QueueInfo(
+            slots=sum(h.slots for h in ready), running=sum(h.running for h in ready), waiting=info.queue_length
+        )
 
     # -- jobs --
 
-    def _run(self, kind: str, payload: dict, targets_: list[str], on_progress: Callable[[str], None] | None,
-             cancel: threading.Event | None) -> tuple[str, Any, _Job]:
+    def _run(
+        self,
+        kind: str,
+        payload: dict,
+        targets_: list[str],
+        on_progress: Callable[[str], None] | None,
+        cancel: threading.Event | None,
+    ) -> tuple[str, Any, _Job]:
         """Hand a job to the fleet and follow it: ('fleet', the actor's result, job) or ('local', why, job) when the
         job must run here. Raises Cancelled, the job's own error or NoHostForTarget."""
         from jaxbench_mcp.checking import Cancelled
@@ -976,10 +1097,15 @@ class RayExecutor:
                 elif op == "try":
                     job.tries.append(dict(rest[0]))
                     host = rest[0]["host"]
-                    progress(f"{kind} placed on host {host} (tier {rest[0]['tier']})" + (" - retry" if rest[0]["attempt"] > 1 else ""))
+                    progress(
+                        f"{kind} placed on host {host} (tier {rest[0]['tier']})"
+                        + (" - retry" if rest[0]["attempt"] > 1 else "")
+                    )
                 elif op == "died":
                     job.tries[-1]["died"] = rest[0]["reason"]
-                    progress(f"host {rest[0]['host']} died mid-{kind} ({rest[0]['reason'][:200]}); retrying on another host")
+                    progress(
+                        f"host {rest[0]['host']} died mid-{kind} ({rest[0]['reason'][:200]}); retrying on another host"
+                    )
                 elif op == "result":
                     return "fleet", rest[0], job
                 elif op == "cancelled":
@@ -998,22 +1124,39 @@ class RayExecutor:
         """The local executor for a job the fleet cannot take, when this host can take it."""
         local = self._started_local()
         if targets_ and local.tier is targets.Tier.CPU:
-            raise FleetUnavailable(f"{why}; this server's own host has no libtpu, so it cannot compile for "
-                                   f"{', '.join(targets_)} in the fleet's place\n{job.history()}")
+            raise FleetUnavailable(
+                f"{why}; this server's own host has no libtpu, so it cannot compile for "
+                f"{', '.join(targets_)} in the fleet's place\n{job.history()}"
+            )
         return local
 
     @staticmethod
     def _local_note(kind: str, why: str) -> str:
         return f"the Ray fleet could not take this {kind} ({why}); it ran on the server's own host"
 
-    def check(self, workload_id: str, source: str, targets_: list[str] | None = None, size: str | None = None,
-              seeds: int | None = None, require_pallas: bool = True, on_progress: Callable[[str], None] | None = None,
-              cancel: threading.Event | None = None) -> tuple[Verdict, str]:
+    def check(
+        self,
+        workload_id: str,
+        source: str,
+        targets_: list[str] | None = None,
+        size: str | None = None,
+        seeds: int | None = None,
+        require_pallas: bool = True,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> tuple[Verdict, str]:
         from jaxbench_mcp.checking import DEFAULT_SEEDS
 
         seeds = DEFAULT_SEEDS if seeds is None else seeds
         chosen = list(targets_) if targets_ else self.default_targets()
-        payload = {"workload_id": workload_id, "source": source, "targets_": chosen, "size": size, "seeds": seeds, "require_pallas": require_pallas}
+        payload = {
+            "workload_id": workload_id,
+            "source": source,
+            "targets_": chosen,
+            "size": size,
+            "seeds": seeds,
+            "require_pallas": require_pallas,
+        }
         where, result, job = self._run("check", payload, chosen, on_progress, cancel)
         if where == "fleet":
             verdict = Verdict.model_validate(result["verdict"])
@@ -1027,14 +1170,28 @@ class RayExecutor:
             log = f"== fleet: {self._local_note('check', str(result))} ==\n{log}"
         dead = [t["host"] for t in job.tries if "died" in t]
         if dead:
-            verdict.warnings.append(f"host {', '.join(dead)} died during this check; it was retried on {verdict.host} "
-                                    "with fresh hidden seeds (the log has both tries)")
+            verdict.warnings.append(
+                f"host {', '.join(dead)} died during this check; it was retried on {verdict.host} "
+                "with fresh hidden seeds (the log has both tries)"
+            )
         return verdict, job.history() + log
 
-    def profile(self, workload_id: str, source: str, targets_: list[str], verdict: Verdict,
-                on_progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> Profile:
+    def profile(
+        self,
+        workload_id: str,
+        source: str,
+        targets_: list[str],
+        verdict: Verdict,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Profile:
         chosen = list(targets_) if targets_ else self.default_targets()
-        payload = {"workload_id": workload_id, "source": source, "targets_": chosen, "verdict": verdict.model_dump(mode="json")}
+        payload = {
+            "workload_id": workload_id,
+            "source": source,
+            "targets_": chosen,
+            "verdict": verdict.model_dump(mode="json"),
+        }
         where, result, job = self._run("profile", payload, chosen, on_progress, cancel)
         if where == "fleet":
             profile = Profile.model_validate(result["profile"])

@@ -29,14 +29,30 @@ from jaxbench_mcp.internals import libtpu
 from jaxbench_mcp.taxonomy import Stage
 
 # Variables a worker may inherit; everything else (tokens, keys, cloud credentials) stays behind.
-_ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "TZ", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID",
-                "TPU_SKIP_MDS_QUERY")
+_ENV_ALLOWED = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TPU_ACCELERATOR_TYPE",
+    "TPU_WORKER_HOSTNAMES",
+    "TPU_WORKER_ID",
+    "TPU_SKIP_MDS_QUERY",
+)
 _LOG_TAIL_BYTES = 20_000
 # The stored event log of one job keeps this much of its head and tail.
 LOG_KEEP_CHARS = 64_000
 
-_DEFAULT_STAGE_SECONDS = MappingProxyType({Stage.LOAD: 30.0, Stage.TRACE: 60.0, Stage.LOWER: 60.0, Stage.COMPILE: 120.0,
-                                           Stage.RUN: 120.0, Stage.MEASURE: 300.0})
+_DEFAULT_STAGE_SECONDS = MappingProxyType(
+    {
+        Stage.LOAD: 30.0,
+        Stage.TRACE: 60.0,
+        Stage.LOWER: 60.0,
+        Stage.COMPILE: 120.0,
+        Stage.RUN: 120.0,
+        Stage.MEASURE: 300.0,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -59,7 +75,12 @@ class Limits:
         s = self.stage_seconds
         if isinstance(job, protocol.CheckJob):
             n = max(1, len(job.targets))
-            return s[Stage.LOAD] + s[Stage.TRACE] + n * (s[Stage.LOWER] + s[Stage.COMPILE]) + len(job.inputs) * s[Stage.RUN]
+            return (
+                s[Stage.LOAD]
+                + s[Stage.TRACE]
+                + n * (s[Stage.LOWER] + s[Stage.COMPILE])
+                + len(job.inputs) * s[Stage.RUN]
+            )
         if isinstance(job, protocol.MeasureJob):
             return s[Stage.LOAD] + s[Stage.MEASURE]
         return s[Stage.LOAD] + s[Stage.TRACE] + max(1, len(job.targets)) * s[Stage.COMPILE]
@@ -87,9 +108,11 @@ class RunOutcome:
 
     def log_text(self) -> str:
         events = "\n".join(e.model_dump_json(exclude_none=True) for e in self.events)
-        text = (f"== isolation: {self.isolation} ==\n== events ==\n{events}\n"
-                + (f"== protocol violation ==\n{self.violation}\n" if self.violation else "")
-                + f"== stdout ==\n{self.stdout_tail}\n== stderr ==\n{self.stderr_tail}")
+        text = (
+            f"== isolation: {self.isolation} ==\n== events ==\n{events}\n"
+            + (f"== protocol violation ==\n{self.violation}\n" if self.violation else "")
+            + f"== stdout ==\n{self.stdout_tail}\n== stderr ==\n{self.stderr_tail}"
+        )
         return protocol.cut_text(text, LOG_KEEP_CHARS)
 
     def cleanup(self) -> None:
@@ -154,6 +177,7 @@ def install_shutdown_handlers() -> None:
     """For the server process: on SIGTERM and SIGINT kill every live worker, remove its directory and exit at
     once. A clean interpreter exit could hang on the thread that reads stdin, and finished attempts are
     already committed; one left running is marked interrupted by the next start."""
+
     def on_signal(number, _frame):
         REGISTRY.kill_all()
         os._exit(128 + number)
@@ -207,8 +231,14 @@ _SPAWNER = _Spawner()
 class Worker:
     """A started worker process, warming up or ready for one job."""
 
-    def __init__(self, generation: str | None, tier: targets.Tier, limits: Limits, dump_schedules: bool = False,
-                 isolation: sandbox.Isolation | None = None):
+    def __init__(
+        self,
+        generation: str | None,
+        tier: targets.Tier,
+        limits: Limits,
+        dump_schedules: bool = False,
+        isolation: sandbox.Isolation | None = None,
+    ):
         self.limits = limits
         self.isolation = isolation or sandbox.detect()
         self.root = Path(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-"))
@@ -228,10 +258,21 @@ class Worker:
         self.cgroup = sandbox.Cgroup.create(limits.memory_bytes + 2**30, limits.max_processes)
         cpu_seconds = int(limits.warm_up + sum(limits.stage_seconds.values()) * 4) * (os.cpu_count() or 1)
         try:
-            self.process = _SPAWNER.start(lambda: sandbox.launch(
-                [sys.executable, "-m", "jaxbench_mcp.worker", str(write_fd), generation or "-"], self.job_dir, env,
-                self._stdout, self._stderr, (write_fd,), self.isolation, limits.max_file_bytes, cpu_seconds,
-                address_space_bytes=max(64 * 2**30, 4 * limits.memory_bytes), cgroup=self.cgroup))
+            self.process = _SPAWNER.start(
+                lambda: sandbox.launch(
+                    [sys.executable, "-m", "jaxbench_mcp.worker", str(write_fd), generation or "-"],
+                    self.job_dir,
+                    env,
+                    self._stdout,
+                    self._stderr,
+                    (write_fd,),
+                    self.isolation,
+                    limits.max_file_bytes,
+                    cpu_seconds,
+                    address_space_bytes=max(64 * 2**30, 4 * limits.memory_bytes),
+                    cgroup=self.cgroup,
+                )
+            )
         finally:
             os.close(write_fd)
         self._events = os.fdopen(read_fd, "rb", buffering=0)

@@ -12,8 +12,14 @@ _HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
 _MESH_KERNELS = {"mpmd_map", "core_map"}
 # Calls whose body runs exactly once where they stand: replays inline them, and a kernel inside one can be
 # cut out in place.
-_CALLS_WITH_BODY = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "jaxpr", "custom_jvp_call": "call_jaxpr",
-                    "custom_vjp_call": "call_jaxpr", "custom_vmap_call": "call"}
+_CALLS_WITH_BODY = {
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vmap_call": "call",
+}
 _KERNELS = {"pallas_call"} | _MESH_KERNELS
 
 
@@ -98,15 +104,24 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
         if name in _HOST_CALLBACKS:
             callbacks.append(name)
         if name in _MESH_KERNELS:
-            kernels.append({"name": name, "grid": [], "blocks": [], "num_scalar_prefetch": 0, "num_scratch": 0,
-                            "scratch_bytes": 0, "dimension_semantics": []})
+            kernels.append(
+                {
+                    "name": name,
+                    "grid": [],
+                    "blocks": [],
+                    "num_scalar_prefetch": 0,
+                    "num_scratch": 0,
+                    "scratch_bytes": 0,
+                    "dimension_semantics": [],
+                }
+            )
             continue
         if name != "pallas_call":
             continue
         mapping = eqn.params["grid_mapping"]
         kernel_jaxpr = eqn.params.get("jaxpr")
         debug = getattr(kernel_jaxpr, "debug_info", None)
-        scratch_avals = [v.aval for v in kernel_jaxpr.invars[len(kernel_jaxpr.invars) - mapping.num_scratch_operands:]]
+        scratch_avals = [v.aval for v in kernel_jaxpr.invars[len(kernel_jaxpr.invars) - mapping.num_scratch_operands :]]
         kernels.append(
             {
                 "name": eqn.params.get("name") or getattr(debug, "func_name", None) or "kernel",
@@ -123,7 +138,9 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
                 "num_scalar_prefetch": int(mapping.num_index_operands),
                 "num_scratch": int(mapping.num_scratch_operands),
                 "scratch_bytes": sum(_nbytes(a) for a in scratch_avals),
-                "dimension_semantics": [str(d) for d in (getattr(eqn.params.get("compiler_params"), "dimension_semantics", None) or [])],
+                "dimension_semantics": [
+                    str(d) for d in (getattr(eqn.params.get("compiler_params"), "dimension_semantics", None) or [])
+                ],
             }
         )
     return kernels, callbacks
@@ -205,15 +222,22 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
         summary = kr.summarise(replay, kr.scheduled_work(body, replay.removed))
         dma = float(replay.dma.sum())
         moved = dma if dma > 0 else sum(_nbytes(v.aval) for v in (*eqn.invars, *eqn.outvars))
-        return {"steps": 1, "steps_exact": True, "hbm_bytes": int(moved), "exact": dma > 0 and replay.trips_exact,
-                "run_ratio_exact": replay.exact, "dma_bytes": int(dma), **summary}
+        return {
+            "steps": 1,
+            "steps_exact": True,
+            "hbm_bytes": int(moved),
+            "exact": dma > 0 and replay.trips_exact,
+            "run_ratio_exact": replay.exact,
+            "dma_bytes": int(dma),
+            **summary,
+        }
 
     mapping = eqn.params["grid_mapping"]
     n_refs = sum(1 for v in eqn.invars if hasattr(v.aval, "inner_aval"))
     n_dynamic = sum(1 for g in mapping.grid if not isinstance(g, int))
     operands = operands if operands is not None else [None] * len(eqn.invars)
-    dynamic = operands[n_refs:n_refs + n_dynamic]
-    prefetch = operands[n_refs + n_dynamic:n_refs + n_dynamic + mapping.num_index_operands]
+    dynamic = operands[n_refs : n_refs + n_dynamic]
+    prefetch = operands[n_refs + n_dynamic : n_refs + n_dynamic + mapping.num_index_operands]
     grid, steps_exact, dynamic_values = [], True, iter(dynamic)
     for axis, g in enumerate(mapping.grid):
         if isinstance(g, int):
@@ -226,8 +250,12 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
         steps_exact = False
         grid.append(_dynamic_grid_bound(mapping, axis) or 1)
     steps = int(np.prod(grid, dtype=np.int64)) if grid else 1
-    semantics = [str(d).lower() for d in (getattr(eqn.params.get("compiler_params"), "dimension_semantics", None) or [])]
-    parallel_steps = int(np.prod([g for g, d in zip(grid, semantics) if "parallel" in d and "core" not in d], dtype=np.int64))
+    semantics = [
+        str(d).lower() for d in (getattr(eqn.params.get("compiler_params"), "dimension_semantics", None) or [])
+    ]
+    parallel_steps = int(
+        np.prod([g for g, d in zip(grid, semantics) if "parallel" in d and "core" not in d], dtype=np.int64)
+    )
     if steps > kr.MAX_LANES:
         points = None
     else:
@@ -247,13 +275,25 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
         total += block_traffic(indices, block_bytes)
     kernel_jaxpr = eqn.params["jaxpr"]
     if points is None:
-        return {"steps": steps, "steps_exact": steps_exact, "hbm_bytes": int(total), "exact": False, "run_ratio": 1.0,
-                "run_ratio_exact": False, "body_ratio": 1.0, "loop_ratio": 1.0, "flat_ratio": 1.0, "in_kernel_loops": 0, "dma_bytes": 0,
-                "parallel_steps": parallel_steps, "mxu_pushes": 0.0}
+        return {
+            "steps": steps,
+            "steps_exact": steps_exact,
+            "hbm_bytes": int(total),
+            "exact": False,
+            "run_ratio": 1.0,
+            "run_ratio_exact": False,
+            "body_ratio": 1.0,
+            "loop_ratio": 1.0,
+            "flat_ratio": 1.0,
+            "in_kernel_loops": 0,
+            "dma_bytes": 0,
+            "parallel_steps": parallel_steps,
+            "mxu_pushes": 0.0,
+        }
     replay = kr.KernelReplay(grid, points)
     env = {}
     n_prefetch = mapping.num_index_operands
-    kernel_operands = operands[n_refs + n_dynamic:]  # scalar prefetch, then inputs
+    kernel_operands = operands[n_refs + n_dynamic :]  # scalar prefetch, then inputs
     n_scratch = mapping.num_scratch_operands
     for i, v in enumerate(kernel_jaxpr.invars):
         space = "smem" if i < n_prefetch else kr._space(v.aval)
@@ -267,13 +307,23 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     dma = float(replay.dma.sum())
     hbm_blocks = [bm for bm in mapping.block_mappings if _stays_in_hbm(bm)]
     if hbm_blocks and dma <= 0:  # manual copies we could not follow: each such operand once (a lower bound)
-        total += sum(int(np.prod(bm.array_aval.shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
-                     for bm in hbm_blocks)
+        total += sum(
+            int(np.prod(bm.array_aval.shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
+            for bm in hbm_blocks
+        )
         exact = False
     total += dma
     exact = exact and replay.trips_exact
-    return {"steps": steps, "steps_exact": steps_exact, "hbm_bytes": int(total), "exact": exact,
-            "run_ratio_exact": replay.exact, "dma_bytes": int(dma), "parallel_steps": parallel_steps, **summary}
+    return {
+        "steps": steps,
+        "steps_exact": steps_exact,
+        "hbm_bytes": int(total),
+        "exact": exact,
+        "run_ratio_exact": replay.exact,
+        "dma_bytes": int(dma),
+        "parallel_steps": parallel_steps,
+        **summary,
+    }
 
 
 # One vector register holds 8 x 128 values; one MXU push multiplies 8 rows by a 128 x 128 tile.
@@ -405,8 +455,6 @@ def run_ratio(kernel_jaxpr, grid: list[int], points) -> tuple[float, bool]:
             taken = np.full(1, int(works.argmax()))
         per_step += float(works[np.clip(taken, 0, len(works) - 1)].mean())
     return per_step / scheduled, exact
-
-
 
 
 def _kernels_in_place(jaxpr) -> list | None:

@@ -42,11 +42,28 @@ EXCLUSIVITY_SAMPLES = 256
 _VREG_ELEMENTS = 8 * 128
 _MXU_PUSH_MACS = 8 * 128 * 128
 # Primitives that pass their operand through (as far as values go).
-_IDENTITY = {"reshard", "sharding_constraint", "copy", "copy_p", "pvary", "optimization_barrier", "multiple_of",
-             "stop_gradient", "with_memory_space_constraint"}
-_CALLS = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "jaxpr", "core_call": "call_jaxpr",
-          "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr", "custom_vmap_call": "call",
-          "remat": "jaxpr", "checkpoint": "jaxpr"}
+_IDENTITY = {
+    "reshard",
+    "sharding_constraint",
+    "copy",
+    "copy_p",
+    "pvary",
+    "optimization_barrier",
+    "multiple_of",
+    "stop_gradient",
+    "with_memory_space_constraint",
+}
+_CALLS = {
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "jaxpr",
+    "core_call": "call_jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vmap_call": "call",
+    "remat": "jaxpr",
+    "checkpoint": "jaxpr",
+}
 _KERNELS = {"pallas_call", "mpmd_map", "core_map"}
 
 
@@ -153,8 +170,13 @@ def _numpy_program_op(eqn, ins):
     elif name == "broadcast_in_dim":
         x = np.asarray(ins[0])
         shape = list(p["shape"])
-        expanded = np.reshape(x, [x.shape[p["broadcast_dimensions"].index(d)] if d in p["broadcast_dimensions"] else 1
-                                  for d in range(len(shape))])
+        expanded = np.reshape(
+            x,
+            [
+                x.shape[p["broadcast_dimensions"].index(d)] if d in p["broadcast_dimensions"] else 1
+                for d in range(len(shape))
+            ],
+        )
         out = np.broadcast_to(expanded, shape)
     elif name in ("squeeze", "reshape"):
         out = np.reshape(np.asarray(ins[0]), eqn.outvars[0].aval.shape)
@@ -162,17 +184,33 @@ def _numpy_program_op(eqn, ins):
         out = np.concatenate([np.asarray(i) for i in ins], axis=p["dimension"])
     elif name == "slice":
         strides = p.get("strides") or [1] * len(p["start_indices"])
-        out = np.asarray(ins[0])[tuple(slice(a, b, c) for a, b, c in zip(p["start_indices"], p["limit_indices"], strides))]
+        out = np.asarray(ins[0])[
+            tuple(slice(a, b, c) for a, b, c in zip(p["start_indices"], p["limit_indices"], strides))
+        ]
     elif name == "iota":
         shape = p["shape"]
-        out = np.broadcast_to(np.arange(shape[p["dimension"]]).reshape(
-            [shape[d] if d == p["dimension"] else 1 for d in range(len(shape))]), shape)
+        out = np.broadcast_to(
+            np.arange(shape[p["dimension"]]).reshape(
+                [shape[d] if d == p["dimension"] else 1 for d in range(len(shape))]
+            ),
+            shape,
+        )
     elif name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_and", "reduce_or"):
-        fn = {"reduce_sum": np.sum, "reduce_max": np.max, "reduce_min": np.min, "reduce_and": np.all, "reduce_or": np.any}[name]
+        fn = {
+            "reduce_sum": np.sum,
+            "reduce_max": np.max,
+            "reduce_min": np.min,
+            "reduce_and": np.all,
+            "reduce_or": np.any,
+        }[name]
         out = fn(np.asarray(ins[0]), axis=tuple(p["axes"]))
     elif name == "cumsum":
         x = np.asarray(ins[0])
-        out = np.flip(np.cumsum(np.flip(x, p["axis"]), axis=p["axis"]), p["axis"]) if p.get("reverse") else np.cumsum(x, axis=p["axis"])
+        out = (
+            np.flip(np.cumsum(np.flip(x, p["axis"]), axis=p["axis"]), p["axis"])
+            if p.get("reverse")
+            else np.cumsum(x, axis=p["axis"])
+        )
     elif name == "transpose":
         out = np.transpose(np.asarray(ins[0]), p["permutation"])
     elif name == "integer_pow":
@@ -211,8 +249,11 @@ def _replay_program(eqns, env: dict, found: dict) -> None:
             outs = [v.val if _literal(v) else inner.get(v) for v in inner_jaxpr.outvars]
         elif name in _IDENTITY and len(ins) == len(outs):
             outs = ins
-        elif (all(i is not None for i in ins) and all(_elements(o.aval) <= SMALL_ELEMENTS for o in eqn.outvars)
-              and not _contains_kernel(eqn)):
+        elif (
+            all(i is not None for i in ins)
+            and all(_elements(o.aval) <= SMALL_ELEMENTS for o in eqn.outvars)
+            and not _contains_kernel(eqn)
+        ):
             try:
                 outs = _numpy_program_op(eqn, ins)
                 if outs is None:
@@ -228,7 +269,9 @@ def _replay_program(eqns, env: dict, found: dict) -> None:
 
 def _space(aval) -> str:
     base = getattr(aval, "ref", aval)
-    return str(getattr(base, "memory_space", "") or getattr(getattr(base, "inner_aval", None), "memory_space", "")).lower()
+    return str(
+        getattr(base, "memory_space", "") or getattr(getattr(base, "inner_aval", None), "memory_space", "")
+    ).lower()
 
 
 def in_hbm(space: str) -> bool:
@@ -251,12 +294,33 @@ def _trunc_rem(a, b):
 
 
 _NUMPY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
-    "div": _trunc_div, "rem": _trunc_rem, "neg": np.negative, "abs": np.abs, "sign": np.sign,
-    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
-    "and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b, "not": lambda a: ~a,
-    "floor": np.floor, "ceil": np.ceil, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
-    "shift_left": np.left_shift, "shift_right_arithmetic": np.right_shift,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+    "div": _trunc_div,
+    "rem": _trunc_rem,
+    "neg": np.negative,
+    "abs": np.abs,
+    "sign": np.sign,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "and": lambda a, b: a & b,
+    "or": lambda a, b: a | b,
+    "xor": lambda a, b: a ^ b,
+    "not": lambda a: ~a,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "shift_left": np.left_shift,
+    "shift_right_arithmetic": np.right_shift,
 }
 
 
@@ -341,15 +405,26 @@ class KernelReplay:
         """content[indexer] for an NDIndexer whose indices are known (None otherwise)."""
         idx = []
         lanes = content.lanes
-        for dim, i in zip(content.v.shape[1 if content.lanes else 0:], indexer.indices):
+        for dim, i in zip(content.v.shape[1 if content.lanes else 0 :], indexer.indices):
             if hasattr(i, "start") and hasattr(i, "size"):
-                start, size = (self._read(env, i.start) if not isinstance(i.start, (int, np.integer)) else Known(i.start),
-                               i.size)
-                if start is None or start.lanes or not isinstance(size, (int, np.integer)) or getattr(i, "stride", 1) != 1:
+                start, size = (
+                    self._read(env, i.start) if not isinstance(i.start, (int, np.integer)) else Known(i.start),
+                    i.size,
+                )
+                if (
+                    start is None
+                    or start.lanes
+                    or not isinstance(size, (int, np.integer))
+                    or getattr(i, "stride", 1) != 1
+                ):
                     return None
                 idx.append(slice(int(start.v), int(start.v) + int(size)))
             else:
-                value = i if isinstance(i, Known) else (Known(i) if isinstance(i, (int, np.integer)) else self._read(env, i))
+                value = (
+                    i
+                    if isinstance(i, Known)
+                    else (Known(i) if isinstance(i, (int, np.integer)) else self._read(env, i))
+                )
                 if value is None:
                     return None
                 lanes = lanes or value.lanes
@@ -481,6 +556,7 @@ class KernelReplay:
             old = None
         if not isinstance(box, RefBox) or box.content is None:
             return old
+
         def single(value):
             # With one lane (a kernel without a grid) a per-lane value is just a value.
             if value is not None and value.lanes and self.P == 1 and n == 1:
@@ -490,13 +566,15 @@ class KernelReplay:
         try:
             transforms = jax.tree_util.tree_unflatten(eqn.params["tree"], eqn.invars[2:])
             new = single(new)
-            if (new is None or new.lanes or box.content.lanes or len(transforms) > 1 or n != self.P):
+            if new is None or new.lanes or box.content.lanes or len(transforms) > 1 or n != self.P:
                 raise ValueError("not tracked")
             idx = []
             for t in transforms:
                 for i in t.indices:
                     if hasattr(i, "size"):
-                        start = single(self._read(env, i.start) if not isinstance(i.start, (int, np.integer)) else Known(i.start))
+                        start = single(
+                            self._read(env, i.start) if not isinstance(i.start, (int, np.integer)) else Known(i.start)
+                        )
                         if start is None or start.lanes or not isinstance(i.size, (int, np.integer)):
                             raise ValueError("not tracked")
                         idx.append(slice(int(start.v), int(start.v) + int(i.size)))
@@ -547,8 +625,11 @@ class KernelReplay:
         self.run(branch.jaxpr, inner, lane_ids[chosen], in_loop)
 
     def _snapshot(self):
-        return {"mxu": {k: v.copy() for k, v in self.mxu.items()}, "vec": {k: v.copy() for k, v in self.vec.items()},
-                "dma": self.dma.copy()}
+        return {
+            "mxu": {k: v.copy() for k, v in self.mxu.items()},
+            "vec": {k: v.copy() for k, v in self.vec.items()},
+            "dma": self.dma.copy(),
+        }
 
     def _restore(self, snap):
         self.mxu = {k: v.copy() for k, v in snap["mxu"].items()}
@@ -556,8 +637,11 @@ class KernelReplay:
         self.dma = snap["dma"].copy()
 
     def _diff(self, snap):
-        d = {"mxu": {k: self.mxu[k] - snap["mxu"][k] for k in self.mxu}, "vec": {k: self.vec[k] - snap["vec"][k] for k in self.vec},
-             "dma": self.dma - snap["dma"]}
+        d = {
+            "mxu": {k: self.mxu[k] - snap["mxu"][k] for k in self.mxu},
+            "vec": {k: self.vec[k] - snap["vec"][k] for k in self.vec},
+            "dma": self.dma - snap["dma"],
+        }
         d["weight"] = sum(d["mxu"].values()) * 1e6 + sum(d["vec"].values()) + d["dma"] * 1e-3
         return d
 
@@ -609,16 +693,16 @@ class KernelReplay:
             carry = [_dynamic(self._read(inner, v)) for v in body.jaxpr.outvars[:n_carry]]
             diffs.append(self._diff(before))
         if length > trips and diffs:
-            self._add(_mean(diffs[len(diffs) // 2:]), float(length - trips))
+            self._add(_mean(diffs[len(diffs) // 2 :]), float(length - trips))
             carry = [None] * n_carry
         return carry + [None] * (len(eqn.outvars) - n_carry)
 
     def _while(self, eqn, ins, lane_ids):
         p = eqn.params
         cond, body = p["cond_jaxpr"], p["body_jaxpr"]
-        cond_consts = ins[:p["cond_nconsts"]]
-        body_consts = ins[p["cond_nconsts"]:p["cond_nconsts"] + p["body_nconsts"]]
-        carry = list(ins[p["cond_nconsts"] + p["body_nconsts"]:])
+        cond_consts = ins[: p["cond_nconsts"]]
+        body_consts = ins[p["cond_nconsts"] : p["cond_nconsts"] + p["body_nconsts"]]
+        carry = list(ins[p["cond_nconsts"] + p["body_nconsts"] :])
         self.loop_ids.add(id(eqn))
         active = np.arange(len(lane_ids))
         carry_lanes = [self._lanes(c, len(lane_ids)) for c in carry]
@@ -629,7 +713,12 @@ class KernelReplay:
                 break
             sub = [self._subset(c, active) for c in carry_lanes]
             env = dict(zip(cond.jaxpr.constvars, [_const(c) for c in cond.consts]))
-            env.update(zip(cond.jaxpr.invars, [self._subset(c, active) if isinstance(c, Known) else c for c in cond_consts] + sub))
+            env.update(
+                zip(
+                    cond.jaxpr.invars,
+                    [self._subset(c, active) if isinstance(c, Known) else c for c in cond_consts] + sub,
+                )
+            )
             self.run(cond.jaxpr, env, lane_ids[active])
             go = self._read(env, cond.jaxpr.outvars[0])
             if go is None:
@@ -657,11 +746,16 @@ class KernelReplay:
             self.exact = self.trips_exact = False
         else:
             # Per lane: its remaining trips x the mean per-trip work of the later replayed trips (per active lane).
-            mean = _mean(diffs[len(diffs) // 2:])
+            mean = _mean(diffs[len(diffs) // 2 :])
             scale = np.zeros(self.P)
             scale[lane_ids[active]] = remaining
-            self._add({"mxu": {k: v * scale for k, v in mean["mxu"].items()}, "vec": {k: v * scale for k, v in mean["vec"].items()},
-                       "dma": mean["dma"] * scale})
+            self._add(
+                {
+                    "mxu": {k: v * scale for k, v in mean["mxu"].items()},
+                    "vec": {k: v * scale for k, v in mean["vec"].items()},
+                    "dma": mean["dma"] * scale,
+                }
+            )
         return [None] * len(eqn.outvars)
 
     def _lanes(self, value, n):
@@ -684,14 +778,17 @@ def scan_parts(params, values) -> tuple[list, list, list]:
         consts, carry, xs = params["ft_in"].update(values).unpack()
         return list(consts), list(carry), list(xs)
     n_consts, n_carry = params["num_consts"], params["num_carry"]
-    return values[:n_consts], values[n_consts:n_consts + n_carry], values[n_consts + n_carry:]
+    return values[:n_consts], values[n_consts : n_consts + n_carry], values[n_consts + n_carry :]
 
 
 def _mean(diffs: list[dict]) -> dict:
     n = len(diffs)
-    return {"mxu": {k: sum(d["mxu"][k] for d in diffs) / n for k in (False, True)},
-            "vec": {k: sum(d["vec"][k] for d in diffs) / n for k in (False, True)},
-            "dma": sum(d["dma"] for d in diffs) / n, "weight": sum(d["weight"] for d in diffs) / n}
+    return {
+        "mxu": {k: sum(d["mxu"][k] for d in diffs) / n for k in (False, True)},
+        "vec": {k: sum(d["vec"][k] for d in diffs) / n for k in (False, True)},
+        "dma": sum(d["dma"] for d in diffs) / n,
+        "weight": sum(d["weight"] for d in diffs) / n,
+    }
 
 
 def scratch_box(aval) -> RefBox:
@@ -735,14 +832,17 @@ def _sample_live(jaxpr, env, positions, samples: int = EXCLUSIVITY_SAMPLES):
     wanted = {jaxpr.eqns[p].invars[0] for p in positions if not _literal(jaxpr.eqns[p].invars[0])}
     chain, needed = [], set(wanted)
     reads: dict = {}  # a read of a ref at constant indices -> the one draw all such reads share
-    for eqn in reversed(jaxpr.eqns[:max(positions)]):
+    for eqn in reversed(jaxpr.eqns[: max(positions)]):
         if not any(v in needed for v in eqn.outvars):
             continue
         if eqn.primitive.name == "get" and all(_literal(v) for v in eqn.invars[1:]):
             reads[eqn.outvars[0]] = (eqn.invars[0], tuple(v.val for v in eqn.invars[1:]), str(eqn.params.get("tree")))
             continue
-        if eqn.primitive.name not in _NUMPY and eqn.primitive.name not in ("convert_element_type", "select_n") \
-                and eqn.primitive.name not in _IDENTITY:
+        if (
+            eqn.primitive.name not in _NUMPY
+            and eqn.primitive.name not in ("convert_element_type", "select_n")
+            and eqn.primitive.name not in _IDENTITY
+        ):
             continue  # its output is a leaf: drawn at random
         chain.append(eqn)
         needed |= {v for v in eqn.invars if not _literal(v)}

@@ -84,8 +84,12 @@ def traced_durations_us(run: Callable[[], None], module_name: str) -> tuple[list
         return module_durations_us(planes, module_name), [p.name for p in planes]
 
 
-def time_on_device(fn: Callable, static_argnums: Sequence[int], inputs_for: Callable[[int], tuple],
-                   iterations: int = DEFAULT_ITERATIONS) -> Samples:
+def time_on_device(
+    fn: Callable,
+    static_argnums: Sequence[int],
+    inputs_for: Callable[[int], tuple],
+    iterations: int = DEFAULT_ITERATIONS,
+) -> Samples:
     """Device time of `fn` over `iterations` runs, each on fresh inputs (`inputs_for(i)`), after warm-up.
 
     Fresh inputs keep a kernel from being timed on data that an earlier run left in a cache. The warm-up
@@ -111,6 +115,8 @@ def time_on_device(fn: Callable, static_argnums: Sequence[int], inputs_for: Call
 
     samples, planes = traced_durations_us(run, f"jit_{TIMED_FUNCTION}")
     if len(samples) != iterations:
-        raise MeasurementError(f"the trace holds {len(samples)} device executions of the kernel, expected {iterations} "
-                               f"(planes: {', '.join(sorted(set(planes)))})")
+        raise MeasurementError(
+            f"the trace holds {len(samples)} device executions of the kernel, expected {iterations} "
+            f"(planes: {', '.join(sorted(set(planes)))})"
+        )
     return Samples(tuple(samples))

@@ -19,8 +19,10 @@ from jaxbench_mcp.taxonomy import ErrorClass, Stage, Status
 # types write them as the strings "nan", "inf", "-inf" (not null: null already means "not applicable",
 # and an agent needs to tell NaN from Inf), the JSON schema says so, and reading accepts them back.
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-_NUMBER_SCHEMA = [{"type": "number"},
-                  {"type": "string", "enum": list(_NON_FINITE), "description": "a non-finite value: NaN, +Inf or -Inf"}]
+_NUMBER_SCHEMA = [
+    {"type": "number"},
+    {"type": "string", "enum": list(_NON_FINITE), "description": "a non-finite value: NaN, +Inf or -Inf"},
+]
 
 
 def _write_real(value: Any) -> Any:
@@ -40,10 +42,18 @@ def _read_required_real(value: Any) -> Any:
     return math.nan if value is None else _read_real(value)
 
 
-Real = Annotated[float, BeforeValidator(_read_required_real), PlainSerializer(_write_real, return_type=Any, when_used="json"),
-                 WithJsonSchema({"anyOf": _NUMBER_SCHEMA})]
-OptionalReal = Annotated[float | None, BeforeValidator(_read_real), PlainSerializer(_write_real, return_type=Any, when_used="json"),
-                         WithJsonSchema({"anyOf": [*_NUMBER_SCHEMA, {"type": "null"}]})]
+Real = Annotated[
+    float,
+    BeforeValidator(_read_required_real),
+    PlainSerializer(_write_real, return_type=Any, when_used="json"),
+    WithJsonSchema({"anyOf": _NUMBER_SCHEMA}),
+]
+OptionalReal = Annotated[
+    float | None,
+    BeforeValidator(_read_real),
+    PlainSerializer(_write_real, return_type=Any, when_used="json"),
+    WithJsonSchema({"anyOf": [*_NUMBER_SCHEMA, {"type": "null"}]}),
+]
 
 
 def plain_number(value: float | None, spec: str = ".3g") -> str:
@@ -149,12 +159,30 @@ class WorkloadSpec(BaseModel):
             *(["roofline lower bound per TPU generation:", *roof] if roof else []),
             *(["notes:", *[f"  - {n}" for n in self.notes]] if self.notes else []),
             # The flags of the structure, in words: the text must not know less than the structure.
-            *(["note: an all-zeros or constant output passes JAXBench's own check here"]
-              if self.degenerate_output else []),
-            *(["other sizes: " + "; ".join(f"'{name}' " + ", ".join(f"{k}={v}" for k, v in params.items())
-                                           for name, params in self.other_sizes.items())] if self.other_sizes else []),
-            "expert kernel: " + ("yes, shown below" if self.expert_source else "yes (source hidden)" if self.has_expert_reference
-                                 else "none for this workload"),
+            *(
+                ["note: an all-zeros or constant output passes JAXBench's own check here"]
+                if self.degenerate_output
+                else []
+            ),
+            *(
+                [
+                    "other sizes: "
+                    + "; ".join(
+                        f"'{name}' " + ", ".join(f"{k}={v}" for k, v in params.items())
+                        for name, params in self.other_sizes.items()
+                    )
+                ]
+                if self.other_sizes
+                else []
+            ),
+            "expert kernel: "
+            + (
+                "yes, shown below"
+                if self.expert_source
+                else "yes (source hidden)"
+                if self.has_expert_reference
+                else "none for this workload"
+            ),
             "reference (JAXBench baseline semantics):",
             self.reference_source.rstrip(),
             *(["expert kernel:", self.expert_source.rstrip()] if self.expert_source else []),
@@ -187,26 +215,36 @@ class FleetInfo(BaseModel):
     """A fleet of hosts on Ray behind the server (jaxbench_mcp.fleet)."""
 
     address: str = Field(description="The Ray cluster's address")
-    resource: str = Field(description="The Ray resource a CPU host advertises to join (a TPU host joins by Ray's TPU resource)")
+    resource: str = Field(
+        description="The Ray resource a CPU host advertises to join (a TPU host joins by Ray's TPU resource)"
+    )
     hosts: list[FleetHost]
     ready_hosts: int
     tpu_chips: int = Field(description="TPU chips on the ready hosts")
     chips_by_generation: dict[str, int] = Field(default_factory=dict)
     queue_length: int = Field(description="Jobs waiting for a slot on the fleet's hosts")
     busy_share: float = Field(description="Running jobs over the slots of the ready hosts, 0 to 1")
-    fallback: str | None = Field(None, description="Set once the cluster went away (why): jobs then run on the server's own host")
+    fallback: str | None = Field(
+        None, description="Set once the cluster went away (why): jobs then run on the server's own host"
+    )
 
     def summary_lines(self) -> list[str]:
         chips = ", ".join(f"{n} {g}" for g, n in sorted(self.chips_by_generation.items()))
-        lines = [f"fleet: Ray cluster at {self.address}: {self.ready_hosts} of {len(self.hosts)} hosts ready, "
-                 f"{self.tpu_chips} TPU chips" + (f" ({chips})" if chips else "")
-                 + f", {self.queue_length} waiting, {self.busy_share:.0%} busy"]
+        lines = [
+            f"fleet: Ray cluster at {self.address}: {self.ready_hosts} of {len(self.hosts)} hosts ready, "
+            f"{self.tpu_chips} TPU chips"
+            + (f" ({chips})" if chips else "")
+            + f", {self.queue_length} waiting, {self.busy_share:.0%} busy"
+        ]
         if self.fallback:
             lines.append(f"fleet FALLEN BACK to local execution on the server's host: {self.fallback}")
         for h in self.hosts:
-            lines.append(f"  host {h.name}: {h.state}, tier {h.tier or '?'}, TPU {h.attached_tpu or 'none'}"
-                         + (f" x{h.tpu_chips}" if h.tpu_chips else "") + f", {h.running} of {h.slots} slots running, "
-                         f"{h.waiting} waiting" + (f" ({h.detail})" if h.detail else ""))
+            lines.append(
+                f"  host {h.name}: {h.state}, tier {h.tier or '?'}, TPU {h.attached_tpu or 'none'}"
+                + (f" x{h.tpu_chips}" if h.tpu_chips else "")
+                + f", {h.running} of {h.slots} slots running, "
+                f"{h.waiting} waiting" + (f" ({h.detail})" if h.detail else "")
+            )
         return lines
 
 
@@ -222,7 +260,9 @@ class ServerInfo(BaseModel):
     workloads: int
     queue: QueueInfo
     isolation: str = Field(description="How candidate processes are isolated: bubblewrap | namespaces | process-only")
-    fleet: FleetInfo | None = Field(None, description="The Ray fleet that runs this server's checks, if any (`serve --ray`)")
+    fleet: FleetInfo | None = Field(
+        None, description="The Ray fleet that runs this server's checks, if any (`serve --ray`)"
+    )
 
     def summary(self) -> str:
         targets = ", ".join(self.compile_targets) or "none (lowering only)"
@@ -248,7 +288,9 @@ class StageReport(BaseModel):
     ok: bool
     seconds: Real
     target: str | None = None
-    produced_by: str = Field(description="Which tier produced this result, e.g. 'cpu_libtpu: deviceless XLA:TPU compile'")
+    produced_by: str = Field(
+        description="Which tier produced this result, e.g. 'cpu_libtpu: deviceless XLA:TPU compile'"
+    )
     detail: str = ""
 
 
@@ -266,7 +308,9 @@ class CompileReport(BaseModel):
     ok: bool
     seconds: Real
     code_size_bytes: int | None = None
-    vmem_estimate_bytes: int | None = Field(None, description="Double-buffered blocks plus scratch, from the BlockSpecs")
+    vmem_estimate_bytes: int | None = Field(
+        None, description="Double-buffered blocks plus scratch, from the BlockSpecs"
+    )
     error: str | None = Field(None, description="Why this target's compile failed (its last decisive line)")
 
 
@@ -276,13 +320,17 @@ class SeedReport(BaseModel):
     max_abs_error: Real
     max_rel_error: Real
     tolerance: Real = Field(description="Allowed max |candidate - truth|, calibrated from the native-dtype baseline")
-    baseline_max_abs_error: Real = Field(description="How far the workload's own native-dtype baseline is from the truth")
+    baseline_max_abs_error: Real = Field(
+        description="How far the workload's own native-dtype baseline is from the truth"
+    )
     worst_index: list[int]
     worst_candidate: Real
     worst_truth: Real
     nan_count: int
     inf_count: int
-    jaxbench_allclose: bool = Field(description="JAXBench's own check: allclose(atol=rtol=1e-2) against the native baseline")
+    jaxbench_allclose: bool = Field(
+        description="JAXBench's own check: allclose(atol=rtol=1e-2) against the native baseline"
+    )
 
 
 class Verdict(BaseModel):
@@ -296,28 +344,45 @@ class Verdict(BaseModel):
     size: str = Field(description="The size the run stage used (compiles always use the full size)")
     targets: list[str]
     tier: str
-    isolation: str = Field("process-only", description="How the candidate's process was isolated: bubblewrap | namespaces | process-only")
-    program_sha256: dict[str, str] = Field(default_factory=dict, description="Per target, the hash of the lowered program the "
-                                           "server inspected; a profile must be of the same program")
+    isolation: str = Field(
+        "process-only", description="How the candidate's process was isolated: bubblewrap | namespaces | process-only"
+    )
+    program_sha256: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per target, the hash of the lowered program the "
+        "server inspected; a profile must be of the same program",
+    )
     attempt_id: int | None = None
     stages: list[StageReport] = Field(default_factory=list)
     pallas_calls: int = 0
     kernels: list[KernelDescription] = Field(default_factory=list)
     compiles: list[CompileReport] = Field(default_factory=list)
     seeds: list[SeedReport] = Field(default_factory=list)
-    jaxbench_compatible: bool | None = Field(None, description="Would JAXBench's own check (allclose 1e-2) pass on every seed")
-    full_size_findings: list[str] = Field(default_factory=list, description="Regions of outputs no grid step writes and "
-                                          "of inputs no grid step reads at full size (from the kernels' index maps)")
-    pallas_work: str | None = Field(None, description="The Pallas kernels' share of the program's FLOPs and bytes at full size")
+    jaxbench_compatible: bool | None = Field(
+        None, description="Would JAXBench's own check (allclose 1e-2) pass on every seed"
+    )
+    full_size_findings: list[str] = Field(
+        default_factory=list,
+        description="Regions of outputs no grid step writes and "
+        "of inputs no grid step reads at full size (from the kernels' index maps)",
+    )
+    pallas_work: str | None = Field(
+        None, description="The Pallas kernels' share of the program's FLOPs and bytes at full size"
+    )
     warnings: list[str] = Field(default_factory=list)
     total_seconds: Real = 0.0
     log_tail: str | None = Field(None, description="server_error only: the end of the server's log of this check")
-    host: str | None = Field(None, description="The fleet host that produced this verdict (unset: the server's own host)")
+    host: str | None = Field(
+        None, description="The fleet host that produced this verdict (unset: the server's own host)"
+    )
 
     def summary(self) -> str:
         head = f"{self.status.upper()}" + (f" [{self.error_class}]" if self.error_class else "")
-        lines = [f"{head}: {self.workload_id} (run at {self.size} size; compiled for {', '.join(self.targets) or 'no target'}; tier {self.tier}"
-                 + (f"; host {self.host}" if self.host else "") + ")"]
+        lines = [
+            f"{head}: {self.workload_id} (run at {self.size} size; compiled for {', '.join(self.targets) or 'no target'}; tier {self.tier}"
+            + (f"; host {self.host}" if self.host else "")
+            + ")"
+        ]
         if self.message:
             lines.append(self.message)
         if self.hint:
@@ -327,11 +392,15 @@ class Verdict(BaseModel):
         for c in self.compiles:
             size = f", code {c.code_size_bytes:,} B" if c.code_size_bytes else ""
             vmem = f", VMEM ~{c.vmem_estimate_bytes / 2**20:.1f} MiB" if c.vmem_estimate_bytes else ""
-            lines.append(f"compile {c.target}: {'ok' if c.ok else 'FAILED'} in {c.seconds:.2f}s{size}{vmem}"
-                         + (f": {c.error}" if c.error else ""))
+            lines.append(
+                f"compile {c.target}: {'ok' if c.ok else 'FAILED'} in {c.seconds:.2f}s{size}{vmem}"
+                + (f": {c.error}" if c.error else "")
+            )
         for k in self.kernels:  # what the server saw of each pallas_call, as in the structure
-            lines.append(f"kernel {k.name}: grid {k.grid}, blocks {k.block_shapes}, "
-                         f"semantics {', '.join(k.dimension_semantics) or 'unset'}")
+            lines.append(
+                f"kernel {k.name}: grid {k.grid}, blocks {k.block_shapes}, "
+                f"semantics {', '.join(k.dimension_semantics) or 'unset'}"
+            )
         for s in self.seeds:
             # NaN and Inf spelled out: a client that reads only this text must learn them as plainly as one
             # that reads the structure.
@@ -339,8 +408,11 @@ class Verdict(BaseModel):
                 f"seed {s.seed_index}: {'ok' if s.passed else 'MISMATCH'} max|err| {plain_number(s.max_abs_error)} "
                 f"(allowed {plain_number(s.tolerance)}; baseline {plain_number(s.baseline_max_abs_error)}) worst at "
                 f"{s.worst_index}: candidate {plain_number(s.worst_candidate)}, truth {plain_number(s.worst_truth)}"
-                + (f"; the output holds {s.nan_count:,} NaN and {s.inf_count:,} Inf values"
-                   if s.nan_count or s.inf_count else "")
+                + (
+                    f"; the output holds {s.nan_count:,} NaN and {s.inf_count:,} Inf values"
+                    if s.nan_count or s.inf_count
+                    else ""
+                )
             )
         if self.jaxbench_compatible is not None:
             lines.append(f"JAXBench allclose(1e-2) check: {'pass' if self.jaxbench_compatible else 'fail'}")
@@ -371,7 +443,9 @@ class AttemptSummary(BaseModel):
 
 class AttemptDetail(AttemptSummary):
     verdict: Verdict | None
-    profile: Profile | None = Field(None, description="For a profile attempt: the profile (its verdict is also in `verdict`)")
+    profile: Profile | None = Field(
+        None, description="For a profile attempt: the profile (its verdict is also in `verdict`)"
+    )
     source: str = Field(description="The candidate's source (head and tail only when very long)")
     log_tail: str = Field(description="The end of the worker's events, stdout and stderr")
 
@@ -394,20 +468,25 @@ class AttemptList(BaseModel):
             return "no attempts yet"
         return "\n".join(
             f"#{a.attempt_id} {a.created} {a.kind} {a.workload_id}: {a.status or a.state}"
-            + (f" [{a.error_class}]" if a.error_class else "") for a in self.attempts
+            + (f" [{a.error_class}]" if a.error_class else "")
+            for a in self.attempts
         )
 
 
 class CheckOutcome(BaseModel):
-    state: Literal["done", "running"] = Field(description="'done' with a verdict, or 'running': ask list_attempts(attempt_id=...) later")
+    state: Literal["done", "running"] = Field(
+        description="'done' with a verdict, or 'running': ask list_attempts(attempt_id=...) later"
+    )
     attempt_id: int
     verdict: Verdict | None = None
 
     def summary(self) -> str:
         if self.verdict is not None:
             return self.verdict.summary()
-        return (f"attempt {self.attempt_id} is still running; call list_attempts(attempt_id={self.attempt_id}) "
-                "in a little while for the verdict")
+        return (
+            f"attempt {self.attempt_id} is still running; call list_attempts(attempt_id={self.attempt_id}) "
+            "in a little while for the verdict"
+        )
 
 
 # ---- profile_kernel -----------------------------------------------------------------------------
@@ -416,19 +495,32 @@ class CheckOutcome(BaseModel):
 class KernelEstimate(BaseModel):
     name: str
     grid_steps: int
-    grid_steps_exact: bool = Field(True, description="False when a grid dimension is known only at run time and not computable from the inputs (bounded by the blocks its index maps address)")
+    grid_steps_exact: bool = Field(
+        True,
+        description="False when a grid dimension is known only at run time and not computable from the inputs (bounded by the blocks its index maps address)",
+    )
     bundles_per_step: int = Field(description="Bundles in the kernel's final schedule (libtpu's dump)")
-    slot_use: dict[str, Real] = Field(description="Average use per bundle of each VLIW slot kind, as a fraction of capacity")
+    slot_use: dict[str, Real] = Field(
+        description="Average use per bundle of each VLIW slot kind, as a fraction of capacity"
+    )
     hbm_bytes: int = Field(description="HBM bytes the BlockSpecs move over the grid, re-fetches included")
     hbm_bytes_exact: bool = Field(description="False when index maps depend on scalar prefetch or blocks stay in HBM")
-    run_ratio: Real = Field(1.0, description="Code a grid step runs / code in the schedule, averaged over the grid: "
-                                              "below 1 when pl.when skips branches, above 1 when in-kernel loops repeat")
-    run_ratio_exact: bool = Field(True, description="False when a predicate depends on data or a loop's trip count is unknown")
+    run_ratio: Real = Field(
+        1.0,
+        description="Code a grid step runs / code in the schedule, averaged over the grid: "
+        "below 1 when pl.when skips branches, above 1 when in-kernel loops repeat",
+    )
+    run_ratio_exact: bool = Field(
+        True, description="False when a predicate depends on data or a loop's trip count is unknown"
+    )
     compute_us: Real
     memory_us: Real
     overhead_us: Real
-    exposed_us: Real = Field(0.0, description="The part of min(compute, HBM) the pipeline does not hide (first fetch, "
-                                               "last write-back, or calibrated overlap loss)")
+    exposed_us: Real = Field(
+        0.0,
+        description="The part of min(compute, HBM) the pipeline does not hide (first fetch, "
+        "last write-back, or calibrated overlap loss)",
+    )
     estimate_us: Real
     bottleneck: str
 
@@ -454,11 +546,18 @@ class OutsideOpCost(BaseModel):
 class TargetEstimate(BaseModel):
     target: str
     kind: str = Field("static estimate", description="'measured', 'static estimate' or 'roofline only'")
-    candidate_us: OptionalReal = Field(description="The candidate's time: the measured median, or the estimate of its Pallas "
-                                                   "kernels plus XLA's estimate of the work around them")
-    outside_kernels_us: OptionalReal = Field(None, description="Static estimate only: XLA's estimate of the candidate's work "
-                                                               "outside its Pallas kernels (included in candidate_us)")
-    xla_baseline_us: OptionalReal = Field(description="The XLA baseline: measured median, or XLA's own cost-analysis estimate")
+    candidate_us: OptionalReal = Field(
+        description="The candidate's time: the measured median, or the estimate of its Pallas "
+        "kernels plus XLA's estimate of the work around them"
+    )
+    outside_kernels_us: OptionalReal = Field(
+        None,
+        description="Static estimate only: XLA's estimate of the candidate's work "
+        "outside its Pallas kernels (included in candidate_us)",
+    )
+    xla_baseline_us: OptionalReal = Field(
+        description="The XLA baseline: measured median, or XLA's own cost-analysis estimate"
+    )
     expert_us: OptionalReal = Field(None, description="The same for the expert kernel, if the workload has one")
     roofline_us: Real = Field(description="Lower bound from FLOPs and the workload's input+output bytes")
     speedup_vs_xla: OptionalReal = None
@@ -471,31 +570,47 @@ class TargetEstimate(BaseModel):
     expert_timing: DeviceTiming | None = None
     bottleneck: str | None = None
     kernels: list[KernelEstimate] = Field(default_factory=list)
-    outside_ops: list[OutsideOpCost] = Field(default_factory=list, description="Static estimate only: the XLA work outside "
-                                             "the kernels per op, largest first (at most 12; outside_kernels_us counts all)")
-    advice: list[str] = Field(default_factory=list, description="The one or two changes that address the bottleneck, with the "
-                                                                "doc section to read")
+    outside_ops: list[OutsideOpCost] = Field(
+        default_factory=list,
+        description="Static estimate only: the XLA work outside "
+        "the kernels per op, largest first (at most 12; outside_kernels_us counts all)",
+    )
+    advice: list[str] = Field(
+        default_factory=list,
+        description="The one or two changes that address the bottleneck, with the doc section to read",
+    )
     flags: list[str] = Field(default_factory=list)
-    docs: list[str] = Field(default_factory=list, description="Doc sections on reading this result: pass them to read_docs(topic=...)")
+    docs: list[str] = Field(
+        default_factory=list, description="Doc sections on reading this result: pass them to read_docs(topic=...)"
+    )
     error: str | None = None
 
 
 class Profile(BaseModel):
     workload_id: str
     tier: str
-    kind: str = Field(description="'measured' on a TPU host, 'static estimate' on a CPU host with libtpu, 'roofline only' on a plain CPU host")
+    kind: str = Field(
+        description="'measured' on a TPU host, 'static estimate' on a CPU host with libtpu, 'roofline only' on a plain CPU host"
+    )
     label: str
     verdict: Verdict = Field(description="The check that came first: only a correct kernel is profiled")
     targets: list[TargetEstimate] = Field(default_factory=list)
     attempt_id: int | None = None
-    host: str | None = Field(None, description="The fleet host that produced this profile (unset: the server's own host)")
+    host: str | None = Field(
+        None, description="The fleet host that produced this profile (unset: the server's own host)"
+    )
 
     def summary(self) -> str:
         if self.verdict.status == Status.SERVER_ERROR:
-            return "NOT PROFILED: the server failed (not the kernel's doing); call profile_kernel again.\n" + self.verdict.summary()
+            return (
+                "NOT PROFILED: the server failed (not the kernel's doing); call profile_kernel again.\n"
+                + self.verdict.summary()
+            )
         if self.verdict.status != "correct":
             return "NOT PROFILED: the kernel must pass check_kernel first.\n" + self.verdict.summary()
-        lines = [f"{self.workload_id}: {self.kind.upper()} ({self.label})" + (f" on host {self.host}" if self.host else "")]
+        lines = [
+            f"{self.workload_id}: {self.kind.upper()} ({self.label})" + (f" on host {self.host}" if self.host else "")
+        ]
         for t in self.targets:
             if t.error:
                 lines.append(f"{t.target}: {t.error}")
@@ -507,28 +622,53 @@ class Profile(BaseModel):
                 f"expert {fmt(t.expert_us)} | roofline >= {fmt(t.roofline_us, '')}; "
                 + (f"speedup vs XLA {t.speedup_vs_xla:.2f}x" if t.speedup_vs_xla else "speedup vs XLA n/a")
                 + (f", vs expert {t.speedup_vs_expert:.2f}x" if t.speedup_vs_expert else "")
-                + (f"; {t.roofline_pct:.0f}% of roofline ({t.tflops_per_s:,.1f} TFLOP/s, {t.hbm_gb_per_s:,.0f} GB/s)" if t.roofline_pct else "")
+                + (
+                    f"; {t.roofline_pct:.0f}% of roofline ({t.tflops_per_s:,.1f} TFLOP/s, {t.hbm_gb_per_s:,.0f} GB/s)"
+                    if t.roofline_pct
+                    else ""
+                )
                 + (f"; bottleneck: {t.bottleneck}" if t.bottleneck else "")
             )
             for who, timing in (("candidate", t.candidate_timing), ("XLA", t.xla_timing), ("expert", t.expert_timing)):
                 if timing:
-                    lines.append(f"  {who}: median {timing.median_us:,.1f} us, min {timing.min_us:,.1f} us, "
-                                 f"spread {timing.spread_pct:.1f}% over {timing.iterations} runs")
+                    lines.append(
+                        f"  {who}: median {timing.median_us:,.1f} us, min {timing.min_us:,.1f} us, "
+                        f"spread {timing.spread_pct:.1f}% over {timing.iterations} runs"
+                    )
             if t.outside_kernels_us:
-                lines.append(f"  XLA work outside the Pallas kernels: ~{t.outside_kernels_us:,.1f} us"
-                             + (": " + ", ".join(f"{o.opcode} {o.name} {o.us:,.1f} us" + (f" x{o.count}" if o.count > 1 else "")
-                                                 for o in t.outside_ops) if t.outside_ops else ""))
+                lines.append(
+                    f"  XLA work outside the Pallas kernels: ~{t.outside_kernels_us:,.1f} us"
+                    + (
+                        ": "
+                        + ", ".join(
+                            f"{o.opcode} {o.name} {o.us:,.1f} us" + (f" x{o.count}" if o.count > 1 else "")
+                            for o in t.outside_ops
+                        )
+                        if t.outside_ops
+                        else ""
+                    )
+                )
             for k in t.kernels:
-                lines.append(f"  kernel {k.name}: {k.grid_steps} steps x {k.bundles_per_step} bundles"
-                             + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "") + f"; compute {k.compute_us:,.1f} us, "
-                             f"HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.0f} MiB{'' if k.hbm_bytes_exact else ', approx.'}), "
-                             f"step overhead {k.overhead_us:,.1f} us"
-                             + (f", not overlapped {k.exposed_us:,.1f} us" if k.exposed_us else "") + f" -> {k.bottleneck}"
-                             + ("" if k.grid_steps_exact else "; grid known only at run time (bounded by the blocks its index maps address)")
-                             + ("" if k.run_ratio_exact else "; run ratio approximate (data-dependent branch or loop)"))
+                lines.append(
+                    f"  kernel {k.name}: {k.grid_steps} steps x {k.bundles_per_step} bundles"
+                    + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
+                    + f"; compute {k.compute_us:,.1f} us, "
+                    f"HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.0f} MiB{'' if k.hbm_bytes_exact else ', approx.'}), "
+                    f"step overhead {k.overhead_us:,.1f} us"
+                    + (f", not overlapped {k.exposed_us:,.1f} us" if k.exposed_us else "")
+                    + f" -> {k.bottleneck}"
+                    + (
+                        ""
+                        if k.grid_steps_exact
+                        else "; grid known only at run time (bounded by the blocks its index maps address)"
+                    )
+                    + ("" if k.run_ratio_exact else "; run ratio approximate (data-dependent branch or loop)")
+                )
                 if k.slot_use:
-                    lines.append("    VLIW slot use per bundle: "
-                                 + ", ".join(f"{slot} {plain_number(use, '.0%')}" for slot, use in sorted(k.slot_use.items())))
+                    lines.append(
+                        "    VLIW slot use per bundle: "
+                        + ", ".join(f"{slot} {plain_number(use, '.0%')}" for slot, use in sorted(k.slot_use.items()))
+                    )
             lines += [f"  do: {a}" for a in t.advice]
             lines += [f"  flag: {f}" for f in t.flags]
             if t.docs:
@@ -537,12 +677,16 @@ class Profile(BaseModel):
 
 
 class ProfileOutcome(BaseModel):
-    state: Literal["done", "running"] = Field(description="'done' with a profile, or 'running': ask list_attempts(attempt_id=...) later")
+    state: Literal["done", "running"] = Field(
+        description="'done' with a profile, or 'running': ask list_attempts(attempt_id=...) later"
+    )
     attempt_id: int
     profile: Profile | None = None
 
     def summary(self) -> str:
         if self.profile is not None:
             return self.profile.summary()
-        return (f"attempt {self.attempt_id} is still running; call list_attempts(attempt_id={self.attempt_id}) "
-                "in a little while for the result")
+        return (
+            f"attempt {self.attempt_id} is still running; call list_attempts(attempt_id={self.attempt_id}) "
+            "in a little while for the result"
+        )

@@ -27,12 +27,20 @@ MAX_OUTSIDE_OPS_SHOWN = 12
 # ---- orchestration: check first, then estimate candidate, XLA baseline and expert -------------
 
 # What a profile on each tier holds.
-PROFILE_KINDS = {targets.Tier.TPU: "measured", targets.Tier.CPU_LIBTPU: "static estimate", targets.Tier.CPU: "roofline only"}
-ESTIMATE_LABEL = ("STATIC ESTIMATE from a deviceless compile on a CPU host (libtpu's bundle schedule by loop, HBM bytes of "
-                  "BlockSpecs and DMAs, pipeline overlap, per-step overhead, XLA ops around the kernels; calibrated per "
-                  "generation on tokamax's TPU timings): not a measurement; use it to rank variants, not to quote times")
-MEASURED_LABEL = ("MEASURED device time on the attached {generation} from a jax profiler trace: median of {n} runs, each on "
-                  "fresh full-size inputs, after {warmup} warm-up runs")
+PROFILE_KINDS = {
+    targets.Tier.TPU: "measured",
+    targets.Tier.CPU_LIBTPU: "static estimate",
+    targets.Tier.CPU: "roofline only",
+}
+ESTIMATE_LABEL = (
+    "STATIC ESTIMATE from a deviceless compile on a CPU host (libtpu's bundle schedule by loop, HBM bytes of "
+    "BlockSpecs and DMAs, pipeline overlap, per-step overhead, XLA ops around the kernels; calibrated per "
+    "generation on tokamax's TPU timings): not a measurement; use it to rank variants, not to quote times"
+)
+MEASURED_LABEL = (
+    "MEASURED device time on the attached {generation} from a jax profiler trace: median of {n} runs, each on "
+    "fresh full-size inputs, after {warmup} warm-up runs"
+)
 
 
 class MemoryCache:
@@ -90,8 +98,16 @@ class Profiler:
     def _key(self, *parts) -> str:
         import jax
 
-        return "/".join(str(p) for p in ("profile", *parts, f"jax-{jax.__version__}", f"libtpu-{targets.libtpu_version()}",
-                                          f"model-{cost_model.MODEL_VERSION}"))
+        return "/".join(
+            str(p)
+            for p in (
+                "profile",
+                *parts,
+                f"jax-{jax.__version__}",
+                f"libtpu-{targets.libtpu_version()}",
+                f"model-{cost_model.MODEL_VERSION}",
+            )
+        )
 
     def _run(self, job, source: str | None = None, dump_schedules: bool = True, cancel=None):
         return self.checker.run_job(lambda _job_dir: job, source, cancel=cancel, dump_schedules=dump_schedules)
@@ -109,8 +125,15 @@ class Profiler:
             outcome.cleanup()
         return {g: found[g] or {} for g in generations}
 
-    def estimate_source(self, workload_id: str, source: str, generations: list[str], spb: dict[str, float], cancel=None,
-                        checked_programs: dict[str, str] | None = None) -> dict[str, SourceEstimate | str]:
+    def estimate_source(
+        self,
+        workload_id: str,
+        source: str,
+        generations: list[str],
+        spb: dict[str, float],
+        cancel=None,
+        checked_programs: dict[str, str] | None = None,
+    ) -> dict[str, SourceEstimate | str]:
         """Compile a kernel file for each generation with schedule dumps: a SourceEstimate (or why there is none)
         per generation. With `checked_programs`, a generation whose lowered module differs from the checked one
         gets no estimate."""
@@ -136,8 +159,10 @@ class Profiler:
                     results[e.target] = f"no estimate: {exc}"
                     continue
                 if checked_programs.get(e.target) != digest:
-                    results[e.target] = ("no estimate: the program compiled for the profile is not the one the check judged "
-                                         "(its lowered module differs): a candidate must compute the same thing every time")
+                    results[e.target] = (
+                        "no estimate: the program compiled for the profile is not the one the check judged "
+                        "(its lowered module differs): a candidate must compute the same thing every time"
+                    )
                     continue
             if trace is None:
                 results[e.target] = "no estimate: the trace of the kernels is missing"
@@ -147,12 +172,15 @@ class Profiler:
         for generation in generations:
             if generation not in results:
                 why = outcome.killed_for or f"exit status {outcome.returncode}"
-                results[generation] = f"no estimate: the profiling worker stopped before compiling for {generation} ({why})"
+                results[generation] = (
+                    f"no estimate: the profiling worker stopped before compiling for {generation} ({why})"
+                )
         outcome.cleanup()
         return results
 
-    def expert_estimates(self, workload_id: str, expert_source: str, generations: list[str], spb: dict[str, float],
-                         cancel=None) -> dict[str, SourceEstimate | str]:
+    def expert_estimates(
+        self, workload_id: str, expert_source: str, generations: list[str], spb: dict[str, float], cancel=None
+    ) -> dict[str, SourceEstimate | str]:
         """estimate_source for the expert kernel, cached per generation (only successes are kept)."""
         from jaxbench_mcp.estimator import Estimate
 
@@ -173,18 +201,28 @@ class Profiler:
         """TPU host: a DeviceTiming of a kernel file (None: the XLA baseline), or a string saying why there is none."""
         from jaxbench_mcp.models import DeviceTiming
 
-        outcome = self._run(protocol.MeasureJob(workload_id=workload_id, first_seed=1_000, iterations=iterations),
-                            source, dump_schedules=False)
+        outcome = self._run(
+            protocol.MeasureJob(workload_id=workload_id, first_seed=1_000, iterations=iterations),
+            source,
+            dump_schedules=False,
+        )
         done = next((e for e in outcome.stage_events() if e.measured is not None), None)
         failed = next((e for e in outcome.stage_events() if e.state == "failed"), None)
         outcome.cleanup()
         if done is None:
-            why = ((failed.text or "").strip().splitlines() or ["failed"])[-1][:300] if failed else (
-                outcome.violation or outcome.killed_for or f"exit status {outcome.returncode}")
+            why = (
+                ((failed.text or "").strip().splitlines() or ["failed"])[-1][:300]
+                if failed
+                else (outcome.violation or outcome.killed_for or f"exit status {outcome.returncode}")
+            )
             return f"not measured: {why}"
         timing = measuring.Samples(tuple(done.measured.samples_us))
-        return DeviceTiming(median_us=timing.median_us, min_us=timing.min_us, spread_pct=timing.spread_pct,
-                            iterations=len(timing.samples_us))
+        return DeviceTiming(
+            median_us=timing.median_us,
+            min_us=timing.min_us,
+            spread_pct=timing.spread_pct,
+            iterations=len(timing.samples_us),
+        )
 
     def _cached_measurement(self, workload_id: str, generation: str, expert_source: str | None):
         from jaxbench_mcp.models import DeviceTiming
@@ -203,7 +241,9 @@ class Profiler:
         from jaxbench_mcp import expert_refs
         from jaxbench_mcp.models import TargetEstimate
 
-        entry = TargetEstimate(target=generation, kind="measured", candidate_us=None, xla_baseline_us=None, roofline_us=roofline_us)
+        entry = TargetEstimate(
+            target=generation, kind="measured", candidate_us=None, xla_baseline_us=None, roofline_us=roofline_us
+        )
         progress(f"measuring the candidate on {generation}")
         candidate = self.measure_source(w.id, source)
         if isinstance(candidate, str):
@@ -212,8 +252,10 @@ class Profiler:
         if candidate.median_us < roofline_us:
             # No chip does the workload's FLOPs and bytes faster than its roofline: the timed program skips work.
             info = ERROR_CLASSES[ErrorClass.IMPLAUSIBLE_TIME]
-            entry.error = (f"rejected ({ErrorClass.IMPLAUSIBLE_TIME}): the measured median {candidate.median_us:,.1f} us is "
-                           f"below the roofline bound {roofline_us:,.1f} us, which is physically impossible. {info.hint}")
+            entry.error = (
+                f"rejected ({ErrorClass.IMPLAUSIBLE_TIME}): the measured median {candidate.median_us:,.1f} us is "
+                f"below the roofline bound {roofline_us:,.1f} us, which is physically impossible. {info.hint}"
+            )
             entry.docs = list(info.docs)
             return entry
         entry.candidate_timing, entry.candidate_us = candidate, candidate.median_us
@@ -234,22 +276,43 @@ class Profiler:
                 entry.expert_timing, entry.expert_us = expert, expert.median_us
                 entry.speedup_vs_expert = expert.median_us / candidate.median_us
         if candidate.spread_pct > NOISY_SPREAD_PCT:
-            entry.flags.append(f"the runs disagree by {candidate.spread_pct:.0f}% (max - min over median): compare medians with care")
+            entry.flags.append(
+                f"the runs disagree by {candidate.spread_pct:.0f}% (max - min over median): compare medians with care"
+            )
         return entry
 
-    def estimated_targets(self, w, source: str, generations: list[str], roofline_us: dict[str, float],
-                          progress: Callable[[str], None], cancel=None, checked_programs: dict[str, str] | None = None):
+    def estimated_targets(
+        self,
+        w,
+        source: str,
+        generations: list[str],
+        roofline_us: dict[str, float],
+        progress: Callable[[str], None],
+        cancel=None,
+        checked_programs: dict[str, str] | None = None,
+    ):
         """Static estimates per generation (CPU host with libtpu, or the generations a TPU host is not)."""
         from jaxbench_mcp import expert_refs
         from jaxbench_mcp.models import OutsideOpCost, TargetEstimate
 
         entries = []
-        progress(f"calibrating bundles and costing the XLA baseline for {', '.join(generations)} (cached after the first time)")
+        progress(
+            f"calibrating bundles and costing the XLA baseline for {', '.join(generations)} (cached after the first time)"
+        )
         refs = self.reference_estimates(w.id, generations)
         missing = [g for g in generations if not refs[g].get("calibration_bundles")]
         for g in missing:
-            entries.append(TargetEstimate(target=g, candidate_us=None, xla_baseline_us=None, roofline_us=roofline_us[g], error=(
-                "no estimate: compiling the calibration kernel or the XLA baseline for this generation failed or timed out")))
+            entries.append(
+                TargetEstimate(
+                    target=g,
+                    candidate_us=None,
+                    xla_baseline_us=None,
+                    roofline_us=roofline_us[g],
+                    error=(
+                        "no estimate: compiling the calibration kernel or the XLA baseline for this generation failed or timed out"
+                    ),
+                )
+            )
         generations = [g for g in generations if g not in missing]
         if not generations:
             return entries
@@ -259,40 +322,65 @@ class Profiler:
         expert_module = expert_refs.expert_module(w.id)
         expert = {}
         if expert_module is not None:
-            progress(f"compiling the expert kernel for {', '.join(generations)} with schedule dumps (cached after the first time)")
+            progress(
+                f"compiling the expert kernel for {', '.join(generations)} with schedule dumps (cached after the first time)"
+            )
             expert = self.expert_estimates(w.id, Path(expert_module.__file__).read_text(), generations, spb, cancel)
         for g in generations:
-            entry = TargetEstimate(target=g, candidate_us=None, xla_baseline_us=cost_model.xla_baseline_s(refs[g], g) * 1e6,
-                                   roofline_us=roofline_us[g])
+            entry = TargetEstimate(
+                target=g,
+                candidate_us=None,
+                xla_baseline_us=cost_model.xla_baseline_s(refs[g], g) * 1e6,
+                roofline_us=roofline_us[g],
+            )
             entries.append(entry)
             estimate = candidate.get(g)
             if isinstance(estimate, str) or not estimate.kernels:
-                entry.error = estimate if isinstance(estimate, str) else "no Pallas kernel schedule found in the compile dump"
+                entry.error = (
+                    estimate if isinstance(estimate, str) else "no Pallas kernel schedule found in the compile dump"
+                )
                 continue
             found = estimate.estimate
-            entry.kernels, entry.outside_kernels_us, entry.candidate_us = found.kernels, found.outside_us, found.total_us
+            entry.kernels, entry.outside_kernels_us, entry.candidate_us = (
+                found.kernels,
+                found.outside_us,
+                found.total_us,
+            )
             entry.outside_ops = [OutsideOpCost(**o.model_dump()) for o in found.outside_ops[:MAX_OUTSIDE_OPS_SHOWN]]
             entry.bottleneck, entry.advice = found.bottleneck, list(found.advice)
             entry.flags += found.flags
             if found.outside_us is not None and found.outside_us > found.total_us / 2:
-                entry.flags.append(f"most of the time ({found.outside_us:,.1f} of {found.total_us:,.1f} us) is XLA work "
-                                   "outside the Pallas kernels")
+                entry.flags.append(
+                    f"most of the time ({found.outside_us:,.1f} of {found.total_us:,.1f} us) is XLA work "
+                    "outside the Pallas kernels"
+                )
             entry.speedup_vs_xla = entry.xla_baseline_us / entry.candidate_us
             if entry.xla_baseline_us > FAR_FROM_ROOFLINE * entry.roofline_us:
-                entry.flags.append(f"XLA's own estimate of the baseline ({entry.xla_baseline_us:,.1f} us) is "
-                                   f"{entry.xla_baseline_us / entry.roofline_us:.1f}x the roofline: treat 'vs XLA' with care")
+                entry.flags.append(
+                    f"XLA's own estimate of the baseline ({entry.xla_baseline_us:,.1f} us) is "
+                    f"{entry.xla_baseline_us / entry.roofline_us:.1f}x the roofline: treat 'vs XLA' with care"
+                )
             if isinstance(expert.get(g), SourceEstimate) and expert[g].kernels:
                 entry.expert_us = expert[g].total_us
                 if entry.expert_us < entry.roofline_us or entry.expert_us > FAR_FROM_ROOFLINE * entry.roofline_us:
-                    entry.flags.append(f"the expert kernel's estimate ({entry.expert_us:,.1f} us) is "
-                                       f"{entry.expert_us / entry.roofline_us:.2f}x its roofline: more likely a gap in the "
-                                       "model for that kernel than a fact, so no speedup against it is claimed")
+                    entry.flags.append(
+                        f"the expert kernel's estimate ({entry.expert_us:,.1f} us) is "
+                        f"{entry.expert_us / entry.roofline_us:.2f}x its roofline: more likely a gap in the "
+                        "model for that kernel than a fact, so no speedup against it is claimed"
+                    )
                 else:
                     entry.speedup_vs_expert = entry.expert_us / entry.candidate_us
         return entries
 
-    def profile(self, workload_id: str, source: str, generations: list[str], verdict,
-                on_progress: Callable[[str], None] | None = None, cancel=None):
+    def profile(
+        self,
+        workload_id: str,
+        source: str,
+        generations: list[str],
+        verdict,
+        on_progress: Callable[[str], None] | None = None,
+        cancel=None,
+    ):
         """How fast a kernel that passed its check is, next to the XLA baseline and the expert kernel.
 
         TPU host: measured on the attached chip (other generations estimated). CPU host with libtpu: static
@@ -309,7 +397,9 @@ class Profiler:
         roofline_us = {g: cost_model.workload_roofline_us(w, g) for g in generations}
         attached = targets.attached_generation() if tier is targets.Tier.TPU else None
         label = {
-            targets.Tier.TPU: MEASURED_LABEL.format(generation=attached, n=measuring.DEFAULT_ITERATIONS, warmup=measuring.WARMUP_RUNS),
+            targets.Tier.TPU: MEASURED_LABEL.format(
+                generation=attached, n=measuring.DEFAULT_ITERATIONS, warmup=measuring.WARMUP_RUNS
+            ),
             targets.Tier.CPU_LIBTPU: ESTIMATE_LABEL,
             targets.Tier.CPU: "roofline lower bound only: this host has no libtpu to compile for TPU",
         }[tier]
@@ -317,24 +407,38 @@ class Profiler:
         if verdict.status != "correct":
             return result
         if tier is targets.Tier.CPU:
-            result.targets = [TargetEstimate(target=g, kind="roofline only", candidate_us=None, xla_baseline_us=None,
-                                             roofline_us=roofline_us[g]) for g in generations]
+            result.targets = [
+                TargetEstimate(
+                    target=g, kind="roofline only", candidate_us=None, xla_baseline_us=None, roofline_us=roofline_us[g]
+                )
+                for g in generations
+            ]
             return result
         progress = on_progress or (lambda _message: None)
         if attached in generations:
             result.targets.append(self.measured_target(w, source, attached, roofline_us[attached], progress))
         estimated = [g for g in generations if g != attached]
         if estimated:
-            result.targets += self.estimated_targets(w, source, estimated, roofline_us, progress, cancel, verdict.program_sha256)
+            result.targets += self.estimated_targets(
+                w, source, estimated, roofline_us, progress, cancel, verdict.program_sha256
+            )
         for entry in result.targets:
-            entry.docs = entry.docs or (["performance#reading-profile"] + (
-                [cost_model.BOTTLENECK_DOCS[entry.bottleneck]] if entry.bottleneck in cost_model.BOTTLENECK_DOCS else []))
+            entry.docs = entry.docs or (
+                ["performance#reading-profile"]
+                + (
+                    [cost_model.BOTTLENECK_DOCS[entry.bottleneck]]
+                    if entry.bottleneck in cost_model.BOTTLENECK_DOCS
+                    else []
+                )
+            )
             if entry.candidate_us:
                 entry.tflops_per_s = flops / entry.candidate_us / 1e6
                 entry.hbm_gb_per_s = io_bytes / entry.candidate_us / 1e3
                 entry.roofline_pct = 100.0 * entry.roofline_us / entry.candidate_us
                 if entry.candidate_us < entry.roofline_us:
-                    entry.flags.append(f"the estimate ({entry.candidate_us:,.1f} us) is below the roofline bound "
-                                       f"({entry.roofline_us:,.1f} us): implausible, so the model missed work here; "
-                                       "do not read it as a win")
+                    entry.flags.append(
+                        f"the estimate ({entry.candidate_us:,.1f} us) is below the roofline bound "
+                        f"({entry.roofline_us:,.1f} us): implausible, so the model missed work here; "
+                        "do not read it as a win"
+                    )
         return result

@@ -60,7 +60,9 @@ class CheckJob(_Strict):
     workload_id: str
     targets: list[str]
     size: Literal["small", "full"]
-    inputs: list[list[InputFile | StaticInput]] = Field(description="Per hidden seed, the inputs the parent wrote; never the seed")
+    inputs: list[list[InputFile | StaticInput]] = Field(
+        description="Per hidden seed, the inputs the parent wrote; never the seed"
+    )
     interpret: bool
     shuffle_seeds: list[int] = Field(description="Orders in which interpret mode visits 'parallel' grid axes")
 
@@ -196,14 +198,17 @@ class Traced(_Strict):
     coverage: Coverage | None = None
     work: Work | None = None
     outline: Annotated[list[str], Field(max_length=_MAX_OUTLINE)] | None = Field(
-        None, description="The full-size program's outline (coverage.program_structure)")
+        None, description="The full-size program's outline (coverage.program_structure)"
+    )
     run_outline: Annotated[list[str], Field(max_length=_MAX_OUTLINE)] | None = Field(
-        None, description="The outline of the same candidate traced at the size the run stage uses")
+        None, description="The outline of the same candidate traced at the size the run stage uses"
+    )
 
 
 class Lowered(_Strict):
     module_file: Annotated[str, Field(pattern=r"lowered_[a-z0-9]+\.mlir")] | None = Field(
-        None, description="The lowered StableHLO module the worker wrote; the parent reads and inspects it itself")
+        None, description="The lowered StableHLO module the worker wrote; the parent reads and inspects it itself"
+    )
 
 
 class Compiled(_Strict):
@@ -276,8 +281,13 @@ class Measured(_Strict):
 
 _PAYLOADS = ("traced", "lowered", "compiled", "profile_trace", "profile_compile", "output", "measured")
 # Which payload a 'done' event of each stage may carry (None: no payload).
-_PAYLOAD_OF_STAGE = {Stage.TRACE: ("traced", "profile_trace"), Stage.LOWER: ("lowered",),
-                     Stage.COMPILE: ("compiled", "profile_compile"), Stage.RUN: ("output",), Stage.MEASURE: ("measured",)}
+_PAYLOAD_OF_STAGE = {
+    Stage.TRACE: ("traced", "profile_trace"),
+    Stage.LOWER: ("lowered",),
+    Stage.COMPILE: ("compiled", "profile_compile"),
+    Stage.RUN: ("output",),
+    Stage.MEASURE: ("measured",),
+}
 
 
 class StageEvent(_Strict):
@@ -348,9 +358,13 @@ def parse_event(line: bytes) -> Ready | Finished | StageEvent | Reference:
 
 
 # The stages each kind of job runs.
-_JOB_STAGES = {"check": {Stage.LOAD, Stage.TRACE, Stage.LOWER, Stage.COMPILE, Stage.RUN},
-               "profile": {Stage.LOAD, Stage.TRACE, Stage.COMPILE}, "measure": {Stage.LOAD, Stage.MEASURE},
-               "reference": {Stage.COMPILE}, "estimate": {Stage.LOAD, Stage.TRACE, Stage.COMPILE}}
+_JOB_STAGES = {
+    "check": {Stage.LOAD, Stage.TRACE, Stage.LOWER, Stage.COMPILE, Stage.RUN},
+    "profile": {Stage.LOAD, Stage.TRACE, Stage.COMPILE},
+    "measure": {Stage.LOAD, Stage.MEASURE},
+    "reference": {Stage.COMPILE},
+    "estimate": {Stage.LOAD, Stage.TRACE, Stage.COMPILE},
+}
 # Stages that happen once per target (the others happen once per job, or once per seed for run).
 _PER_TARGET = {Stage.LOWER, Stage.COMPILE}
 
@@ -380,13 +394,18 @@ class EventLog:
         if event.stage in _PER_TARGET:
             allowed = targets or ([None] if event.stage is Stage.LOWER else [])
             if event.target not in allowed:
-                raise ProtocolViolation(f"a '{event.stage}' event for target {event.target!r}, which this job did not ask for")
+                raise ProtocolViolation(
+                    f"a '{event.stage}' event for target {event.target!r}, which this job did not ask for"
+                )
         elif event.target is not None:
             raise ProtocolViolation(f"a '{event.stage}' event names a target")
         seeds = len(job.inputs) if isinstance(job, CheckJob) else 0
         if (event.stage is Stage.RUN) != (event.seed_index is not None) or (
-                event.seed_index is not None and event.seed_index >= seeds):
-            raise ProtocolViolation(f"a '{event.stage}' event for seed {event.seed_index}, which this job does not have")
+            event.seed_index is not None and event.seed_index >= seeds
+        ):
+            raise ProtocolViolation(
+                f"a '{event.stage}' event for seed {event.seed_index}, which this job does not have"
+            )
 
     def accept(self, event) -> None:
         """Take one parsed event; raises ProtocolViolation for one that breaks the rules."""

@@ -48,7 +48,19 @@ def _bwrap_works() -> bool:
     bwrap = shutil.which("bwrap")
     if not bwrap:
         return False
-    probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]
+    probe = [
+        bwrap,
+        "--unshare-all",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "true",
+    ]
     try:
         return subprocess.run(probe, capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
@@ -72,7 +84,7 @@ def detect() -> Isolation:
     order = list(Isolation)
     if forced:
         try:
-            order = order[order.index(Isolation(forced)):]
+            order = order[order.index(Isolation(forced)) :]
         except ValueError:
             raise ValueError(f"{ISOLATION_ENV}={forced!r}: choose one of {', '.join(order)}") from None
     for level in order:
@@ -105,19 +117,41 @@ def _hidden_dirs() -> list[str]:
     """Folders inside bound trees that candidates must not read: the expert kernels (and any bundled copy)."""
     hidden = []
     for prefix in {sys.prefix, sys.base_prefix}:
-        hidden += glob.glob(os.path.join(prefix, "lib", "python3*", "site-packages", "jaxbench_mcp", "_bundled", "tokamax_refs"))
+        hidden += glob.glob(
+            os.path.join(prefix, "lib", "python3*", "site-packages", "jaxbench_mcp", "_bundled", "tokamax_refs")
+        )
     package = Path(assets.__file__).resolve().parent
-    hidden += [str(package / "_bundled" / name) for name in ("tokamax_refs", "solutions") if (package / "_bundled" / name).is_dir()]
+    hidden += [
+        str(package / "_bundled" / name)
+        for name in ("tokamax_refs", "solutions")
+        if (package / "_bundled" / name).is_dir()
+    ]
     return sorted(set(hidden))
 
 
 def bwrap_command(argv: list[str], job_dir: Path) -> list[str]:
     package = Path(assets.__file__).resolve().parent
-    cmd = ["bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-           "--unshare-cgroup-try", "--uid", str(_SANDBOX_UID), "--gid", str(_SANDBOX_UID), "--hostname", "sandbox",
-           "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-           # No nested user namespaces: they are the door to most kernel attack surface.
-           "--disable-userns"]
+    cmd = [
+        "bwrap",
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--uid",
+        str(_SANDBOX_UID),
+        "--gid",
+        str(_SANDBOX_UID),
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        # No nested user namespaces: they are the door to most kernel attack surface.
+        "--disable-userns",
+    ]
     # Mounted first: a later bind (a checkout or venv under /tmp) then lands on top of the fresh /tmp instead of
     # being hidden by it.
     cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(256 * 2**20), "--tmpfs", "/tmp"]
@@ -147,7 +181,13 @@ def bwrap_command(argv: list[str], job_dir: Path) -> list[str]:
 def _rlimit_prefix(max_file_bytes: int, cpu_seconds: int, address_space_bytes: int) -> list[str]:
     """util-linux prlimit in front of the command: limits set without running Python code between fork and exec
     (unsafe in the server, which has threads)."""
-    limits = [f"--fsize={max_file_bytes}", "--core=0", "--nofile=4096", f"--cpu={cpu_seconds}", f"--as={address_space_bytes}"]
+    limits = [
+        f"--fsize={max_file_bytes}",
+        "--core=0",
+        "--nofile=4096",
+        f"--cpu={cpu_seconds}",
+        f"--as={address_space_bytes}",
+    ]
     if os.getuid() != 0:  # root is exempt from RLIMIT_NPROC; the cgroup's pids cap covers it there
         running = sum(1 for _ in Path("/proc").glob("[0-9]*/task/[0-9]*"))
         limits.append(f"--nproc={running + 1024}")
@@ -260,8 +300,12 @@ def remove_tree(path: Path) -> None:
     deep enough tree (thousands of nested folders); rm(1) walks any depth."""
     if not os.path.lexists(path):
         return
-    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(
+        ["rm", "-rf", "--one-file-system", "--", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
     if os.path.lexists(path):
         shutil.rmtree(path, ignore_errors=True)
 
@@ -314,9 +358,19 @@ def rss_bytes(pids: list[int]) -> int:
     return total
 
 
-def launch(argv: list[str], job_dir: Path, env: dict[str, str], stdout, stderr, pass_fds: tuple[int, ...],
-           isolation: Isolation, max_file_bytes: int, cpu_seconds: int, address_space_bytes: int,
-           cgroup: Cgroup | None = None) -> subprocess.Popen:
+def launch(
+    argv: list[str],
+    job_dir: Path,
+    env: dict[str, str],
+    stdout,
+    stderr,
+    pass_fds: tuple[int, ...],
+    isolation: Isolation,
+    max_file_bytes: int,
+    cpu_seconds: int,
+    address_space_bytes: int,
+    cgroup: Cgroup | None = None,
+) -> subprocess.Popen:
     """Start argv in the sandbox for `isolation`, with job_dir as its working (and only writable) directory, inside
     `cgroup` from its first instruction (joined before anything forks, so every descendant is in it)."""
     cwd = None
@@ -329,5 +383,13 @@ def launch(argv: list[str], job_dir: Path, env: dict[str, str], stdout, stderr, 
     argv = _rlimit_prefix(max_file_bytes, cpu_seconds, address_space_bytes) + argv
     if cgroup is not None:
         argv = cgroup.joining_command(argv)
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, cwd=cwd, env=env,
-                            pass_fds=pass_fds, start_new_session=True)
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=cwd,
+        env=env,
+        pass_fds=pass_fds,
+        start_new_session=True,
+    )

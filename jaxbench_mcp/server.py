@@ -31,8 +31,16 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.resources import FunctionResource
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from mcp_types import (INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, Completion, PromptReference,
-                       ResourceTemplateReference, TextContent, ToolAnnotations)
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    CallToolResult,
+    Completion,
+    PromptReference,
+    ResourceTemplateReference,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, Field, ValidationError
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -41,8 +49,15 @@ from starlette.responses import PlainTextResponse, Response
 from jaxbench_mcp import __version__, api, docs, workloads
 from jaxbench_mcp import targets as tpu_targets
 from jaxbench_mcp.checking import DEFAULT_SEEDS
-from jaxbench_mcp.models import (AttemptList, CheckOutcome, ProfileOutcome, ServerInfo, WorkloadList, WorkloadSpec,
-                                 text_of)
+from jaxbench_mcp.models import (
+    AttemptList,
+    CheckOutcome,
+    ProfileOutcome,
+    ServerInfo,
+    WorkloadList,
+    WorkloadSpec,
+    text_of,
+)
 
 logger = logging.getLogger("jaxbench_mcp.server")
 
@@ -78,7 +93,9 @@ def _agent_message(exc: Exception) -> str:
 
 def _result(model: BaseModel) -> CallToolResult:
     # mode="json": NaN and Inf become the strings the output schema declares (models.Real), never null.
-    return CallToolResult(content=[TextContent(type="text", text=text_of(model))], structured_content=model.model_dump(mode="json"))
+    return CallToolResult(
+        content=[TextContent(type="text", text=text_of(model))], structured_content=model.model_dump(mode="json")
+    )
 
 
 # ---- read_docs: one copy of the page per channel --------------------------------------------------
@@ -102,8 +119,10 @@ class DocsResult(docs.DocsPage):
     @classmethod
     def of(cls, page: docs.DocsPage) -> "DocsResult":
         fields = page.model_dump(exclude={"sections"})
-        refs = [DocSectionRef(ref=s.ref, topic=s.topic, title=s.title, part=s.part, abridged=s.abridged, chars=len(s.text))
-                for s in page.sections]
+        refs = [
+            DocSectionRef(ref=s.ref, topic=s.topic, title=s.title, part=s.part, abridged=s.abridged, chars=len(s.text))
+            for s in page.sections
+        ]
         return cls(**fields, sections=refs)
 
 
@@ -134,8 +153,10 @@ async def _run_long(ctx: Context, method, *args, **kwargs) -> tuple[int, Any]:
         # The library turns every failure after the attempt is recorded into a server_error verdict; what
         # reaches here failed before there was an attempt (e.g. the attempts store), so there is no verdict.
         logger.error("%s failed before an attempt was recorded", method.__name__, exc_info=exc)
-        raise ToolError(f"server error (not caused by the kernel) before the attempt was recorded: "
-                        f"{type(exc).__name__}: {exc}. Call again; server_info shows the host's state.") from exc
+        raise ToolError(
+            f"server error (not caused by the kernel) before the attempt was recorded: "
+            f"{type(exc).__name__}: {exc}. Call again; server_info shows the host's state."
+        ) from exc
     return box["attempt_id"], box.get("result")
 
 
@@ -172,6 +193,7 @@ async def _prompt_errors(ctx, call_next):
 def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPServer:
     """The MCP server; `show_expert_source` lets get_workload return the expert kernel's code (hidden by
     default, as in JAXBench, so that agents write their own)."""
+
     @asynccontextmanager
     async def lifespan(_server):
         bench.start()
@@ -204,7 +226,9 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
     def list_workloads(
         tier: Annotated[Tier | None, Field(description="Only this JAXBench tier")] = None,
         operator: Annotated[str | None, Field(description="Substring of the operator name, e.g. 'attention'")] = None,
-        has_expert: Annotated[bool | None, Field(description="Only workloads with (true) or without (false) an expert kernel")] = None,
+        has_expert: Annotated[
+            bool | None, Field(description="Only workloads with (true) or without (false) an expert kernel")
+        ] = None,
     ) -> Annotated[CallToolResult, WorkloadList]:
         """List the JAXBench workloads with their full and small sizes."""
         try:
@@ -214,8 +238,12 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
 
     @mcp.tool(title="Get workload", annotations=ToolAnnotations(title="Get workload", **_READ_ONLY))
     def get_workload(
-        workload_id: Annotated[str, Field(description="A JAXBench id such as '8p_GEMM' (the number prefix '8p' works too)")],
-        size: Annotated[Size, Field(description="'small' (what CPU checks run) or 'full' (production shapes)")] = "small",
+        workload_id: Annotated[
+            str, Field(description="A JAXBench id such as '8p_GEMM' (the number prefix '8p' works too)")
+        ],
+        size: Annotated[
+            Size, Field(description="'small' (what CPU checks run) or 'full' (production shapes)")
+        ] = "small",
     ) -> Annotated[CallToolResult, WorkloadSpec]:
         """What a workload must compute: math, inputs and output with shapes and dtypes, FLOPs, roofline bounds, reference code."""
         try:
@@ -225,10 +253,16 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
 
     @mcp.tool(title="Read docs", annotations=ToolAnnotations(title="Read docs", **_READ_ONLY))
     def read_docs(
-        topic: Annotated[str | None, Field(description="A topic id, or 'topic#anchor' for one section; omit to list topics")] = None,
+        topic: Annotated[
+            str | None, Field(description="A topic id, or 'topic#anchor' for one section; omit to list topics")
+        ] = None,
         query: Annotated[str | None, Field(description="Search the docs, e.g. an error message")] = None,
-        workload_id: Annotated[str | None, Field(description="Return the sections most relevant to this workload")] = None,
-        page: Annotated[int, Field(ge=1, description="Page of a long result, from 1; the text ends with the call for the next page")] = 1,
+        workload_id: Annotated[
+            str | None, Field(description="Return the sections most relevant to this workload")
+        ] = None,
+        page: Annotated[
+            int, Field(ge=1, description="Page of a long result, from 1; the text ends with the call for the next page")
+        ] = 1,
     ) -> Annotated[CallToolResult, DocsResult]:
         """Curated Pallas/TPU documentation: list topics, read a section, search, or get a workload's context pack."""
         try:
@@ -243,11 +277,19 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
     @mcp.tool(title="Check kernel", annotations=ToolAnnotations(title="Check kernel", **_RECORDS_ATTEMPT))
     async def check_kernel(
         workload_id: Annotated[str, Field(description="The JAXBench id the kernel implements")],
-        source: Annotated[str, Field(max_length=MAX_SOURCE_CHARS, description="Python source defining workload(*inputs)")],
+        source: Annotated[
+            str, Field(max_length=MAX_SOURCE_CHARS, description="Python source defining workload(*inputs)")
+        ],
         ctx: Context,
-        targets: Annotated[list[Target] | None, Field(description="TPU generations to compile for (default: the host's)")] = None,
-        size: Annotated[Size | None, Field(description="Size for the run stage; default: full on a TPU, small elsewhere")] = None,
-        seeds: Annotated[int, Field(ge=1, le=api.MAX_SEEDS, description="How many hidden seeds to run")] = DEFAULT_SEEDS,
+        targets: Annotated[
+            list[Target] | None, Field(description="TPU generations to compile for (default: the host's)")
+        ] = None,
+        size: Annotated[
+            Size | None, Field(description="Size for the run stage; default: full on a TPU, small elsewhere")
+        ] = None,
+        seeds: Annotated[
+            int, Field(ge=1, le=api.MAX_SEEDS, description="How many hidden seeds to run")
+        ] = DEFAULT_SEEDS,
     ) -> Annotated[CallToolResult, CheckOutcome]:
         """Compile and check a candidate kernel: load, trace, lower for TPU, compile for the target generations at full
         size, run on hidden seeds, compare with a float32-or-better truth. Returns a verdict with the decisive error
@@ -259,9 +301,13 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
     @mcp.tool(title="Profile kernel", annotations=ToolAnnotations(title="Profile kernel", **_RECORDS_ATTEMPT))
     async def profile_kernel(
         workload_id: Annotated[str, Field(description="The JAXBench id the kernel implements")],
-        source: Annotated[str, Field(max_length=MAX_SOURCE_CHARS, description="Python source defining workload(*inputs)")],
+        source: Annotated[
+            str, Field(max_length=MAX_SOURCE_CHARS, description="Python source defining workload(*inputs)")
+        ],
         ctx: Context,
-        targets: Annotated[list[Target] | None, Field(description="TPU generations to profile for (default: the host's)")] = None,
+        targets: Annotated[
+            list[Target] | None, Field(description="TPU generations to profile for (default: the host's)")
+        ] = None,
     ) -> Annotated[CallToolResult, ProfileOutcome]:
         """How fast a correct kernel is, next to the XLA baseline and the expert kernel: on a TPU host measured device
         time (median/min/spread, TFLOP/s, GB/s, % of roofline); on a CPU host with libtpu a labelled static estimate
@@ -277,28 +323,47 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
     @mcp.tool(title="Tune kernel", annotations=ToolAnnotations(title="Tune kernel", **_RECORDS_ATTEMPT))
     async def tune_kernel(
         workload_id: Annotated[str, Field(description="The JAXBench id the kernel implements")],
-        source: Annotated[str, Field(max_length=MAX_SOURCE_CHARS, description="Python source defining workload(*inputs) "
-                                     "whose block sizes are module-level assignments, e.g. `BM = 512`")],
-        params: Annotated[dict[str, list[int | float | str | bool]], Field(
-            description="Each tunable name and the values to try, e.g. {\"BM\": [256, 512, 1024], \"BK\": [512, 1024]}")],
+        source: Annotated[
+            str,
+            Field(
+                max_length=MAX_SOURCE_CHARS,
+                description="Python source defining workload(*inputs) "
+                "whose block sizes are module-level assignments, e.g. `BM = 512`",
+            ),
+        ],
+        params: Annotated[
+            dict[str, list[int | float | str | bool]],
+            Field(
+                description='Each tunable name and the values to try, e.g. {"BM": [256, 512, 1024], "BK": [512, 1024]}'
+            ),
+        ],
         ctx: Context,
-        target: Annotated[Target | None, Field(description="The TPU generation to estimate for (default: the host's)")] = None,
-        check_top: Annotated[int, Field(ge=0, le=5, description="How many of the best variants to check for correctness")] = 3,
-        max_variants: Annotated[int, Field(ge=1, le=tuning.MAX_VARIANTS, description="At most this many variants")] = 24,
+        target: Annotated[
+            Target | None, Field(description="The TPU generation to estimate for (default: the host's)")
+        ] = None,
+        check_top: Annotated[
+            int, Field(ge=0, le=5, description="How many of the best variants to check for correctness")
+        ] = 3,
+        max_variants: Annotated[
+            int, Field(ge=1, le=tuning.MAX_VARIANTS, description="At most this many variants")
+        ] = 24,
     ) -> Annotated[CallToolResult, tuning.TuneOutcome]:
         """Try block sizes: compile every variant deviceless for the target (variants that do not fit VMEM are
         reported as such), rank them by the static estimate, check the best few for correctness, return the ranked
         table and the best passing source. A tune that outlasts about 45 s returns state 'running': collect its table
         with list_attempts(attempt_id=...)."""
-        attempt_id, result = await _run_long(ctx, tuner.tune_kernel, workload_id, source, params, target, check_top,
-                                             max_variants)
+        attempt_id, result = await _run_long(
+            ctx, tuner.tune_kernel, workload_id, source, params, target, check_top, max_variants
+        )
         return _result(tuning.TuneOutcome(state="done" if result else "running", attempt_id=attempt_id, result=result))
 
     @mcp.tool(title="List attempts", annotations=ToolAnnotations(title="List attempts", **_READ_ONLY))
     def list_attempts(
         workload_id: Annotated[str | None, Field(description="Only attempts at this workload")] = None,
         attempt_id: Annotated[int | None, Field(description="One attempt in full: verdict, source and log")] = None,
-        limit: Annotated[int, Field(ge=1, le=200, description="How many recent attempts to list (without attempt_id)")] = 20,
+        limit: Annotated[
+            int, Field(ge=1, le=200, description="How many recent attempts to list (without attempt_id)")
+        ] = 20,
     ) -> Annotated[CallToolResult, AttemptList]:
         """Earlier checks and profiles, newest first; with attempt_id, that attempt's verdict (and profile) and log (also how a
         long check or profile is collected)."""
@@ -314,8 +379,9 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
             full = api.get_workload(workload_id, "full", show_expert_source)
             small = api.get_workload(full.id, "small", show_expert_source)
         except workloads.UnknownWorkload as exc:
-            raise ResourceNotFoundError(_agent_message(exc).replace(
-                "The list_workloads tool", "resources/list (or the list_workloads tool)")) from exc
+            raise ResourceNotFoundError(
+                _agent_message(exc).replace("The list_workloads tool", "resources/list (or the list_workloads tool)")
+            ) from exc
         # The reference (and expert) source once: the small size repeats only what differs.
         small = small.model_copy(update={"reference_source": "(the same reference as above)", "expert_source": None})
         return f"{full.summary()}\n\n{small.summary()}"
@@ -325,11 +391,14 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
             first = docs.read_docs(topic=topic, page_chars=docs.MAX_PAGE_CHARS)
         except docs.DocsError as exc:
             raise ResourceNotFoundError(str(exc)) from exc
-        rest = [docs.read_docs(topic=topic, page=n, page_chars=docs.MAX_PAGE_CHARS).text for n in range(2, first.pages + 1)]
+        rest = [
+            docs.read_docs(topic=topic, page=n, page_chars=docs.MAX_PAGE_CHARS).text for n in range(2, first.pages + 1)
+        ]
         return "\n".join([first.text, *rest])
 
-    @mcp.resource("jaxbench://workloads/{workload_id}", name="workload", title="Workload specification",
-                  mime_type="text/plain")
+    @mcp.resource(
+        "jaxbench://workloads/{workload_id}", name="workload", title="Workload specification", mime_type="text/plain"
+    )
     def workload_resource(workload_id: str) -> str:
         """A workload's full specification at full and small size."""
         return workload_text(workload_id)
@@ -340,14 +409,27 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
         return docs_text(topic)
 
     for w in workloads.all_workloads():
-        mcp.add_resource(FunctionResource(
-            uri=f"jaxbench://workloads/{w.id}", name=w.id, title=f"{w.id}: {w.operator}", mime_type="text/plain",
-            description=f"What {w.id} ({w.tier}; {w.model}; {w.operator}) must compute, at full and small size",
-            fn=functools.partial(workload_text, w.id)))
+        mcp.add_resource(
+            FunctionResource(
+                uri=f"jaxbench://workloads/{w.id}",
+                name=w.id,
+                title=f"{w.id}: {w.operator}",
+                mime_type="text/plain",
+                description=f"What {w.id} ({w.tier}; {w.model}; {w.operator}) must compute, at full and small size",
+                fn=functools.partial(workload_text, w.id),
+            )
+        )
     for t in docs.all_topics():
-        mcp.add_resource(FunctionResource(
-            uri=f"jaxbench://docs/{t.id}", name=t.id, title=t.title, mime_type="text/markdown",
-            description=f"Pallas/TPU docs: {t.title} ({len(t.sections)} sections)", fn=functools.partial(docs_text, t.id)))
+        mcp.add_resource(
+            FunctionResource(
+                uri=f"jaxbench://docs/{t.id}",
+                name=t.id,
+                title=t.title,
+                mime_type="text/markdown",
+                description=f"Pallas/TPU docs: {t.title} ({len(t.sections)} sections)",
+                fn=functools.partial(docs_text, t.id),
+            )
+        )
 
     @mcp.prompt(title="Optimize a workload")
     def optimize_workload(
@@ -381,7 +463,8 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
             return None
         typed = argument.value.lower()
         found = [c for c in choices if c.lower().startswith(typed)] + [
-            c for c in choices if typed in c.lower() and not c.lower().startswith(typed)]
+            c for c in choices if typed in c.lower() and not c.lower().startswith(typed)
+        ]
         # The protocol allows at most 100 values per completion.
         return Completion(values=found[:100], total=len(found), has_more=len(found) > 100)
 
@@ -438,8 +521,9 @@ class HttpSecurity:
     allowed_origins: list[str] = field(default_factory=list)
 
 
-def http_security(host: str, token_file: Path | None = None, allowed_hosts: list[str] | None = None,
-                  env: dict[str, str] | None = None) -> HttpSecurity:
+def http_security(
+    host: str, token_file: Path | None = None, allowed_hosts: list[str] | None = None, env: dict[str, str] | None = None
+) -> HttpSecurity:
     """Decide how an HTTP server bound to `host` is protected, or refuse.
 
     A token (from `token_file`, else the JAXBENCH_MCP_TOKEN variable) is required whenever the bind address is
@@ -458,13 +542,16 @@ def http_security(host: str, token_file: Path | None = None, allowed_hosts: list
     elif env.get(TOKEN_ENV, "").strip():
         token = env[TOKEN_ENV].strip()
     if token is not None and len(token) < MIN_TOKEN_CHARS:
-        raise ServeRefused(f"the bearer token is shorter than {MIN_TOKEN_CHARS} characters; make one with: "
-                           "python -c 'import secrets; print(secrets.token_urlsafe(32))'")
+        raise ServeRefused(
+            f"the bearer token is shorter than {MIN_TOKEN_CHARS} characters; make one with: "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
     if token is None and not is_loopback(host):
         raise ServeRefused(
             f"refusing to serve HTTP on {host} without a bearer token: anyone who reaches the port could run code "
             f"through check_kernel. Pass --token-file PATH or set {TOKEN_ENV} (at least {MIN_TOKEN_CHARS} characters), "
-            "or bind 127.0.0.1.")
+            "or bind 127.0.0.1."
+        )
     names = list(_LOOPBACK_HOSTS)
     bind = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
     unspecified = host.strip("[]") in ("0.0.0.0", "::", "")
@@ -495,8 +582,11 @@ class RequireBearerToken:
             # compare_digest: the time taken does not tell how much of a guess was right.
             if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
                 logger.info("HTTP %s %s refused: missing or wrong bearer token", scope.get("method"), scope["path"])
-                response = PlainTextResponse("unauthorized: send Authorization: Bearer <token>", status_code=401,
-                                             headers={"WWW-Authenticate": 'Bearer realm="jaxbench-mcp"'})
+                response = PlainTextResponse(
+                    "unauthorized: send Authorization: Bearer <token>",
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="jaxbench-mcp"'},
+                )
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -505,18 +595,23 @@ class RequireBearerToken:
 def http_app(server: MCPServer, host: str, security: HttpSecurity):
     """The streamable-HTTP ASGI app at /mcp, with the Host/Origin checks and (when set) the token."""
     app = server.streamable_http_app(
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=True,
-                                                     allowed_hosts=security.allowed_hosts,
-                                                     allowed_origins=security.allowed_origins),
-        host=host)
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=security.allowed_hosts,
+            allowed_origins=security.allowed_origins,
+        ),
+        host=host,
+    )
     return RequireBearerToken(app, security.token) if security.token else app
 
 
 def serve_http(server: MCPServer, host: str, port: int, security: HttpSecurity) -> None:
     import uvicorn
 
-    sys.stderr.write(f"jaxbench-mcp: MCP over streamable HTTP at http://{host}:{port}/mcp "
-                     f"({'bearer token required' if security.token else 'no token: loopback only'}; "
-                     f"allowed Host names: {', '.join(h for h in security.allowed_hosts if not h.endswith(':*'))}); "
-                     f"GET /health answers 'ok'\n")
+    sys.stderr.write(
+        f"jaxbench-mcp: MCP over streamable HTTP at http://{host}:{port}/mcp "
+        f"({'bearer token required' if security.token else 'no token: loopback only'}; "
+        f"allowed Host names: {', '.join(h for h in security.allowed_hosts if not h.endswith(':*'))}); "
+        f"GET /health answers 'ok'\n"
+    )
     uvicorn.run(http_app(server, host, security), host=host, port=port, log_level="warning")

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value TEXT NOT NULL, cre
 
 def default_path() -> Path:
     base = os.environ.get("JAXBENCH_MCP_HOME") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "jaxbench-mcp")
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "jaxbench-mcp"
+    )
     return Path(base) / "attempts.sqlite3"
 
 
@@ -56,20 +57,29 @@ class Store:
         live server sharing this store keeps its own."""
         rows = self._db.execute("SELECT id, server FROM attempts WHERE state='running'").fetchall()
         dead = [row["id"] for row in rows if not _alive(row["server"])]
-        self._db.executemany("UPDATE attempts SET state='interrupted', log=log || ? WHERE id=?",
-                             [("\n== interrupted: the server stopped before this attempt finished ==", i) for i in dead])
+        self._db.executemany(
+            "UPDATE attempts SET state='interrupted', log=log || ? WHERE id=?",
+            [("\n== interrupted: the server stopped before this attempt finished ==", i) for i in dead],
+        )
         return len(dead)
 
     def start(self, kind: str, workload_id: str, source: str) -> int:
         with self._lock:
-            cur = self._db.execute("INSERT INTO attempts (created, kind, workload_id, state, source, server) "
-                                   "VALUES (?, ?, ?, 'running', ?, ?)", (time.time(), kind, workload_id, source, _identity(os.getpid())))
+            cur = self._db.execute(
+                "INSERT INTO attempts (created, kind, workload_id, state, source, server) "
+                "VALUES (?, ?, ?, 'running', ?, ?)",
+                (time.time(), kind, workload_id, source, _identity(os.getpid())),
+            )
             return int(cur.lastrowid)
 
-    def finish(self, attempt_id: int, status: str, error_class: str | None, result: dict, log: str, seconds: float) -> None:
+    def finish(
+        self, attempt_id: int, status: str, error_class: str | None, result: dict, log: str, seconds: float
+    ) -> None:
         with self._lock:
-            self._db.execute("UPDATE attempts SET state='done', status=?, error_class=?, result_json=?, log=?, seconds=? WHERE id=?",
-                             (status, error_class, json.dumps(result), log, seconds, attempt_id))
+            self._db.execute(
+                "UPDATE attempts SET state='done', status=?, error_class=?, result_json=?, log=?, seconds=? WHERE id=?",
+                (status, error_class, json.dumps(result), log, seconds, attempt_id),
+            )
 
     def fail(self, attempt_id: int, error: str) -> None:
         with self._lock:
@@ -77,8 +87,11 @@ class Store:
 
     def cancel(self, attempt_id: int) -> None:
         with self._lock:
-            self._db.execute("UPDATE attempts SET state='cancelled', log='cancelled by the caller; the worker was killed' "
-                             "WHERE id=? AND state='running'", (attempt_id,))
+            self._db.execute(
+                "UPDATE attempts SET state='cancelled', log='cancelled by the caller; the worker was killed' "
+                "WHERE id=? AND state='running'",
+                (attempt_id,),
+            )
 
     def cache_get(self, key: str) -> dict | None:
         with self._lock:
@@ -87,7 +100,10 @@ class Store:
 
     def cache_put(self, key: str, value: dict) -> None:
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO cache (key, value, created) VALUES (?, ?, ?)", (key, json.dumps(value), time.time()))
+            self._db.execute(
+                "INSERT OR REPLACE INTO cache (key, value, created) VALUES (?, ?, ?)",
+                (key, json.dumps(value), time.time()),
+            )
 
     def get(self, attempt_id: int) -> sqlite3.Row | None:
         with self._lock:
@@ -96,7 +112,9 @@ class Store:
     def recent(self, workload_id: str | None = None, limit: int = 20) -> list[sqlite3.Row]:
         with self._lock:
             if workload_id:
-                return self._db.execute("SELECT * FROM attempts WHERE workload_id=? ORDER BY id DESC LIMIT ?", (workload_id, limit)).fetchall()
+                return self._db.execute(
+                    "SELECT * FROM attempts WHERE workload_id=? ORDER BY id DESC LIMIT ?", (workload_id, limit)
+                ).fetchall()
             return self._db.execute("SELECT * FROM attempts ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
 
     def close(self) -> None:

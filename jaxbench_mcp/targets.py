@@ -117,7 +117,15 @@ def detect_tier() -> Tier:
     return Tier.TPU if tpu_device_files() else Tier.CPU_LIBTPU
 
 
-_ACCELERATOR_PREFIXES = (("v5litepod", "v5e"), ("v5e", "v5e"), ("v5p", "v5p"), ("v6e", "v6e"), ("v4", "v4"), ("tpu7x", "7x"), ("v7x", "7x"))
+_ACCELERATOR_PREFIXES = (
+    ("v5litepod", "v5e"),
+    ("v5e", "v5e"),
+    ("v5p", "v5p"),
+    ("v6e", "v6e"),
+    ("v4", "v4"),
+    ("tpu7x", "7x"),
+    ("v7x", "7x"),
+)
 
 
 def attached_generation() -> str | None:
@@ -156,7 +164,9 @@ def chip_context(generation: str):
     rank-1 blocks, gathers) otherwise fail on a CPU host with "Unsupported TPU device kind: cpu"."""
     import jax
 
-    device = jax.sharding.AbstractDevice(device_kind=_CHIP_DEVICE_KIND[check_generation(generation)], num_cores=1, platform="tpu")
+    device = jax.sharding.AbstractDevice(
+        device_kind=_CHIP_DEVICE_KIND[check_generation(generation)], num_cores=1, platform="tpu"
+    )
     return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device))
 
 
@@ -192,8 +202,13 @@ def interpret_on_cpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence
         raise
 
 
-def lower_for_tpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[int] = (), generation: str | None = None,
-                  kernel_facts: bool = True):
+def lower_for_tpu(
+    fn: Callable,
+    args: Sequence[Any],
+    static_argnums: Sequence[int] = (),
+    generation: str | None = None,
+    kernel_facts: bool = True,
+):
     """Lower `fn(*args)` for TPU. Array args are ShapeDtypeStructs; static ones are Python values.
 
     With a generation (needs libtpu) the lowering targets that chip, ready for a deviceless compile;
@@ -219,7 +234,8 @@ def lower_for_tpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[in
     return traced.lower(lowering_platforms=("tpu",))
 
 
-def deviceless_compile(fn: Callable, args: Sequence[Any], generation: str, static_argnums: Sequence[int] = (),
-                       kernel_facts: bool = True):
+def deviceless_compile(
+    fn: Callable, args: Sequence[Any], generation: str, static_argnums: Sequence[int] = (), kernel_facts: bool = True
+):
     """Compile `fn(*args)` with XLA:TPU for `generation` on this (CPU) host. Raises on failure."""
     return lower_for_tpu(fn, args, static_argnums, generation, kernel_facts).compile()

@@ -85,71 +85,162 @@ class ClassInfo:
 
 S, E = Status, ErrorClass
 ERROR_CLASSES: dict[ErrorClass, ClassInfo] = {
-    E.SYNTAX_ERROR: ClassInfo(S.INVALID_KERNEL, "The file does not parse: fix the reported line.", ("errors#syntax-error",)),
-    E.IMPORT_ERROR: ClassInfo(S.INVALID_KERNEL, "Importing the candidate failed: check imports and current jax names; no work "
-                              "at import time.", ("errors#import-error", "api-changes#renamed")),
-    E.MISSING_WORKLOAD: ClassInfo(S.INVALID_KERNEL, "Define a top-level function workload(*inputs).", ("errors#missing-workload",)),
-    E.HOST_CALLBACK: ClassInfo(S.INVALID_KERNEL, "Remove host callbacks (pure_callback, io_callback, jax.debug.*) from the "
-                               "workload.", ("errors#host-callback", "debugging#interpret-mode")),
-    E.SIZE_DEPENDENT_PROGRAM: ClassInfo(S.INVALID_KERNEL, "Compute the same program at every size: derive block sizes from the "
-                                        "shapes, never switch algorithms on them.", ("errors#size-dependent-program",)),
-    E.TRACE_ERROR: ClassInfo(S.LOWERING_ERROR, "Tracing failed: shapes, dtypes or pytrees of refs, specs and values do not fit.",
-                             ("errors#trace-error", "programming-model#grid-and-blockspec")),
-    E.TRACED_CONTROL_FLOW: ClassInfo(S.LOWERING_ERROR, "Python control flow on a traced value: use pl.when, lax.cond, "
-                                     "lax.fori_loop or jnp.where.", ("errors#traced-control-flow", "programming-model#pallas-call")),
-    E.BLOCK_SHAPE_TILING: ClassInfo(S.LOWERING_ERROR, "Block dims must be multiples of (8, 128) or equal the array dims.",
-                                    ("errors#block-shape-tiling", "blockspec-tiling#rule-8-128")),
-    E.UNSUPPORTED_OP: ClassInfo(S.LOWERING_ERROR, "An operation does not lower inside a TPU kernel: rewrite it with supported ops.",
-                                ("errors#unsupported-op", "supported-ops#not-supported")),
-    E.LOWERING_OTHER: ClassInfo(S.LOWERING_ERROR, "Lowering for TPU failed: read the innermost message, it names the primitive "
-                                "and line.", ("errors#lowering-other", "supported-ops#what-lowers")),
-    E.VMEM_OVERFLOW: ClassInfo(S.COMPILE_ERROR, "The kernel needs more VMEM than allowed: shrink blocks or raise "
-                               "vmem_limit_bytes.", ("errors#vmem-overflow", "performance#vmem-limit")),
-    E.COMPILE_OTHER: ClassInfo(S.COMPILE_ERROR, "XLA/Mosaic rejected the kernel at compile time: the detail line names the "
-                               "operation.", ("errors#compile-other", "supported-ops#what-lowers")),
-    E.OUT_OF_BOUNDS: ClassInfo(S.RUNTIME_ERROR, "A read or write outside an array: fix index maps (block indices) or clamp "
-                               "dynamic starts.", ("errors#out-of-bounds", "blockspec-tiling#edge-blocks")),
-    E.RACE_DETECTED: ClassInfo(S.RUNTIME_ERROR, "Unordered accesses to one buffer: wait before reading DMA targets; check "
-                               "parallel labels.", ("errors#race-detected", "debugging#race-detector")),
-    E.RUNTIME_EXCEPTION: ClassInfo(S.RUNTIME_ERROR, "The kernel raised while running: read the innermost error.",
-                                   ("errors#runtime-exception", "debugging#interpret-mode")),
-    E.STAGE_TIMEOUT: ClassInfo(S.TIMEOUT, "A stage ran out of time: endless loop, too many interpret-mode grid steps, or huge "
-                               "unrolled loops.", ("errors#stage-timeout", "performance#block-size-vmem")),
-    E.KILLED_BY_SIGNAL: ClassInfo(S.CRASHED, "The process crashed inside jax/XLA/libtpu: check manual DMA shapes and semaphore "
-                                  "pairing.", ("errors#killed-by-signal", "manual-dma#async-copy")),
-    E.EXITED: ClassInfo(S.CRASHED, "The candidate exited the process: remove sys.exit/os._exit and top-level scripts.",
-                        ("errors#exited",)),
-    E.MEMORY_LIMIT: ClassInfo(S.CRASHED, "Host memory limit exceeded: do not materialise huge arrays; keep intermediates tiled "
-                              "in kernels.", ("errors#memory-limit",)),
-    E.PROTOCOL_VIOLATION: ClassInfo(S.CRASHED, "The candidate's process wrote to the checker's channels or files: do not touch "
-                                    "file descriptors, stdout protocol or output files.", ("errors#protocol-violation",)),
-    E.SHAPE_MISMATCH: ClassInfo(S.INCORRECT, "Output shape differs from the reference: reshape/transpose/slice back to the "
-                                "reference's shape.", ("errors#shape-mismatch",)),
-    E.DTYPE_MISMATCH: ClassInfo(S.INCORRECT, "Output dtype differs from the reference: cast the result to the reference dtype.",
-                                ("errors#dtype-mismatch",)),
-    E.NAN_OUTPUT: ClassInfo(S.INCORRECT, "NaN/Inf in the output: initialise accumulators under pl.when, mask edge blocks, "
-                            "subtract the max before exp.",
-                            ("errors#nan-output", "accumulation#init-under-when", "blockspec-tiling#edge-blocks")),
-    E.WRONG_VALUES: ClassInfo(S.INCORRECT, "Values beyond tolerance: check index maps, reduction-axis semantics, masks, f32 "
-                              "accumulation.", ("errors#wrong-values", "debugging#wrong-values", "accumulation#f32-accumulators")),
-    E.UNWRITTEN_OUTPUT: ClassInfo(S.INCORRECT, "At full size some output blocks are never written: cover the whole output with "
-                                  "a pl.cdiv grid (masking the edge block) or a block size that divides the dimension.",
-                                  ("errors#unwritten-output", "blockspec-tiling#edge-blocks")),
-    E.UNREAD_INPUT: ClassInfo(S.INCORRECT, "At full size part of an input is never read: the grid stops short of the "
-                              "dimension; use a pl.cdiv grid with masking or a block size that divides it.",
-                              ("errors#unread-input", "blockspec-tiling#edge-blocks")),
-    E.IMPLAUSIBLE_TIME: ClassInfo(S.INCORRECT, "The measured time is below what the chip can do for this workload's FLOPs and "
-                                  "bytes: the kernel skips work.", ("errors#implausible-time", "performance#roofline")),
-    E.NO_PALLAS_CALL: ClassInfo(S.NO_PALLAS, "No pallas_call in the workload: implement the hot part as a Pallas kernel.",
-                                ("errors#no-pallas-call", "programming-model#pallas-call")),
-    E.PALLAS_NOT_DOING_THE_WORK: ClassInfo(S.NO_PALLAS, "The Pallas kernels do a sliver of the work; move the hot part (the "
-                                           "matmuls, the reductions) into the kernel.",
-                                           ("errors#pallas-not-doing-the-work", "programming-model#pallas-call")),
-    E.WORKER_START_FAILED: ClassInfo(S.SERVER_ERROR, "The checker's worker did not start (the server's fault, not the "
-                                     "kernel's): call check_kernel again; server_info shows the host's state.",
-                                     ("errors#server-error",)),
-    E.INTERNAL_ERROR: ClassInfo(S.SERVER_ERROR, "The checker failed internally (the server's fault, not the kernel's): call "
-                                "again; if it repeats, the attempt's log says why.", ("errors#server-error",)),
+    E.SYNTAX_ERROR: ClassInfo(
+        S.INVALID_KERNEL, "The file does not parse: fix the reported line.", ("errors#syntax-error",)
+    ),
+    E.IMPORT_ERROR: ClassInfo(
+        S.INVALID_KERNEL,
+        "Importing the candidate failed: check imports and current jax names; no work at import time.",
+        ("errors#import-error", "api-changes#renamed"),
+    ),
+    E.MISSING_WORKLOAD: ClassInfo(
+        S.INVALID_KERNEL, "Define a top-level function workload(*inputs).", ("errors#missing-workload",)
+    ),
+    E.HOST_CALLBACK: ClassInfo(
+        S.INVALID_KERNEL,
+        "Remove host callbacks (pure_callback, io_callback, jax.debug.*) from the workload.",
+        ("errors#host-callback", "debugging#interpret-mode"),
+    ),
+    E.SIZE_DEPENDENT_PROGRAM: ClassInfo(
+        S.INVALID_KERNEL,
+        "Compute the same program at every size: derive block sizes from the shapes, never switch algorithms on them.",
+        ("errors#size-dependent-program",),
+    ),
+    E.TRACE_ERROR: ClassInfo(
+        S.LOWERING_ERROR,
+        "Tracing failed: shapes, dtypes or pytrees of refs, specs and values do not fit.",
+        ("errors#trace-error", "programming-model#grid-and-blockspec"),
+    ),
+    E.TRACED_CONTROL_FLOW: ClassInfo(
+        S.LOWERING_ERROR,
+        "Python control flow on a traced value: use pl.when, lax.cond, lax.fori_loop or jnp.where.",
+        ("errors#traced-control-flow", "programming-model#pallas-call"),
+    ),
+    E.BLOCK_SHAPE_TILING: ClassInfo(
+        S.LOWERING_ERROR,
+        "Block dims must be multiples of (8, 128) or equal the array dims.",
+        ("errors#block-shape-tiling", "blockspec-tiling#rule-8-128"),
+    ),
+    E.UNSUPPORTED_OP: ClassInfo(
+        S.LOWERING_ERROR,
+        "An operation does not lower inside a TPU kernel: rewrite it with supported ops.",
+        ("errors#unsupported-op", "supported-ops#not-supported"),
+    ),
+    E.LOWERING_OTHER: ClassInfo(
+        S.LOWERING_ERROR,
+        "Lowering for TPU failed: read the innermost message, it names the primitive and line.",
+        ("errors#lowering-other", "supported-ops#what-lowers"),
+    ),
+    E.VMEM_OVERFLOW: ClassInfo(
+        S.COMPILE_ERROR,
+        "The kernel needs more VMEM than allowed: shrink blocks or raise vmem_limit_bytes.",
+        ("errors#vmem-overflow", "performance#vmem-limit"),
+    ),
+    E.COMPILE_OTHER: ClassInfo(
+        S.COMPILE_ERROR,
+        "XLA/Mosaic rejected the kernel at compile time: the detail line names the operation.",
+        ("errors#compile-other", "supported-ops#what-lowers"),
+    ),
+    E.OUT_OF_BOUNDS: ClassInfo(
+        S.RUNTIME_ERROR,
+        "A read or write outside an array: fix index maps (block indices) or clamp dynamic starts.",
+        ("errors#out-of-bounds", "blockspec-tiling#edge-blocks"),
+    ),
+    E.RACE_DETECTED: ClassInfo(
+        S.RUNTIME_ERROR,
+        "Unordered accesses to one buffer: wait before reading DMA targets; check parallel labels.",
+        ("errors#race-detected", "debugging#race-detector"),
+    ),
+    E.RUNTIME_EXCEPTION: ClassInfo(
+        S.RUNTIME_ERROR,
+        "The kernel raised while running: read the innermost error.",
+        ("errors#runtime-exception", "debugging#interpret-mode"),
+    ),
+    E.STAGE_TIMEOUT: ClassInfo(
+        S.TIMEOUT,
+        "A stage ran out of time: endless loop, too many interpret-mode grid steps, or huge unrolled loops.",
+        ("errors#stage-timeout", "performance#block-size-vmem"),
+    ),
+    E.KILLED_BY_SIGNAL: ClassInfo(
+        S.CRASHED,
+        "The process crashed inside jax/XLA/libtpu: check manual DMA shapes and semaphore pairing.",
+        ("errors#killed-by-signal", "manual-dma#async-copy"),
+    ),
+    E.EXITED: ClassInfo(
+        S.CRASHED,
+        "The candidate exited the process: remove sys.exit/os._exit and top-level scripts.",
+        ("errors#exited",),
+    ),
+    E.MEMORY_LIMIT: ClassInfo(
+        S.CRASHED,
+        "Host memory limit exceeded: do not materialise huge arrays; keep intermediates tiled in kernels.",
+        ("errors#memory-limit",),
+    ),
+    E.PROTOCOL_VIOLATION: ClassInfo(
+        S.CRASHED,
+        "The candidate's process wrote to the checker's channels or files: do not touch "
+        "file descriptors, stdout protocol or output files.",
+        ("errors#protocol-violation",),
+    ),
+    E.SHAPE_MISMATCH: ClassInfo(
+        S.INCORRECT,
+        "Output shape differs from the reference: reshape/transpose/slice back to the reference's shape.",
+        ("errors#shape-mismatch",),
+    ),
+    E.DTYPE_MISMATCH: ClassInfo(
+        S.INCORRECT,
+        "Output dtype differs from the reference: cast the result to the reference dtype.",
+        ("errors#dtype-mismatch",),
+    ),
+    E.NAN_OUTPUT: ClassInfo(
+        S.INCORRECT,
+        "NaN/Inf in the output: initialise accumulators under pl.when, mask edge blocks, subtract the max before exp.",
+        ("errors#nan-output", "accumulation#init-under-when", "blockspec-tiling#edge-blocks"),
+    ),
+    E.WRONG_VALUES: ClassInfo(
+        S.INCORRECT,
+        "Values beyond tolerance: check index maps, reduction-axis semantics, masks, f32 accumulation.",
+        ("errors#wrong-values", "debugging#wrong-values", "accumulation#f32-accumulators"),
+    ),
+    E.UNWRITTEN_OUTPUT: ClassInfo(
+        S.INCORRECT,
+        "At full size some output blocks are never written: cover the whole output with "
+        "a pl.cdiv grid (masking the edge block) or a block size that divides the dimension.",
+        ("errors#unwritten-output", "blockspec-tiling#edge-blocks"),
+    ),
+    E.UNREAD_INPUT: ClassInfo(
+        S.INCORRECT,
+        "At full size part of an input is never read: the grid stops short of the "
+        "dimension; use a pl.cdiv grid with masking or a block size that divides it.",
+        ("errors#unread-input", "blockspec-tiling#edge-blocks"),
+    ),
+    E.IMPLAUSIBLE_TIME: ClassInfo(
+        S.INCORRECT,
+        "The measured time is below what the chip can do for this workload's FLOPs and bytes: the kernel skips work.",
+        ("errors#implausible-time", "performance#roofline"),
+    ),
+    E.NO_PALLAS_CALL: ClassInfo(
+        S.NO_PALLAS,
+        "No pallas_call in the workload: implement the hot part as a Pallas kernel.",
+        ("errors#no-pallas-call", "programming-model#pallas-call"),
+    ),
+    E.PALLAS_NOT_DOING_THE_WORK: ClassInfo(
+        S.NO_PALLAS,
+        "The Pallas kernels do a sliver of the work; move the hot part (the matmuls, the reductions) into the kernel.",
+        ("errors#pallas-not-doing-the-work", "programming-model#pallas-call"),
+    ),
+    E.WORKER_START_FAILED: ClassInfo(
+        S.SERVER_ERROR,
+        "The checker's worker did not start (the server's fault, not the "
+        "kernel's): call check_kernel again; server_info shows the host's state.",
+        ("errors#server-error",),
+    ),
+    E.INTERNAL_ERROR: ClassInfo(
+        S.SERVER_ERROR,
+        "The checker failed internally (the server's fault, not the kernel's): call "
+        "again; if it repeats, the attempt's log says why.",
+        ("errors#server-error",),
+    ),
 }
 del S, E
 

@@ -58,7 +58,9 @@ class TuneResult(BaseModel):
     target: str
     label: str = Field(description="What the numbers are: static estimates, not measurements")
     variants: list[TuneVariant] = Field(description="Ranked: estimated variants fastest first, then the rest")
-    best: dict[str, int | float | str | bool] | None = Field(None, description="The fastest variant that passed its check")
+    best: dict[str, int | float | str | bool] | None = Field(
+        None, description="The fastest variant that passed its check"
+    )
     best_us: OptionalReal = None
     hand_picked_us: OptionalReal = None
     best_source: str | None = Field(None, description="The candidate's source with the best values written in")
@@ -70,13 +72,21 @@ class TuneResult(BaseModel):
         lines = [f"{self.workload_id} on {self.target}: {len(self.variants)} variants ({self.label})"]
         for rank, v in enumerate(self.variants, 1):
             params = ", ".join(f"{k}={val}" for k, val in v.params.items())
-            what = (f"~{v.estimate_us:,.1f} us ({v.bottleneck})" if v.estimate_us is not None else v.status
-                    + (f": {v.reason}" if v.reason else ""))
-            lines.append(f"{rank:>3}. {params}{' [hand-picked]' if v.hand_picked else ''}: {what}"
-                         + (f"; check: {v.check}" if v.check else ""))
+            what = (
+                f"~{v.estimate_us:,.1f} us ({v.bottleneck})"
+                if v.estimate_us is not None
+                else v.status + (f": {v.reason}" if v.reason else "")
+            )
+            lines.append(
+                f"{rank:>3}. {params}{' [hand-picked]' if v.hand_picked else ''}: {what}"
+                + (f"; check: {v.check}" if v.check else "")
+            )
         if self.best is not None:
-            gain = (f" ({self.hand_picked_us / self.best_us:.2f}x the hand-picked estimate)"
-                    if self.hand_picked_us and self.best_us else "")
+            gain = (
+                f" ({self.hand_picked_us / self.best_us:.2f}x the hand-picked estimate)"
+                if self.hand_picked_us and self.best_us
+                else ""
+            )
             lines.append(f"best that passed its check: {self.best} at ~{self.best_us:,.1f} us{gain}")
         else:
             lines.append("no variant both estimated and passed its check")
@@ -94,8 +104,10 @@ class TuneOutcome(BaseModel):
     def summary(self) -> str:
         if self.result is not None:
             return self.result.summary()
-        return (f"attempt {self.attempt_id} is still running; call list_attempts(attempt_id={self.attempt_id}) "
-                "in a little while: its log holds the ranked table")
+        return (
+            f"attempt {self.attempt_id} is still running; call list_attempts(attempt_id={self.attempt_id}) "
+            "in a little while: its log holds the ranked table"
+        )
 
 
 def _assignment(name: str) -> re.Pattern:
@@ -133,8 +145,10 @@ def variants_of(source: str, params: dict[str, list], max_variants: int) -> tupl
     if len(rest) + 1 > max_variants:
         step = len(rest) / (max_variants - 1)
         rest = [rest[int(i * step)] for i in range(max_variants - 1)]
-        notes.append(f"{len(grid)} combinations: {max_variants} tried (the hand-picked values and an even spread of "
-                     "the rest); narrow the values to try the others")
+        notes.append(
+            f"{len(grid)} combinations: {max_variants} tried (the hand-picked values and an even spread of "
+            "the rest); narrow the values to try the others"
+        )
     return [hand] + rest, hand, notes
 
 
@@ -147,16 +161,27 @@ class Tuner:
     def in_background(self, method, *args, **kwargs):
         return self.bench.in_background(method, *args, **kwargs)
 
-    def tune_kernel(self, workload_id: str, source: str, params: dict[str, list], target: str | None = None,
-                    check_top: int = 3, max_variants: int = MAX_VARIANTS, max_seconds: float = MAX_SECONDS,
-                    on_progress: Callable[[str], None] | None = None, on_attempt: Callable[[int], None] | None = None,
-                    cancel: threading.Event | None = None) -> TuneResult:
+    def tune_kernel(
+        self,
+        workload_id: str,
+        source: str,
+        params: dict[str, list],
+        target: str | None = None,
+        check_top: int = 3,
+        max_variants: int = MAX_VARIANTS,
+        max_seconds: float = MAX_SECONDS,
+        on_progress: Callable[[str], None] | None = None,
+        on_attempt: Callable[[int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> TuneResult:
         bench = self.bench
         w = workloads.get_workload(workload_id)
         generation = targets.check_generation(target) if target else (bench.executor.default_targets() or [None])[0]
         if generation is None:
-            raise TuneError("this host compiles for no TPU generation (no libtpu): tune_kernel needs a CPU host with "
-                            "libtpu or a TPU host")
+            raise TuneError(
+                "this host compiles for no TPU generation (no libtpu): tune_kernel needs a CPU host with "
+                "libtpu or a TPU host"
+            )
         if not 1 <= max_variants <= 256:
             raise TuneError("max_variants must be between 1 and 256")
         chosen, hand, notes = variants_of(source, params, max_variants)
@@ -179,23 +204,34 @@ class Tuner:
         def one(i: int) -> None:
             if cancel is not None and cancel.is_set() or time.monotonic() - started > max_seconds:
                 return
-            found = profiler.estimate_source(w.id, with_params(source, chosen[i]), [generation], spb, cancel)[generation]
+            found = profiler.estimate_source(w.id, with_params(source, chosen[i]), [generation], spb, cancel)[
+                generation
+            ]
             results[i] = _variant(chosen[i], chosen[i] == hand, found)
             done[0] += 1
-            progress(f"variant {done[0]}/{len(chosen)}: {chosen[i]} -> "
-                     + (f"~{results[i].estimate_us:,.1f} us" if results[i].estimate_us is not None else results[i].status))
+            progress(
+                f"variant {done[0]}/{len(chosen)}: {chosen[i]} -> "
+                + (f"~{results[i].estimate_us:,.1f} us" if results[i].estimate_us is not None else results[i].status)
+            )
 
         progress(f"compiling and estimating {len(chosen)} variants for {generation}")
         with ThreadPoolExecutor(PARALLEL) as pool:
             list(pool.map(one, range(len(chosen))))
-        variants = [r or TuneVariant(params=chosen[i], hand_picked=chosen[i] == hand, status="not reached",
-                                     reason=f"the {max_seconds:.0f} s budget ran out")
-                    for i, r in enumerate(results)]
+        variants = [
+            r
+            or TuneVariant(
+                params=chosen[i],
+                hand_picked=chosen[i] == hand,
+                status="not reached",
+                reason=f"the {max_seconds:.0f} s budget ran out",
+            )
+            for i, r in enumerate(results)
+        ]
         if any(r is None for r in results):
             notes.append(f"{sum(r is None for r in results)} variants were not reached within {max_seconds:.0f} s")
         variants.sort(key=lambda v: (v.estimate_us is None, v.estimate_us or 0.0))
         best = None
-        for v in [v for v in variants if v.estimate_us is not None][:max(0, check_top)]:
+        for v in [v for v in variants if v.estimate_us is not None][: max(0, check_top)]:
             if cancel is not None and cancel.is_set():
                 break
             progress(f"checking {v.params}")
@@ -205,11 +241,18 @@ class Tuner:
                 best = v
         hand_us = next((v.estimate_us for v in variants if v.hand_picked), None)
         result = TuneResult(
-            workload_id=w.id, target=generation, variants=variants, notes=notes, hand_picked_us=hand_us,
+            workload_id=w.id,
+            target=generation,
+            variants=variants,
+            notes=notes,
+            hand_picked_us=hand_us,
             label="STATIC ESTIMATES from deviceless compiles (a ranking of variants, not measured times)",
-            best=best.params if best else None, best_us=best.estimate_us if best else None,
-            best_source=with_params(source, best.params) if best else None, seconds=time.monotonic() - started,
-            attempt_id=attempt_id)
+            best=best.params if best else None,
+            best_us=best.estimate_us if best else None,
+            best_source=with_params(source, best.params) if best else None,
+            seconds=time.monotonic() - started,
+            attempt_id=attempt_id,
+        )
         status = "correct" if best else "invalid_kernel"
         bench.store.finish(attempt_id, status, None, None, result.summary(), result.seconds)
         return result
@@ -219,8 +262,13 @@ def _variant(params: dict, hand: bool, found) -> TuneVariant:
     from jaxbench_mcp.profiling import SourceEstimate
 
     if isinstance(found, SourceEstimate):
-        return TuneVariant(params=params, hand_picked=hand, status="estimated", estimate_us=found.total_us,
-                           bottleneck=found.estimate.bottleneck)
+        return TuneVariant(
+            params=params,
+            hand_picked=hand,
+            status="estimated",
+            estimate_us=found.total_us,
+            bottleneck=found.estimate.bottleneck,
+        )
     text = str(found)
     if "vmem" in text.lower() and ("out of VMEM" in text or "vmem_overflow" in text):
         return TuneVariant(params=params, hand_picked=hand, status="vmem misfit", reason=text[:400])
@@ -244,10 +292,19 @@ def cli(args) -> int:
         if not Path(path).is_file():
             raise ValueError(f"no file at {path}")
         generations = targets.parse_targets(args.target) or [targets.DEFAULT_CPU_TARGET]
-        results = estimator.estimate_file(Path(path).read_text(), function, estimator.parse_args(args.args), generations)
+        results = estimator.estimate_file(
+            Path(path).read_text(), function, estimator.parse_args(args.args), generations
+        )
         if args.json:
-            print(json.dumps({g: (r.model_dump(mode="json") if not isinstance(r, str) else {"error": r})
-                              for g, r in results.items()}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        g: (r.model_dump(mode="json") if not isinstance(r, str) else {"error": r})
+                        for g, r in results.items()
+                    },
+                    indent=2,
+                )
+            )
         else:
             print("\n".join(r.summary() if not isinstance(r, str) else f"{g}: {r}" for g, r in results.items()))
         return 0 if all(not isinstance(r, str) for r in results.values()) else 1
@@ -261,8 +318,15 @@ def cli(args) -> int:
         raise ValueError(f"--params is not JSON: {exc}") from None
     bench = api.JaxBench.one_shot()
     try:
-        result = Tuner(bench).tune_kernel(args.workload, args.kernel.read_text(), params, args.target, args.check_top,
-                                          args.max_variants, on_progress=lambda m: print(m, file=sys.stderr))
+        result = Tuner(bench).tune_kernel(
+            args.workload,
+            args.kernel.read_text(),
+            params,
+            args.target,
+            args.check_top,
+            args.max_variants,
+            on_progress=lambda m: print(m, file=sys.stderr),
+        )
     finally:
         bench.close()
     print(result.model_dump_json(indent=2) if args.json else result.summary())

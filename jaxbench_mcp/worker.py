@@ -63,9 +63,12 @@ def warm_up(generation: str | None) -> None:
 
     def f(a, b):
         return pl.pallas_call(
-            body, grid=(2, 2), out_shape=jax.ShapeDtypeStruct((256, 128), a.dtype),
+            body,
+            grid=(2, 2),
+            out_shape=jax.ShapeDtypeStruct((256, 128), a.dtype),
             in_specs=[pl.BlockSpec((128, 128), lambda i, k: (i, k)), pl.BlockSpec((128, 128), lambda i, k: (k, 0))],
-            out_specs=pl.BlockSpec((128, 128), lambda i, k: (i, 0)), scratch_shapes=[pltpu.VMEM((128, 128), jnp.float32)],
+            out_specs=pl.BlockSpec((128, 128), lambda i, k: (i, 0)),
+            scratch_shapes=[pltpu.VMEM((128, 128), jnp.float32)],
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
         )(a, b)
 
@@ -105,7 +108,10 @@ def load_candidate(source_path: Path, require_workload: bool = True):
         return None, ("import_error", _error_text(exc))
     if require_workload and not callable(getattr(module, "workload", None)):
         names = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
-        return None, ("missing_workload", f"the file defines no function `workload`; it defines: {', '.join(names) or 'nothing callable'}")
+        return None, (
+            "missing_workload",
+            f"the file defines no function `workload`; it defines: {', '.join(names) or 'nothing callable'}",
+        )
     return module, None
 
 
@@ -127,8 +133,9 @@ def read_inputs(described: list, workdir: Path) -> tuple:
     import numpy as np
 
     return tuple(
-        d.static if isinstance(d, protocol.StaticInput) else
-        jnp.asarray(np.frombuffer((workdir / d.file).read_bytes(), dtype=jnp.dtype(d.dtype)).reshape(d.shape))
+        d.static
+        if isinstance(d, protocol.StaticInput)
+        else jnp.asarray(np.frombuffer((workdir / d.file).read_bytes(), dtype=jnp.dtype(d.dtype)).reshape(d.shape))
         for d in described
     )
 
@@ -164,8 +171,9 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     except Exception as exc:  # noqa: BLE001
         report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
         return
-    traced = protocol.Traced(kernels=kernels, host_callbacks=callbacks, outputs=outputs,
-                             **_full_size_analyses(fn, closed, w, job.size, chip))
+    traced = protocol.Traced(
+        kernels=kernels, host_callbacks=callbacks, outputs=outputs, **_full_size_analyses(fn, closed, w, job.size, chip)
+    )
     report.stage(Stage.TRACE, "done", seconds=time.perf_counter() - t0, traced=traced)
     if callbacks:
         return
@@ -180,17 +188,29 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
             lowered = targets.lower_for_tpu(fn, _full_args(w, "full"), static, generation)
             module_file = f"lowered_{generation or 'tpu'}.mlir"
             (workdir / module_file).write_text(lowered.as_text())
-            report.stage(Stage.LOWER, "done", target=generation, seconds=time.perf_counter() - t0,
-                         lowered=protocol.Lowered(module_file=module_file))
+            report.stage(
+                Stage.LOWER,
+                "done",
+                target=generation,
+                seconds=time.perf_counter() - t0,
+                lowered=protocol.Lowered(module_file=module_file),
+            )
             if generation is None:
                 continue
             stage = Stage.COMPILE
             report.stage(Stage.COMPILE, "start", target=generation)
             t0 = time.perf_counter()
             memory = lowered.compile().memory_analysis()
-            report.stage(Stage.COMPILE, "done", target=generation, seconds=time.perf_counter() - t0,
-                         compiled=protocol.Compiled(code_size_bytes=getattr(memory, "generated_code_size_in_bytes", None),
-                                                    temp_bytes=getattr(memory, "temp_size_in_bytes", None)))
+            report.stage(
+                Stage.COMPILE,
+                "done",
+                target=generation,
+                seconds=time.perf_counter() - t0,
+                compiled=protocol.Compiled(
+                    code_size_bytes=getattr(memory, "generated_code_size_in_bytes", None),
+                    temp_bytes=getattr(memory, "temp_size_in_bytes", None),
+                ),
+            )
         except Exception as exc:  # noqa: BLE001
             report.stage(stage, "failed", target=generation, seconds=time.perf_counter() - t0, text=_error_text(exc))
             compiled_everywhere = False
@@ -204,7 +224,9 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
         inputs = read_inputs(described, workdir)
         try:
             if job.interpret:
-                params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=job.shuffle_seeds[index])
+                params = pltpu.InterpretParams(
+                    uninitialized_memory="nan", detect_races=True, random_seed=job.shuffle_seeds[index]
+                )
                 out = targets.interpret_on_cpu(fn, inputs, static, chip, params)
             else:
                 out = jax.block_until_ready(jitted(*inputs))
@@ -216,8 +238,13 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
         except Exception as exc:  # noqa: BLE001
             report.stage(Stage.RUN, "failed", seed_index=index, seconds=time.perf_counter() - t0, text=_error_text(exc))
             return
-        report.stage(Stage.RUN, "done", seed_index=index, seconds=time.perf_counter() - t0,
-                     output=protocol.Output(path=path.name, shape=list(first.shape), dtype=str(first.dtype), leaves=len(leaves)))
+        report.stage(
+            Stage.RUN,
+            "done",
+            seed_index=index,
+            seconds=time.perf_counter() - t0,
+            output=protocol.Output(path=path.name, shape=list(first.shape), dtype=str(first.dtype), leaves=len(leaves)),
+        )
 
 
 def _full_size_analyses(fn, closed, w, run_size: str, chip: str) -> dict:
@@ -233,17 +260,25 @@ def _full_size_analyses(fn, closed, w, run_size: str, chip: str) -> dict:
     try:
         result = coverage.full_size_coverage(closed, input_names=names)
         found["coverage"] = protocol.Coverage(
-            findings=[protocol.CoverageFinding(kind=f["kind"], operand=f["operand"], message=coverage.describe_finding(f))
-                      for f in result["findings"]],
-            not_judged=[f"{u['operand']}: {u['reason']}" for u in result["unknown"]])
+            findings=[
+                protocol.CoverageFinding(kind=f["kind"], operand=f["operand"], message=coverage.describe_finding(f))
+                for f in result["findings"]
+            ],
+            not_judged=[f"{u['operand']}: {u['reason']}" for u in result["unknown"]],
+        )
     except Exception:  # noqa: BLE001 - not judged
         pass
     try:
         inside = coverage.kernel_work(closed)
         args = [a for i, a in enumerate(_full_args(w, "full")) if i not in w.static_argnums]
         outside = coverage.outside_work(closed, args)
-        found["work"] = protocol.Work(kernel_flops=inside["flops"], kernel_bytes=inside["bytes"], exact=inside["exact"],
-                                      outside_flops=outside and outside["flops"], outside_bytes=outside and outside["bytes"])
+        found["work"] = protocol.Work(
+            kernel_flops=inside["flops"],
+            kernel_bytes=inside["bytes"],
+            exact=inside["exact"],
+            outside_flops=outside and outside["flops"],
+            outside_bytes=outside and outside["bytes"],
+        )
     except Exception:  # noqa: BLE001 - not judged
         pass
     try:
@@ -276,8 +311,15 @@ def estimate_job(job: protocol.EstimateJob, report: Reporter, workdir: Path) -> 
     from jaxbench_mcp import estimator
 
     for generation in job.targets:
-        report.send(protocol.Reference(target=generation, xla_flops=0.0, xla_bytes=0.0, xla_optimal_seconds=None,
-                                       calibration_bundles=estimator.calibration_bundles(generation, workdir / "dumps")))
+        report.send(
+            protocol.Reference(
+                target=generation,
+                xla_flops=0.0,
+                xla_bytes=0.0,
+                xla_optimal_seconds=None,
+                calibration_bundles=estimator.calibration_bundles(generation, workdir / "dumps"),
+            )
+        )
     module = _load(report, workdir, require_workload=False)
     if module is None:
         return
@@ -285,8 +327,11 @@ def estimate_job(job: protocol.EstimateJob, report: Reporter, workdir: Path) -> 
     if not callable(fn):
         names = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
         report.stage(Stage.TRACE, "start")
-        report.stage(Stage.TRACE, "failed", text=f"the file defines no function `{job.function}`; it defines: "
-                                                 f"{', '.join(names) or 'nothing callable'}")
+        report.stage(
+            Stage.TRACE,
+            "failed",
+            text=f"the file defines no function `{job.function}`; it defines: {', '.join(names) or 'nothing callable'}",
+        )
         return
     args = [protocol.arg_value(a) for a in job.args]
     _analyse(fn, args, job.static_argnums, job.targets, report, workdir)
@@ -335,16 +380,21 @@ def measure_job(job: protocol.MeasureJob, report: Reporter, workdir: Path) -> No
     report.stage(Stage.MEASURE, "start")
     t0 = time.perf_counter()
     try:
-        timing = measuring.time_on_device(fn, w.static_argnums, lambda i: w.create_inputs("full", job.first_seed + i),
-                                          job.iterations)
+        timing = measuring.time_on_device(
+            fn, w.static_argnums, lambda i: w.create_inputs("full", job.first_seed + i), job.iterations
+        )
     except measuring.MeasurementError as exc:
         report.stage(Stage.MEASURE, "failed", seconds=time.perf_counter() - t0, text=str(exc))
         return
     except Exception as exc:  # noqa: BLE001
         report.stage(Stage.MEASURE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
         return
-    report.stage(Stage.MEASURE, "done", seconds=time.perf_counter() - t0,
-                 measured=protocol.Measured(samples_us=list(timing.samples_us)))
+    report.stage(
+        Stage.MEASURE,
+        "done",
+        seconds=time.perf_counter() - t0,
+        measured=protocol.Measured(samples_us=list(timing.samples_us)),
+    )
 
 
 def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -> None:
@@ -359,13 +409,24 @@ def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -
         compiled = targets.deviceless_compile(w.module.reference, _full_args(w, "full"), generation, w.static_argnums)
         cost = compiled.cost_analysis() or {}
         report.stage(Stage.COMPILE, "done", target=generation)
-        report.send(protocol.Reference(target=generation, calibration_bundles=bundles,
-                                       xla_flops=float(cost.get("flops", 0.0)), xla_bytes=float(cost.get("bytes accessed", 0.0)),
-                                       xla_optimal_seconds=cost.get("optimal_seconds")))
+        report.send(
+            protocol.Reference(
+                target=generation,
+                calibration_bundles=bundles,
+                xla_flops=float(cost.get("flops", 0.0)),
+                xla_bytes=float(cost.get("bytes accessed", 0.0)),
+                xla_optimal_seconds=cost.get("optimal_seconds"),
+            )
+        )
 
 
-_MODES = {"check": run_job, "profile": profile_job, "measure": measure_job, "reference": reference_job,
-          "estimate": estimate_job}
+_MODES = {
+    "check": run_job,
+    "profile": profile_job,
+    "measure": measure_job,
+    "reference": reference_job,
+    "estimate": estimate_job,
+}
 
 
 def main() -> None:

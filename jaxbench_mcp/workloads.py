@@ -127,7 +127,9 @@ class Workload:
 
     def io_bytes(self, size: str) -> int:
         """Bytes of the array inputs plus the outputs: what any implementation must move at least once."""
-        return sum(a.tensor.nbytes for a in self.input_specs(size) if a.tensor) + sum(t.nbytes for t in self.output_specs(size))
+        return sum(a.tensor.nbytes for a in self.input_specs(size) if a.tensor) + sum(
+            t.nbytes for t in self.output_specs(size)
+        )
 
     def reference_source(self) -> str:
         return inspect.getsource(self.module.reference)
@@ -318,7 +320,9 @@ def _registry() -> dict[str, Workload]:
             continue
         workload = _validate(path, _load_module(path))
         if workload.id in registry:
-            raise WorkloadDefinitionError(path, "ID", f"{workload.id!r} is also defined in {registry[workload.id].path.name}")
+            raise WorkloadDefinitionError(
+                path, "ID", f"{workload.id!r} is also defined in {registry[workload.id].path.name}"
+            )
         registry[workload.id] = workload
     return dict(sorted(registry.items(), key=lambda kv: kv[1].number))
 

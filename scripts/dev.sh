@@ -85,8 +85,9 @@ case "$command" in
         fi
         exec .venv/bin/jaxbench-mcp serve "$@" ;;
     test)
-        say "ruff (lint) and mypy (types)"
+        say "ruff (lint and format) and mypy (types)"
         .venv/bin/ruff check .
+        .venv/bin/ruff format --check .
         .venv/bin/mypy
         exec .venv/bin/python -m pytest "$@" ;;
     test-fast) exec .venv/bin/python -m pytest -m "not slow" "$@" ;;

@@ -24,7 +24,9 @@ DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 
 
 def digest(inputs) -> list[str]:
-    return [hashlib.sha256(np.asarray(x).tobytes()).hexdigest()[:16] if hasattr(x, "shape") else repr(x) for x in inputs]
+    return [
+        hashlib.sha256(np.asarray(x).tobytes()).hexdigest()[:16] if hasattr(x, "shape") else repr(x) for x in inputs
+    ]
 
 
 def small_facts(w) -> dict:
@@ -48,9 +50,11 @@ def main(ids: list[str]) -> None:
         # Tuples in SIZES (scenario lists) are stored as JSON lists, as before.
         by_id[w.id]["small"] = json.loads(json.dumps(fresh))
         print(w.id, "refreshed")
-    digests["refreshed"] = (f"{datetime.date.today().isoformat()} with jax {jax.__version__}: small sizes re-derived "
-                            "to keep the full sizes' divisibility (workloads.keeps_divisibility); the digests of "
-                            "the refreshed workloads come from the same JAXBench constructions at the new sizes")
+    digests["refreshed"] = (
+        f"{datetime.date.today().isoformat()} with jax {jax.__version__}: small sizes re-derived "
+        "to keep the full sizes' divisibility (workloads.keeps_divisibility); the digests of "
+        "the refreshed workloads come from the same JAXBench constructions at the new sizes"
+    )
     digests_path.write_text(json.dumps(digests, indent=1))
     facts_path.write_text(json.dumps(facts, indent=1))
 

@@ -21,7 +21,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 TOP_K = 2
-UP_BLOCKS = (512, 512, 1024)     # rows, mlp columns, emb (K)
+UP_BLOCKS = (512, 512, 1024)  # rows, mlp columns, emb (K)
 DOWN_BLOCKS = (512, 1024, 1024)  # rows, emb columns, mlp (K)
 
 

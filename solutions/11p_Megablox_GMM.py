@@ -36,7 +36,7 @@ def _metadata(group_sizes, m, bm, max_rows):
     G = group_sizes.shape[0]
     sizes = group_sizes.astype(jnp.int32)
     tail = jnp.maximum(m - jnp.sum(sizes), 0)
-    sizes = jnp.concatenate([sizes, tail[None]])                 # + the virtual group of trailing rows
+    sizes = jnp.concatenate([sizes, tail[None]])  # + the virtual group of trailing rows
     starts = jnp.cumsum(sizes) - sizes
     first = starts // bm
     count = jnp.where(sizes > 0, (starts + sizes - 1) // bm - first + 1, 0)
@@ -86,8 +86,7 @@ def workload(lhs, rhs, group_sizes, max_expert_size):
             grid=(N // bn, gid.shape[0], K // bk),
             in_specs=[
                 pl.BlockSpec((bm, bk), lambda j, v, k, gid, tid, lo, hi, nv: (tid[v], k)),
-                pl.BlockSpec((None, bk, bn),
-                             lambda j, v, k, gid, tid, lo, hi, nv: (jnp.minimum(gid[v], G - 1), k, j)),
+                pl.BlockSpec((None, bk, bn), lambda j, v, k, gid, tid, lo, hi, nv: (jnp.minimum(gid[v], G - 1), k, j)),
             ],
             out_specs=pl.BlockSpec((bm, bn), lambda j, v, k, gid, tid, lo, hi, nv: (tid[v], j)),
             scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],

@@ -53,8 +53,7 @@ def _kernel(qi_ref, ki_ref, lg_ref, q_ref, k_ref, v_ref, o_ref, n_ref, acc_ref):
         row_decay = jnp.exp(lg * jax.lax.broadcasted_iota(jnp.int32, (bq, 1), 0).astype(jnp.float32))
         col_decay = jnp.exp(-lg * jax.lax.broadcasted_iota(jnp.int32, (1, bk), 1).astype(jnp.float32))
         row_decay = row_decay * jnp.exp(lg * (qi * bq - ki * bk).astype(jnp.float32))
-        s = jax.lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())),
-                                preferred_element_type=jnp.float32)
+        s = jax.lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
         a = s * row_decay * col_decay
         if masked:
             row = qi * bq + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)

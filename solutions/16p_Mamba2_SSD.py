@@ -25,7 +25,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 CHUNK = 256  # positions per chunk; at most S/2 so that the small size carries state across chunks
-HEADS = 8    # heads per grid step
+HEADS = 8  # heads per grid step
 
 
 def _fit(dim, target, align):
@@ -47,27 +47,29 @@ def _kernel(c_ref, q_ref, k_ref, v_ref, o_ref, g_ref, z_ref, cp_ref):
         cp_ref[...] = jnp.broadcast_to(c_ref[:, :, :1], cp_ref.shape)  # c at the first position
 
     def head(h, carry):
-        c = c_ref[h]                                   # (1, C): c_i, queries on lanes
+        c = c_ref[h]  # (1, C): c_i, queries on lanes
         c_col = jnp.transpose(jnp.broadcast_to(c, (128, C)))[:, :1]  # (C, 1): c_j, keys on sublanes
-        c_p = cp_ref[h][:, :1]                         # (1, 1)
-        c_last = c[:, C - 1:]                          # (1, 1)
-        qt, kt, vt = q_ref[h], k_ref[h], v_ref[h]      # (D, C) each
+        c_p = cp_ref[h][:, :1]  # (1, 1)
+        c_last = c[:, C - 1 :]  # (1, 1)
+        qt, kt, vt = q_ref[h], k_ref[h], v_ref[h]  # (D, C) each
         j = jax.lax.broadcasted_iota(jnp.int32, (C, C), 0)
         i = jax.lax.broadcasted_iota(jnp.int32, (C, C), 1)
-        decay = jnp.exp(jnp.where(j <= i, c - c_col, -jnp.inf))   # [j, i] = exp(c_i - c_j), j <= i
+        decay = jnp.exp(jnp.where(j <= i, c - c_col, -jnp.inf))  # [j, i] = exp(c_i - c_j), j <= i
         at = jax.lax.dot_general(kt, qt, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32) * decay
-        w = jnp.exp(c - c_p)                           # (1, C): decay from the state's position
+        w = jnp.exp(c - c_p)  # (1, C): decay from the state's position
         qf = qt.astype(jnp.float32)
         num = jnp.dot(vt, at.astype(vt.dtype), preferred_element_type=jnp.float32) + w * jnp.dot(
-            g_ref[h], qf, preferred_element_type=jnp.float32)
+            g_ref[h], qf, preferred_element_type=jnp.float32
+        )
         r = at.sum(axis=0, keepdims=True) + w * jnp.sum(qf * z_ref[h][:, :1], axis=0, keepdims=True)
         o_ref[h] = (num / jnp.maximum(jnp.abs(r), 1.0)).astype(o_ref.dtype)
         # Carry the state to the end of this chunk.
-        u = jnp.exp(c_last - c)                        # (1, C)
+        u = jnp.exp(c_last - c)  # (1, C)
         kw = kt.astype(jnp.float32) * u
         dt = jnp.exp(c_last - c_p)
         g_ref[h] = dt * g_ref[h] + jax.lax.dot_general(
-            vt.astype(jnp.float32), kw, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+            vt.astype(jnp.float32), kw, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+        )
         z_ref[h] = dt * z_ref[h] + jnp.broadcast_to(kw.sum(axis=1, keepdims=True), z_ref.shape[1:])
         cp_ref[h] = jnp.broadcast_to(c_last, cp_ref.shape[1:])
         return carry

@@ -19,10 +19,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-ROWS = 8          # rows i per step in kernels 1 and 3
-COLS = 256        # k (kernel 1) or j (kernel 3) columns per step
-MM_BLOCK = 768    # i and j blocks of the contraction
-MM_K = 512        # k block of the contraction
+ROWS = 8  # rows i per step in kernels 1 and 3
+COLS = 256  # k (kernel 1) or j (kernel 3) columns per step
+MM_BLOCK = 768  # i and j blocks of the contraction
+MM_K = 512  # k block of the contraction
 
 
 def _fit(dim, target, align):
@@ -33,17 +33,17 @@ def _fit(dim, target, align):
     return dim
 
 
-_TN = (((0,), (1,)), ((), ()))   # contract lhs dim 0 with rhs dim 1: W^T x^T
+_TN = (((0,), (1,)), ((), ()))  # contract lhs dim 0 with rhs dim 1: W^T x^T
 
 
 def _proj_kernel(act_ref, mask_ref, w_ref, l_ref, r_ref, lf_ref, rf_ref):
     C = l_ref.shape[0]
-    w = w_ref[...]                                             # (C, 4C): [Wl | Wlg | Wr | Wrg]
+    w = w_ref[...]  # (C, 4C): [Wl | Wlg | Wr | Wrg]
     for i in range(act_ref.shape[0]):
         p = jax.lax.dot_general(w, act_ref[i], _TN, preferred_element_type=jnp.float32)  # (4C, bk)
-        m = mask_ref[pl.ds(i, 1), :].astype(jnp.float32)       # (1, bk)
-        lf_ref[:, i, :] = p[:C] * jax.nn.sigmoid(p[C:2 * C]) * m
-        rf_ref[:, i, :] = p[2 * C:3 * C] * jax.nn.sigmoid(p[3 * C:]) * m
+        m = mask_ref[pl.ds(i, 1), :].astype(jnp.float32)  # (1, bk)
+        lf_ref[:, i, :] = p[:C] * jax.nn.sigmoid(p[C : 2 * C]) * m
+        rf_ref[:, i, :] = p[2 * C : 3 * C] * jax.nn.sigmoid(p[3 * C :]) * m
     # Rows go to f32 scratch one by one; the bf16 slabs are packed and stored whole.
     l_ref[...] = lf_ref[...].astype(l_ref.dtype)
     r_ref[...] = rf_ref[...].astype(r_ref.dtype)
@@ -56,8 +56,9 @@ def _contract_kernel(l_ref, r_ref, o_ref, acc_ref):
     def _init():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    acc_ref[...] += jax.lax.dot_general(l_ref[...], r_ref[...], (((1,), (1,)), ((), ())),
-                                        preferred_element_type=jnp.float32)
+    acc_ref[...] += jax.lax.dot_general(
+        l_ref[...], r_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+    )
 
     @pl.when(k == pl.num_programs(3) - 1)
     def _store():
@@ -69,26 +70,33 @@ def _out_kernel(r_ref, act_ref, scale_ref, wo_ref, wg_ref, o_ref, rn_ref):
     r = r_ref[...].astype(jnp.float32)
     rn_ref[...] = r * jax.lax.rsqrt(jnp.mean(r * r, axis=0, keepdims=True) + 1e-6) * scale_ref[...]
     for i in range(act_ref.shape[0]):
-        out = jax.lax.dot_general(rn_ref[:, i, :].astype(wo_ref.dtype), wo_ref[...], (((0,), (0,)), ((), ())),
-                                  preferred_element_type=jnp.float32)            # (bj, C)
+        out = jax.lax.dot_general(
+            rn_ref[:, i, :].astype(wo_ref.dtype),
+            wo_ref[...],
+            (((0,), (0,)), ((), ())),
+            preferred_element_type=jnp.float32,
+        )  # (bj, C)
         gate = jnp.dot(act_ref[i], wg_ref[...], preferred_element_type=jnp.float32)
         o_ref[i] = (out * jax.nn.sigmoid(gate)).astype(o_ref.dtype)
 
 
-def workload(pair_act, mask, left_proj_w, right_proj_w, left_gate_w, right_gate_w, center_scale,
-             out_proj_w, out_gate_w):
+def workload(
+    pair_act, mask, left_proj_w, right_proj_w, left_gate_w, right_gate_w, center_scale, out_proj_w, out_gate_w
+):
     N, _, C = pair_act.shape
     dt = pair_act.dtype
     bi, bk = _fit(N, ROWS, 8), _fit(N, COLS, 128)
-    w4 = jnp.concatenate([left_proj_w, left_gate_w, right_proj_w, right_gate_w], axis=1)   # (C, 4C)
+    w4 = jnp.concatenate([left_proj_w, left_gate_w, right_proj_w, right_gate_w], axis=1)  # (C, 4C)
     mask2 = mask.reshape(N, N)
     slab = pl.BlockSpec((C, bi, bk), lambda i, k: (0, i, k))
     left_t, right_t = pl.pallas_call(
         _proj_kernel,
         grid=(N // bi, N // bk),
-        in_specs=[pl.BlockSpec((bi, bk, C), lambda i, k: (i, k, 0)),
-                  pl.BlockSpec((bi, bk), lambda i, k: (i, k)),
-                  pl.BlockSpec((C, 4 * C), lambda i, k: (0, 0))],
+        in_specs=[
+            pl.BlockSpec((bi, bk, C), lambda i, k: (i, k, 0)),
+            pl.BlockSpec((bi, bk), lambda i, k: (i, k)),
+            pl.BlockSpec((C, 4 * C), lambda i, k: (0, 0)),
+        ],
         out_specs=[slab, slab],
         out_shape=[jax.ShapeDtypeStruct((C, N, N), dt)] * 2,
         scratch_shapes=[pltpu.VMEM((C, bi, bk), jnp.float32)] * 2,
@@ -99,24 +107,27 @@ def workload(pair_act, mask, left_proj_w, right_proj_w, left_gate_w, right_gate_
     r = pl.pallas_call(
         _contract_kernel,
         grid=(C, N // bm, N // bm, N // bkk),
-        in_specs=[pl.BlockSpec((None, bm, bkk), lambda c, i, j, k: (c, i, k)),
-                  pl.BlockSpec((None, bm, bkk), lambda c, i, j, k: (c, j, k))],
+        in_specs=[
+            pl.BlockSpec((None, bm, bkk), lambda c, i, j, k: (c, i, k)),
+            pl.BlockSpec((None, bm, bkk), lambda c, i, j, k: (c, j, k)),
+        ],
         out_specs=pl.BlockSpec((None, bm, bm), lambda c, i, j, k: (c, i, j)),
         out_shape=jax.ShapeDtypeStruct((C, N, N), dt),
         scratch_shapes=[pltpu.VMEM((bm, bm), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
     )(left_t, right_t)
 
     bj = _fit(N, COLS, 128)
     return pl.pallas_call(
         _out_kernel,
         grid=(N // bi, N // bj),
-        in_specs=[pl.BlockSpec((C, bi, bj), lambda i, j: (0, i, j)),
-                  pl.BlockSpec((bi, bj, C), lambda i, j: (i, j, 0)),
-                  pl.BlockSpec((C, 1, 1), lambda i, j: (0, 0, 0)),
-                  pl.BlockSpec((C, C), lambda i, j: (0, 0)),
-                  pl.BlockSpec((C, C), lambda i, j: (0, 0))],
+        in_specs=[
+            pl.BlockSpec((C, bi, bj), lambda i, j: (0, i, j)),
+            pl.BlockSpec((bi, bj, C), lambda i, j: (i, j, 0)),
+            pl.BlockSpec((C, 1, 1), lambda i, j: (0, 0, 0)),
+            pl.BlockSpec((C, C), lambda i, j: (0, 0)),
+            pl.BlockSpec((C, C), lambda i, j: (0, 0)),
+        ],
         out_specs=pl.BlockSpec((bi, bj, C), lambda i, j: (i, j, 0)),
         out_shape=jax.ShapeDtypeStruct(pair_act.shape, dt),
         scratch_shapes=[pltpu.VMEM((C, bi, bj), jnp.float32)],

@@ -27,11 +27,11 @@ def _conv_rows(x_ref, w_ref, r0, nr, ksize):
     lanes = nr * width
     slab = x_ref[0, :, pl.ds(r0, nr + ksize - 1), :].astype(jnp.float32)
     slab = slab.reshape(cin, (nr + ksize - 1) * width).astype(x_ref.dtype)
-    rows_x = jnp.concatenate([slab[:, dy * width: dy * width + lanes] for dy in range(ksize)], axis=0)
-    z = jnp.dot(w_ref[...], rows_x, preferred_element_type=jnp.float32)     # (k*cout, lanes)
+    rows_x = jnp.concatenate([slab[:, dy * width : dy * width + lanes] for dy in range(ksize)], axis=0)
+    z = jnp.dot(w_ref[...], rows_x, preferred_element_type=jnp.float32)  # (k*cout, lanes)
     y = z[:cout]
     for dx in range(1, ksize):
-        y = y + pltpu.roll(z[dx * cout:(dx + 1) * cout], lanes - dx, 1)    # [:, p] <- [:, p + dx]
+        y = y + pltpu.roll(z[dx * cout : (dx + 1) * cout], lanes - dx, 1)  # [:, p] <- [:, p + dx]
     return y
 
 
@@ -50,8 +50,8 @@ def _kernel(x_ref, w_ref, cb_ref, b_ref, o_ref, *, ksize, rows):
         return carry
 
     full = out_h // rows
-    jax.lax.fori_loop(0, full, chunk, 0)       # whole chunks, sublane-aligned starts
-    if out_h > full * rows:                    # the remaining rows, one static chunk
+    jax.lax.fori_loop(0, full, chunk, 0)  # whole chunks, sublane-aligned starts
+    if out_h > full * rows:  # the remaining rows, one static chunk
         emit(full * rows, out_h - full * rows)
 
 
@@ -59,7 +59,7 @@ def workload(x, weight, conv_bias, bias):
     n, cin, h, w = x.shape
     cout, _, k, _ = weight.shape
     out_h, out_w = h - k + 1, w - k + 1
-    rows = max(16, CHUNK_LANES // w // 16 * 16)   # a multiple of 16 keeps chunk starts tile-aligned
+    rows = max(16, CHUNK_LANES // w // 16 * 16)  # a multiple of 16 keeps chunk starts tile-aligned
     vmem = pltpu.get_tpu_info().vmem_capacity_bytes
     split = next(s for least, s in COUT_SPLIT_BY_VMEM if vmem >= least)
     bco = cout // split if cout % (8 * split) == 0 else cout
@@ -77,6 +77,7 @@ def workload(x, weight, conv_bias, bias):
         ],
         out_specs=pl.BlockSpec((1, bco, out_h, out_w), lambda i, c: (i, c, 0, 0)),
         out_shape=jax.ShapeDtypeStruct((n, cout, out_h, out_w), x.dtype),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"),
-                                             vmem_limit_bytes=vmem * 3 // 4 if vmem >= 48 * 2**20 else None),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel"), vmem_limit_bytes=vmem * 3 // 4 if vmem >= 48 * 2**20 else None
+        ),
     )(x, w2, conv_bias.astype(jnp.float32).reshape(cout, 1), bias.astype(jnp.float32).reshape(cout, 1))

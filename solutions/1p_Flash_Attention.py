@@ -47,8 +47,10 @@ def _kernel(qi_ref, ki_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
     def step(masked):
-        s = jax.lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())),
-                                preferred_element_type=jnp.float32) * scale
+        s = (
+            jax.lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+            * scale
+        )
         if masked:
             row = qi * bq + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
             col = ki * bk + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
@@ -60,7 +62,8 @@ def _kernel(qi_ref, ki_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *
         p = jnp.exp(s - jnp.tile(m_new, (1, bk // 128)))
         l_ref[...] = alpha * l_ref[...] + p.sum(axis=-1, keepdims=True)
         acc_ref[...] = jnp.tile(alpha, (1, d // 128)) * acc_ref[...] + jnp.dot(
-            p.astype(v_ref.dtype), v_ref[...], preferred_element_type=jnp.float32)
+            p.astype(v_ref.dtype), v_ref[...], preferred_element_type=jnp.float32
+        )
         m_ref[...] = m_new
 
     crosses = (ki + 1) * bk - 1 > qi * bq  # some key in the block is after some query
@@ -79,7 +82,7 @@ def workload(query, key, value):
     q_spec = pl.BlockSpec((None, None, bq, D), lambda b, h, t, qs, ks: (b, h, qs[t], 0))
     kv_spec = pl.BlockSpec((None, None, bk, D), lambda b, h, t, qs, ks: (b, h, ks[t], 0))
     return pl.pallas_call(
-        functools.partial(_kernel, scale=D ** -0.5),
+        functools.partial(_kernel, scale=D**-0.5),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=2,
             grid=(B, H, q_of.shape[0]),

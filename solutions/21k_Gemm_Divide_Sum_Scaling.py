@@ -11,8 +11,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-COLSUM_ROWS, COLSUM_COLS = 512, 2048   # (rows, cols) block of W: 2 MiB of bf16
-MATVEC_ROWS, MATVEC_COLS = 256, 2048   # (rows, cols) block of x
+COLSUM_ROWS, COLSUM_COLS = 512, 2048  # (rows, cols) block of W: 2 MiB of bf16
+MATVEC_ROWS, MATVEC_COLS = 256, 2048  # (rows, cols) block of x
 
 
 def _fit(dim, target, align):
@@ -61,13 +61,12 @@ def _matvec_kernel(x_ref, v_ref, o_ref, acc_ref, *, scale):
 
 def workload(x, weight):
     b, kdim = x.shape
-    colsum = column_sums(weight)                      # (1, K) f32
+    colsum = column_sums(weight)  # (1, K) f32
     bm, bk = _fit(b, MATVEC_ROWS, 16), _fit(kdim, MATVEC_COLS, 128)
     return pl.pallas_call(
         functools.partial(_matvec_kernel, scale=1.5 / 2.0),
         grid=(b // bm, kdim // bk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, k: (i, k)),
-                  pl.BlockSpec((1, bk), lambda i, k: (0, k))],
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, k: (i, k)), pl.BlockSpec((1, bk), lambda i, k: (0, k))],
         out_specs=pl.BlockSpec((bm, 1), lambda i, k: (i, 0)),
         out_shape=jax.ShapeDtypeStruct((b, 1), x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, 1), jnp.float32)],

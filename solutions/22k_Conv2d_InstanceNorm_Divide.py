@@ -29,11 +29,11 @@ def _conv_rows(x_ref, w_ref, r0, nr, ksize):
     lanes = nr * width
     slab = x_ref[0, :, pl.ds(r0, nr + ksize - 1), :].astype(jnp.float32)
     slab = slab.reshape(cin, (nr + ksize - 1) * width).astype(x_ref.dtype)
-    rows_x = jnp.concatenate([slab[:, dy * width: dy * width + lanes] for dy in range(ksize)], axis=0)
-    z = jnp.dot(w_ref[...], rows_x, preferred_element_type=jnp.float32)     # (k*cout, lanes)
+    rows_x = jnp.concatenate([slab[:, dy * width : dy * width + lanes] for dy in range(ksize)], axis=0)
+    z = jnp.dot(w_ref[...], rows_x, preferred_element_type=jnp.float32)  # (k*cout, lanes)
     y = z[:cout]
     for dx in range(1, ksize):
-        y = y + pltpu.roll(z[dx * cout:(dx + 1) * cout], lanes - dx, 1)    # [:, p] <- [:, p + dx]
+        y = y + pltpu.roll(z[dx * cout : (dx + 1) * cout], lanes - dx, 1)  # [:, p] <- [:, p + dx]
     return y
 
 
@@ -47,7 +47,7 @@ def _kernel(x_ref, w_ref, cb_ref, iw_ref, ib_ref, o_ref, *, ksize, rows):
 
     def store(y, r0, nr, shift, stats):
         d = y - shift
-        ok = valid[:, :nr * width]
+        ok = valid[:, : nr * width]
         s1 = stats[0] + jnp.sum(jnp.where(ok, d, 0.0), axis=1, keepdims=True)
         s2 = stats[1] + jnp.sum(jnp.where(ok, d * d, 0.0), axis=1, keepdims=True)
         o_ref[0, :, pl.ds(r0, nr), :] = d.reshape(bco, nr, width)[:, :, :out_w].astype(o_ref.dtype)
@@ -55,7 +55,7 @@ def _kernel(x_ref, w_ref, cb_ref, iw_ref, ib_ref, o_ref, *, ksize, rows):
 
     first = min(rows, out_h)
     y0 = conv(0, first)
-    shift = jnp.sum(jnp.where(valid[:, :first * width], y0, 0.0), axis=1, keepdims=True) / (first * out_w)
+    shift = jnp.sum(jnp.where(valid[:, : first * width], y0, 0.0), axis=1, keepdims=True) / (first * out_w)
     zero = jnp.zeros((bco, 1), jnp.float32)
     stats = store(y0, 0, first, shift, (zero, zero))
 
@@ -64,15 +64,15 @@ def _kernel(x_ref, w_ref, cb_ref, iw_ref, ib_ref, o_ref, *, ksize, rows):
         return store(conv(r0, rows), r0, rows, shift, stats)
 
     full = out_h // rows
-    stats = jax.lax.fori_loop(1, full, chunk, stats)     # chunk 0 is done; whole chunks, aligned starts
-    if out_h > max(full, 1) * rows:                      # the remaining rows, one static chunk
+    stats = jax.lax.fori_loop(1, full, chunk, stats)  # chunk 0 is done; whole chunks, aligned starts
+    if out_h > max(full, 1) * rows:  # the remaining rows, one static chunk
         r0 = max(full, 1) * rows
         stats = store(conv(r0, out_h - r0), r0, out_h - r0, shift, stats)
 
     count = out_h * out_w
-    mean_d = stats[0] / count                            # mean of y - shift
+    mean_d = stats[0] / count  # mean of y - shift
     var = jnp.maximum(stats[1] / count - mean_d * mean_d, 0.0)
-    scale = jax.lax.rsqrt(var + EPS) * iw_ref[...] * 0.5     # the final / 2 folded in
+    scale = jax.lax.rsqrt(var + EPS) * iw_ref[...] * 0.5  # the final / 2 folded in
     offset = ib_ref[...] * 0.5 - mean_d * scale
     scale, offset = scale.reshape(bco, 1, 1), offset.reshape(bco, 1, 1)
 
@@ -93,7 +93,7 @@ def workload(x, weight, conv_bias, in_weight, in_bias):
     n, cin, h, w = x.shape
     cout, _, k, _ = weight.shape
     out_h, out_w = h - k + 1, w - k + 1
-    rows = max(16, CHUNK_LANES // w // 16 * 16)   # a multiple of 16 keeps chunk starts tile-aligned
+    rows = max(16, CHUNK_LANES // w // 16 * 16)  # a multiple of 16 keeps chunk starts tile-aligned
     vmem = pltpu.get_tpu_info().vmem_capacity_bytes
     split = next(s for least, s in COUT_SPLIT_BY_VMEM if vmem >= least)
     bco = cout // split if cout % (8 * split) == 0 else cout
@@ -112,6 +112,7 @@ def workload(x, weight, conv_bias, in_weight, in_bias):
         ],
         out_specs=pl.BlockSpec((1, bco, out_h, out_w), lambda i, c: (i, c, 0, 0)),
         out_shape=jax.ShapeDtypeStruct((n, cout, out_h, out_w), x.dtype),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"),
-                                             vmem_limit_bytes=vmem * 3 // 4 if vmem >= 48 * 2**20 else None),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel"), vmem_limit_bytes=vmem * 3 // 4 if vmem >= 48 * 2**20 else None
+        ),
     )(x, w2, *[v.astype(jnp.float32).reshape(cout, 1) for v in (conv_bias, in_weight, in_bias)])

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-COLSUM_ROWS, COLSUM_COLS = 512, 2048   # (rows, cols) block of W: 2 MiB of bf16
-MATVEC_ROWS, MATVEC_COLS = 256, 2048   # (rows, cols) block of x
+COLSUM_ROWS, COLSUM_COLS = 512, 2048  # (rows, cols) block of W: 2 MiB of bf16
+MATVEC_ROWS, MATVEC_COLS = 256, 2048  # (rows, cols) block of x
 
 
 def _fit(dim, target, align):
@@ -50,7 +50,7 @@ def _matvec_kernel(x_ref, v_ref, c_ref, o_ref, acc_ref):
 
     @pl.when(k == 0)
     def _():
-        acc_ref[...] = jnp.zeros_like(acc_ref) + jnp.sum(c_ref[...].astype(jnp.float32))   # sum(b)
+        acc_ref[...] = jnp.zeros_like(acc_ref) + jnp.sum(c_ref[...].astype(jnp.float32))  # sum(b)
 
     acc_ref[...] += jnp.sum(x_ref[...].astype(jnp.float32) * v_ref[...], axis=1, keepdims=True)
 
@@ -61,14 +61,16 @@ def _matvec_kernel(x_ref, v_ref, c_ref, o_ref, acc_ref):
 
 def workload(x, weight, bias):
     b, kdim = x.shape
-    colsum = column_sums(weight)                      # (1, K) f32
+    colsum = column_sums(weight)  # (1, K) f32
     bm, bk = _fit(b, MATVEC_ROWS, 16), _fit(kdim, MATVEC_COLS, 128)
     return pl.pallas_call(
         _matvec_kernel,
         grid=(b // bm, kdim // bk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, k: (i, k)),
-                  pl.BlockSpec((1, bk), lambda i, k: (0, k)),
-                  pl.BlockSpec((1, bias.shape[0]), lambda i, k: (0, 0))],
+        in_specs=[
+            pl.BlockSpec((bm, bk), lambda i, k: (i, k)),
+            pl.BlockSpec((1, bk), lambda i, k: (0, k)),
+            pl.BlockSpec((1, bias.shape[0]), lambda i, k: (0, 0)),
+        ],
         out_specs=pl.BlockSpec((bm, 1), lambda i, k: (i, 0)),
         out_shape=jax.ShapeDtypeStruct((b, 1), x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, 1), jnp.float32)],

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-CHUNK_LANES = 2048   # output positions per matmul, at most (whole depth slices)
-CIN_PAD = 8          # input channels padded to one f32 sublane tile inside the kernel
+CHUNK_LANES = 2048  # output positions per matmul, at most (whole depth slices)
+CIN_PAD = 8  # input channels padded to one f32 sublane tile inside the kernel
 GROUPS = 8
 EPS = 1e-5
 
@@ -31,7 +31,7 @@ def _kernel(x_ref, w_ref, b_ref, s1_ref, s2_ref, *, dims, slices):
     hw = h * w
     out_d = d - ks + 1
     lanes = slices * hw
-    span = x_ref.shape[2] - (out_d - slices) * hw    # lanes a chunk reads: lanes + 2 slices + pad
+    span = x_ref.shape[2] - (out_d - slices) * hw  # lanes a chunk reads: lanes + 2 slices + pad
     cin = x_ref.shape[1]
     pos = jax.lax.broadcasted_iota(jnp.int32, (1, lanes), 1)
     valid = (((pos // w) % h) < h - ks + 1) & ((pos % w) < w - ks + 1)
@@ -44,9 +44,9 @@ def _kernel(x_ref, w_ref, b_ref, s1_ref, s2_ref, *, dims, slices):
         for dy in range(ks):
             for dx in range(ks):
                 s = dy * w + dx
-                rolled = pltpu.roll(window, span - s, 1) if s else window      # [:, p] <- [:, p + s]
-                taps.extend(rolled[:, dz * hw: dz * hw + lanes] for dz in range(ks))
-        patches = jnp.concatenate(taps, axis=0).astype(x_ref.dtype)         # (27 * 8, lanes)
+                rolled = pltpu.roll(window, span - s, 1) if s else window  # [:, p] <- [:, p + s]
+                taps.extend(rolled[:, dz * hw : dz * hw + lanes] for dz in range(ks))
+        patches = jnp.concatenate(taps, axis=0).astype(x_ref.dtype)  # (27 * 8, lanes)
         y = jnp.dot(w_ref[...], patches, preferred_element_type=jnp.float32) + b_ref[...]
         y = jnp.where(valid, y, 0.0)
         return stats[0] + jnp.sum(y, axis=1, keepdims=True), stats[1] + jnp.sum(y * y, axis=1, keepdims=True)
@@ -64,7 +64,7 @@ def workload(x, weight, conv_bias, gamma, beta):
     out_d, out_h, out_w = d - k + 1, h - k + 1, w - k + 1
     # Whole depth slices per chunk: the largest divisor of out_d that keeps a chunk within CHUNK_LANES.
     slices = max(s for s in range(1, out_d + 1) if out_d % s == 0 and (s == 1 or s * hw <= CHUNK_LANES))
-    span = slices * hw + (k - 1) * hw + 128          # 128 >= (k-1) * (W + 1): the in-slice tap offsets
+    span = slices * hw + (k - 1) * hw + 128  # 128 >= (k-1) * (W + 1): the in-slice tap offsets
     flat = x.reshape(n, cin, d * hw)
     flat = jnp.pad(flat, ((0, 0), (0, 0), (0, (out_d - slices) * hw + span - d * hw)))
     # Weights (co, ci, dz, dy, dx) -> columns (dy, dx, dz, ci padded to 8), the order of the taps.
@@ -73,18 +73,20 @@ def workload(x, weight, conv_bias, gamma, beta):
     s1, s2 = pl.pallas_call(
         functools.partial(_kernel, dims=(cin, d, h, w), slices=slices),
         grid=(n,),
-        in_specs=[pl.BlockSpec((1, cin, flat.shape[2]), lambda i: (i, 0, 0)),
-                  pl.BlockSpec((cout, w2.shape[1]), lambda i: (0, 0)),
-                  pl.BlockSpec((cout, 1), lambda i: (0, 0))],
+        in_specs=[
+            pl.BlockSpec((1, cin, flat.shape[2]), lambda i: (i, 0, 0)),
+            pl.BlockSpec((cout, w2.shape[1]), lambda i: (0, 0)),
+            pl.BlockSpec((cout, 1), lambda i: (0, 0)),
+        ],
         out_specs=[pl.BlockSpec((1, cout, 1), lambda i: (i, 0, 0))] * 2,
         out_shape=[jax.ShapeDtypeStruct((n, cout, 1), jnp.float32)] * 2,
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
     )(flat, w2, conv_bias.astype(jnp.float32).reshape(cout, 1))
     # Glue on (N, Cout) sums: group statistics, then the mean of the normalised output.
     count = out_d * out_h * out_w
-    mean_c = s1[:, :, 0] / count                                        # (N, C)
+    mean_c = s1[:, :, 0] / count  # (N, C)
     g = cout // GROUPS
-    mu_g = (s1[:, :, 0].reshape(n, GROUPS, g).sum(-1) / (g * count))     # (N, G)
+    mu_g = s1[:, :, 0].reshape(n, GROUPS, g).sum(-1) / (g * count)  # (N, G)
     var_g = jnp.maximum(s2[:, :, 0].reshape(n, GROUPS, g).sum(-1) / (g * count) - mu_g * mu_g, 0.0)
     rstd_g = jax.lax.rsqrt(var_g + EPS)
     normed = (mean_c - jnp.repeat(mu_g, g, axis=1)) * jnp.repeat(rstd_g, g, axis=1)

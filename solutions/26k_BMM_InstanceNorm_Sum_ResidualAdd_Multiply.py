@@ -32,8 +32,7 @@ def workload(x, y, bmm_weight, bmm_bias, in_weight, in_bias):
     return pl.pallas_call(
         _kernel,
         grid=(b // bm, n // bn),
-        in_specs=[pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
-                  pl.BlockSpec((1, bn), lambda i, j: (0, j))],
+        in_specs=[pl.BlockSpec((bm, bn), lambda i, j: (i, j)), pl.BlockSpec((1, bn), lambda i, j: (0, j))],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
         out_shape=jax.ShapeDtypeStruct((b, n), y.dtype),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),

@@ -21,7 +21,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 EPS = 1e-5
-LN_BLOCK_BYTES = 512 * 1024   # bf16 bytes of output per LayerNorm block (VMEM pads W_out = 64 to 128 lanes)
+LN_BLOCK_BYTES = 512 * 1024  # bf16 bytes of output per LayerNorm block (VMEM pads W_out = 64 to 128 lanes)
 
 
 def _conv_kernel(x_ref, w_ref, b_ref, o_ref, *, wp):
@@ -30,21 +30,27 @@ def _conv_kernel(x_ref, w_ref, b_ref, o_ref, *, wp):
     # rolled[s][dh][dw] = slice s of the halo shifted left by dh * Wp + dw lanes, cut to `positions`.
     rolled = []
     for s in range(3):
-        p = x_ref[0, s].astype(jnp.float32)                                # (cin, Hp * Wp)
-        rolled.append([[(pltpu.roll(p, plane - (dh * wp + dw), 1) if dh or dw else p)[:, :positions]
-                        .astype(x_ref.dtype) for dw in range(3)] for dh in range(3)])
+        p = x_ref[0, s].astype(jnp.float32)  # (cin, Hp * Wp)
+        rolled.append(
+            [
+                [
+                    (pltpu.roll(p, plane - (dh * wp + dw), 1) if dh or dw else p)[:, :positions].astype(x_ref.dtype)
+                    for dw in range(3)
+                ]
+                for dh in range(3)
+            ]
+        )
     for pd in range(2):
         for ph in range(2):
             for pw in range(2):
                 taps = [rolled[a + pd][b + ph][c + pw] for a in range(2) for b in range(2) for c in range(2)]
-                y = jnp.dot(w_ref[pd, ph, pw], jnp.concatenate(taps, axis=0),
-                            preferred_element_type=jnp.float32)
+                y = jnp.dot(w_ref[pd, ph, pw], jnp.concatenate(taps, axis=0), preferred_element_type=jnp.float32)
                 o_ref[pd, ph, pw] = (y + b_ref[...]).astype(o_ref.dtype)
 
 
 def _ln_gelu_kernel(y_ref, g_ref, b_ref, o_ref):
     shape = y_ref.shape
-    y = y_ref[...].astype(jnp.float32).reshape(-1, shape[-1])              # rows x W_out
+    y = y_ref[...].astype(jnp.float32).reshape(-1, shape[-1])  # rows x W_out
     yc = y - jnp.mean(y, axis=1, keepdims=True)
     var = jnp.mean(yc * yc, axis=1, keepdims=True)
     z = yc * jax.lax.rsqrt(var + EPS) * g_ref[...] + b_ref[...]
@@ -55,21 +61,23 @@ def workload(x, conv_weight, conv_bias, ln_weight, ln_bias):
     n, cin, d, h, w = x.shape
     cout = conv_weight.shape[1]
     hp, wp = h + 2, w + 2
-    positions = h * wp                                  # (m_h, m_w) at the padded width
+    positions = h * wp  # (m_h, m_w) at the padded width
     xp = jnp.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (1, 1)))
     xs = xp.transpose(0, 2, 1, 3, 4).reshape(n, d + 2, cin, hp * wp)
     # Per phase (pd, ph, pw): a (Cout, 8 * Cin) matrix, columns (a, b, c, ci) holding W[ci, co, 3-2a-pd, ...].
-    idx = jnp.array([[3 - 2 * a - p for a in range(2)] for p in range(2)])   # [phase, a] -> tap
-    wt = conv_weight.transpose(1, 2, 3, 4, 0)                               # (co, td, th, tw, ci)
-    wph = wt[:, idx[:, :, None, None, None, None], idx[None, None, :, :, None, None],
-             idx[None, None, None, None, :, :], :]        # (co, pd, a, ph, b, pw, c, ci)
+    idx = jnp.array([[3 - 2 * a - p for a in range(2)] for p in range(2)])  # [phase, a] -> tap
+    wt = conv_weight.transpose(1, 2, 3, 4, 0)  # (co, td, th, tw, ci)
+    wph = wt[
+        :, idx[:, :, None, None, None, None], idx[None, None, :, :, None, None], idx[None, None, None, None, :, :], :
+    ]  # (co, pd, a, ph, b, pw, c, ci)
     wph = wph.transpose(1, 3, 5, 0, 2, 4, 6, 7).reshape(2, 2, 2, cout, 8 * cin)
     phases = pl.pallas_call(
         functools.partial(_conv_kernel, wp=wp),
         grid=(n, d),
         in_specs=[
-            pl.BlockSpec((pl.Element(1), pl.Element(3), pl.Element(cin), pl.Element(hp * wp)),
-                         lambda i, m: (i, m, 0, 0)),
+            pl.BlockSpec(
+                (pl.Element(1), pl.Element(3), pl.Element(cin), pl.Element(hp * wp)), lambda i, m: (i, m, 0, 0)
+            ),
             pl.BlockSpec((2, 2, 2, cout, 8 * cin), lambda i, m: (0, 0, 0, 0, 0)),
             pl.BlockSpec((cout, 1), lambda i, m: (0, 0)),
         ],
@@ -86,9 +94,11 @@ def workload(x, conv_weight, conv_bias, ln_weight, ln_bias):
     return pl.pallas_call(
         _ln_gelu_kernel,
         grid=(n, do // bd),
-        in_specs=[pl.BlockSpec((1, cout, bd, ho, wo), lambda i, j: (i, 0, j, 0, 0)),
-                  pl.BlockSpec((1, wo), lambda i, j: (0, 0)),
-                  pl.BlockSpec((1, wo), lambda i, j: (0, 0))],
+        in_specs=[
+            pl.BlockSpec((1, cout, bd, ho, wo), lambda i, j: (i, 0, j, 0, 0)),
+            pl.BlockSpec((1, wo), lambda i, j: (0, 0)),
+            pl.BlockSpec((1, wo), lambda i, j: (0, 0)),
+        ],
         out_specs=pl.BlockSpec((1, cout, bd, ho, wo), lambda i, j: (i, 0, j, 0, 0)),
         out_shape=jax.ShapeDtypeStruct((n, cout, do, ho, wo), x.dtype),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-EPI_ROWS = 128     # the epilogue walks the tile in row chunks so its f32 temporaries stay small
+EPI_ROWS = 128  # the epilogue walks the tile in row chunks so its f32 temporaries stay small
 GROUP = 64
 EPS = 1e-5
 
@@ -46,16 +46,17 @@ def _dot_f32(a, p):
     """
     bits = jax.lax.bitcast_convert_type(a, jnp.uint32) & jnp.uint32(0xFFFF0000)
     hi = jax.lax.bitcast_convert_type(bits, jnp.float32)
-    return (jnp.dot(hi.astype(jnp.bfloat16), p, preferred_element_type=jnp.float32)
-            + jnp.dot((a - hi).astype(jnp.bfloat16), p, preferred_element_type=jnp.float32))
+    return jnp.dot(hi.astype(jnp.bfloat16), p, preferred_element_type=jnp.float32) + jnp.dot(
+        (a - hi).astype(jnp.bfloat16), p, preferred_element_type=jnp.float32
+    )
 
 
 def _group_norm(y, p_ref, pt_ref):
     """Normalise each run of GROUP consecutive lanes of y (rows, bn) to zero mean and unit variance."""
-    mean = _dot_f32(y, p_ref[...]) * (1.0 / GROUP)                      # (rows, groups)
+    mean = _dot_f32(y, p_ref[...]) * (1.0 / GROUP)  # (rows, groups)
     var = jnp.maximum(_dot_f32(y * y, p_ref[...]) * (1.0 / GROUP) - mean * mean, 0.0)
     rstd = jax.lax.rsqrt(var + EPS)
-    scale = _dot_f32(rstd, pt_ref[...])                                  # back to (rows, bn)
+    scale = _dot_f32(rstd, pt_ref[...])  # back to (rows, bn)
     shift = _dot_f32(-mean * rstd, pt_ref[...])
     return y * scale + shift
 
@@ -80,8 +81,7 @@ def _kernel(x_ref, w_ref, p_ref, pt_ref, b_ref, gw_ref, gb_ref, o_ref, acc_ref):
 
         def chunk(r, carry):
             r0 = pl.multiple_of(r * rows, rows)
-            y = _epilogue(acc_ref[pl.ds(r0, rows), :], p_ref, pt_ref,
-                          b_ref[...], gw_ref[...], gb_ref[...])
+            y = _epilogue(acc_ref[pl.ds(r0, rows), :], p_ref, pt_ref, b_ref[...], gw_ref[...], gb_ref[...])
             o_ref[pl.ds(r0, rows), :] = y.astype(o_ref.dtype)
             return carry
 
@@ -106,10 +106,12 @@ def workload(x, weight, bias, gn_weight, gn_bias):
             pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)),
             pl.BlockSpec((bn, groups), lambda i, j, k: (0, 0)),
             pl.BlockSpec((groups, bn), lambda i, j, k: (0, 0)),
-        ] + [vec_spec] * 3,
+        ]
+        + [vec_spec] * 3,
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
         out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
-                                             vmem_limit_bytes=vmem_limit),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary"), vmem_limit_bytes=vmem_limit
+        ),
     )(x, weight, p, p.T, vec(bias), vec(gn_weight), vec(gn_bias))

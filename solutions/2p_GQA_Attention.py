@@ -19,7 +19,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 ROWS = 1024  # query rows (tokens x heads) per block
-BK = 1024    # keys per block; at most S/4 so that the small size walks several blocks
+BK = 1024  # keys per block; at most S/4 so that the small size walks several blocks
 
 
 def _fit(dim, target, align):
@@ -55,8 +55,7 @@ def _kernel(qi_ref, ki_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *
 
     def step(masked):
         q = q_ref[...].reshape(rows, d)
-        s = jax.lax.dot_general(q, k_ref[...], (((1,), (1,)), ((), ())),
-                                preferred_element_type=jnp.float32) * scale
+        s = jax.lax.dot_general(q, k_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
         if masked:
             token = qi * bq + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0) // group
             col = ki * bk + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
@@ -67,7 +66,8 @@ def _kernel(qi_ref, ki_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *
         p = jnp.exp(s - jnp.tile(m_new, (1, bk // 128)))
         l_ref[...] = alpha * l_ref[...] + p.sum(axis=-1, keepdims=True)
         acc_ref[...] = jnp.tile(alpha, (1, d // 128)) * acc_ref[...] + jnp.dot(
-            p.astype(v_ref.dtype), v_ref[...], preferred_element_type=jnp.float32)
+            p.astype(v_ref.dtype), v_ref[...], preferred_element_type=jnp.float32
+        )
         m_ref[...] = m_new
 
     crosses = (ki + 1) * bk - 1 > qi * bq  # some key in the block is after some query token
@@ -91,7 +91,7 @@ def workload(query, key, value):
     kv_spec = pl.BlockSpec((None, None, bk, D), lambda b, g, t, qs, ks: (b, g, ks[t], 0))
     key, value = key.transpose(0, 2, 1, 3), value.transpose(0, 2, 1, 3)
     return pl.pallas_call(
-        functools.partial(_kernel, scale=D ** -0.5),
+        functools.partial(_kernel, scale=D**-0.5),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=2,
             grid=(B, Hkv, q_of.shape[0]),

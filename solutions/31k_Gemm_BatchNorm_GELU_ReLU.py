@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-EPI_ROWS = 128              # the GEMM epilogue walks its tile in row chunks (small f32 temporaries)
+EPI_ROWS = 128  # the GEMM epilogue walks its tile in row chunks (small f32 temporaries)
 EW_ROWS, EW_COLS = 256, 2048  # block of the elementwise pass
 EPS = 1e-5
 NT_DIMS = (((1,), (1,)), ((), ()))  # x @ W.T
@@ -82,13 +82,15 @@ def workload(x, gemm_weight, gemm_bias, bn_weight, bn_bias):
             pl.BlockSpec((bn, bk), lambda i, j, k: (j, k)),
             pl.BlockSpec((1, bn), lambda i, j, k: (0, j)),
         ],
-        out_specs=[pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
-                   pl.BlockSpec((None, 2, bn), lambda i, j, k: (i, 0, j))],
-        out_shape=[jax.ShapeDtypeStruct((m, n), x.dtype),
-                   jax.ShapeDtypeStruct((m // bm, 2, n), jnp.float32)],
+        out_specs=[
+            pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+            pl.BlockSpec((None, 2, bn), lambda i, j, k: (i, 0, j)),
+        ],
+        out_shape=[jax.ShapeDtypeStruct((m, n), x.dtype), jax.ShapeDtypeStruct((m // bm, 2, n), jnp.float32)],
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
-                                             vmem_limit_bytes=vmem_limit),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary"), vmem_limit_bytes=vmem_limit
+        ),
     )(x, gemm_weight, gemm_bias.astype(jnp.float32).reshape(1, n))
     # Glue on (M/bm, 2, N) partials: batch mean and biased variance per column -> scale and shift.
     sums = jnp.sum(partials, axis=0)

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-BT = 512                        # hidden tile
-BM_CHOICES = (1024, 512, 256)   # row blocks, largest first
+BT = 512  # hidden tile
+BM_CHOICES = (1024, 512, 256)  # row blocks, largest first
 NT_DIMS = (((1,), (1,)), ((), ()))  # a @ b.T
 
 
@@ -25,8 +25,8 @@ def _fit(dim, target, align):
 
 
 def _vmem_bytes(bm, bt, k1, n2):
-    blocks = 2 * (bm * k1 + bt * k1 + n2 * bt) * 2      # double-buffered bf16 x, W1, W2 blocks
-    return blocks + bm * n2 * 4 + 2 * bm * bt * 4        # f32 accumulator + the f32 hidden tile
+    blocks = 2 * (bm * k1 + bt * k1 + n2 * bt) * 2  # double-buffered bf16 x, W1, W2 blocks
+    return blocks + bm * n2 * 4 + 2 * bm * bt * 4  # f32 accumulator + the f32 hidden tile
 
 
 def _kernel(x_ref, w1_ref, b1_ref, w2_ref, b2_ref, o_ref, acc_ref):
@@ -53,8 +53,9 @@ def workload(x, w1, b1, w2, b2):
     hidden, n2 = w1.shape[0], w2.shape[0]
     bt = _fit(hidden, BT, 128)
     capacity = pltpu.get_tpu_info().vmem_capacity_bytes
-    bm = next((_fit(b, c, 16) for c in BM_CHOICES if _vmem_bytes(c, bt, k1, n2) <= capacity // 2),
-              _fit(b, BM_CHOICES[-1], 16))
+    bm = next(
+        (_fit(b, c, 16) for c in BM_CHOICES if _vmem_bytes(c, bt, k1, n2) <= capacity // 2), _fit(b, BM_CHOICES[-1], 16)
+    )
     out = pl.pallas_call(
         _kernel,
         grid=(b // bm, hidden // bt),
@@ -68,7 +69,8 @@ def workload(x, w1, b1, w2, b2):
         out_specs=pl.BlockSpec((bm, 1), lambda i, t: (i, 0)),
         out_shape=jax.ShapeDtypeStruct((b, 1), x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, n2), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),
-                                             vmem_limit_bytes=capacity * 3 // 4),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=capacity * 3 // 4
+        ),
     )(x, w1, b1.astype(jnp.float32).reshape(1, hidden), w2, b2.astype(jnp.float32).reshape(1, n2))
     return out.reshape(b)

@@ -29,11 +29,11 @@ def _conv_rows(x_ref, w_ref, r0, nr, ksize):
     lanes = nr * width
     slab = x_ref[0, :, pl.ds(r0, nr + ksize - 1), :].astype(jnp.float32)
     slab = slab.reshape(cin, (nr + ksize - 1) * width).astype(x_ref.dtype)
-    rows_x = jnp.concatenate([slab[:, dy * width: dy * width + lanes] for dy in range(ksize)], axis=0)
-    z = jnp.dot(w_ref[...], rows_x, preferred_element_type=jnp.float32)     # (k*cout, lanes)
+    rows_x = jnp.concatenate([slab[:, dy * width : dy * width + lanes] for dy in range(ksize)], axis=0)
+    z = jnp.dot(w_ref[...], rows_x, preferred_element_type=jnp.float32)  # (k*cout, lanes)
     y = z[:cout]
     for dx in range(1, ksize):
-        y = y + pltpu.roll(z[dx * cout:(dx + 1) * cout], lanes - dx, 1)    # [:, p] <- [:, p + dx]
+        y = y + pltpu.roll(z[dx * cout : (dx + 1) * cout], lanes - dx, 1)  # [:, p] <- [:, p + dx]
     return y
 
 
@@ -54,7 +54,7 @@ def _conv_kernel(x_ref, w_ref, cb_ref, o_ref, s1_ref, s2_ref, *, ksize, rows):
         t = _conv_rows(x_ref, w_ref, r0, nr, ksize) + cb_ref[...]
         m = _mish(t)
         o_ref[0, :, pl.ds(r0, nr), :] = m.reshape(bco, nr, width)[:, :, :out_w].astype(o_ref.dtype)
-        mv = jnp.where(valid[:, :nr * width], m, 0.0)
+        mv = jnp.where(valid[:, : nr * width], m, 0.0)
         return (stats[0] + jnp.sum(mv, axis=1, keepdims=True), stats[1] + jnp.sum(mv * mv, axis=1, keepdims=True))
 
     def chunk(c, stats):
@@ -62,8 +62,8 @@ def _conv_kernel(x_ref, w_ref, cb_ref, o_ref, s1_ref, s2_ref, *, ksize, rows):
 
     zero = jnp.zeros((bco, 1), jnp.float32)
     full = out_h // rows
-    stats = jax.lax.fori_loop(0, full, chunk, (zero, zero))   # whole chunks, sublane-aligned starts
-    if out_h > full * rows:                                    # the remaining rows, one static chunk
+    stats = jax.lax.fori_loop(0, full, chunk, (zero, zero))  # whole chunks, sublane-aligned starts
+    if out_h > full * rows:  # the remaining rows, one static chunk
         stats = emit(full * rows, out_h - full * rows, stats)
     s1_ref[0] = stats[0]
     s2_ref[0] = stats[1]
@@ -77,13 +77,15 @@ def workload(x, conv_weight, conv_bias, bn_weight, bn_bias):
     n, cin, h, w = x.shape
     cout, _, k, _ = conv_weight.shape
     out_h, out_w = h - k + 1, w - k + 1
-    rows = max(16, CHUNK_LANES // w // 16 * 16)   # a multiple of 16 keeps chunk starts tile-aligned
+    rows = max(16, CHUNK_LANES // w // 16 * 16)  # a multiple of 16 keeps chunk starts tile-aligned
     vmem = pltpu.get_tpu_info().vmem_capacity_bytes
     split = next(s for least, s in COUT_SPLIT_BY_VMEM if vmem >= least)
     bco = cout // split if cout % (8 * split) == 0 else cout
     # Weights (cout, cin, dy, dx) -> per block of bco output channels: rows (dx, cout), columns (dy, cin),
     # matching the stacking of Z and X in the kernel.
-    w2 = conv_weight.reshape(cout // bco, bco, cin, k, k).transpose(0, 4, 1, 3, 2).reshape(cout // bco, k * bco, k * cin)
+    w2 = (
+        conv_weight.reshape(cout // bco, bco, cin, k, k).transpose(0, 4, 1, 3, 2).reshape(cout // bco, k * bco, k * cin)
+    )
     limit = vmem * 3 // 4 if vmem >= 48 * 2**20 else None
     m, s1, s2 = pl.pallas_call(
         functools.partial(_conv_kernel, ksize=k, rows=rows),
@@ -93,12 +95,16 @@ def workload(x, conv_weight, conv_bias, bn_weight, bn_bias):
             pl.BlockSpec((None, k * bco, k * cin), lambda i, c: (c, 0, 0)),
             pl.BlockSpec((bco, 1), lambda i, c: (c, 0)),
         ],
-        out_specs=[pl.BlockSpec((1, bco, out_h, out_w), lambda i, c: (i, c, 0, 0)),
-                   pl.BlockSpec((1, bco, 1), lambda i, c: (i, c, 0)),
-                   pl.BlockSpec((1, bco, 1), lambda i, c: (i, c, 0))],
-        out_shape=[jax.ShapeDtypeStruct((n, cout, out_h, out_w), x.dtype),
-                   jax.ShapeDtypeStruct((n, cout, 1), jnp.float32),
-                   jax.ShapeDtypeStruct((n, cout, 1), jnp.float32)],
+        out_specs=[
+            pl.BlockSpec((1, bco, out_h, out_w), lambda i, c: (i, c, 0, 0)),
+            pl.BlockSpec((1, bco, 1), lambda i, c: (i, c, 0)),
+            pl.BlockSpec((1, bco, 1), lambda i, c: (i, c, 0)),
+        ],
+        out_shape=[
+            jax.ShapeDtypeStruct((n, cout, out_h, out_w), x.dtype),
+            jax.ShapeDtypeStruct((n, cout, 1), jnp.float32),
+            jax.ShapeDtypeStruct((n, cout, 1), jnp.float32),
+        ],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"), vmem_limit_bytes=limit),
     )(x, w2, conv_bias.astype(jnp.float32).reshape(cout, 1))
     # Glue on (N, C) partials: batch mean and biased variance per channel -> scale and shift.

@@ -79,6 +79,7 @@ def workload(x, weight, bias):
         out_specs=pl.BlockSpec((bm, 1), lambda i, j, k: (i, 0)),
         out_shape=jax.ShapeDtypeStruct((m, 1), x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32), pltpu.VMEM((bm, 1), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
-                                             vmem_limit_bytes=vmem_limit),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "arbitrary", "arbitrary"), vmem_limit_bytes=vmem_limit
+        ),
     )(x, weight, bias.astype(jnp.float32).reshape(1, n))

@@ -24,10 +24,10 @@ def _conv_rows(x_ref, w_ref, r0, nr, ksize):
     slab = slab.reshape(cin, (nr + ksize - 1) * width)
     taps = []
     for dy in range(ksize):
-        row = slab[:, dy * width: dy * width + lanes]
+        row = slab[:, dy * width : dy * width + lanes]
         for dx in range(ksize):
-            taps.append(pltpu.roll(row, lanes - dx, 1) if dx else row)     # [:, p] <- [:, p + dx]
-    patches = jnp.concatenate(taps, axis=0).astype(x_ref.dtype)            # (k*k*cin, lanes)
+            taps.append(pltpu.roll(row, lanes - dx, 1) if dx else row)  # [:, p] <- [:, p + dx]
+    patches = jnp.concatenate(taps, axis=0).astype(x_ref.dtype)  # (k*k*cin, lanes)
     return jnp.dot(w_ref[...], patches, preferred_element_type=jnp.float32)
 
 
@@ -38,14 +38,14 @@ def _kernel(x_ref, w_ref, b_ref, o_ref, *, ksize, rows):
 
     def emit(r0, nr, acc):
         g = jax.nn.gelu(_conv_rows(x_ref, w_ref, r0, nr, ksize) + b_ref[...], approximate=True)
-        return acc + jnp.sum(jnp.where(valid[:, :nr * width], g, 0.0), axis=1, keepdims=True)
+        return acc + jnp.sum(jnp.where(valid[:, : nr * width], g, 0.0), axis=1, keepdims=True)
 
     def chunk(c, acc):
         return emit(pl.multiple_of(c * rows, rows), rows, acc)
 
     full = out_h // rows
     acc = jax.lax.fori_loop(0, full, chunk, jnp.zeros((w_ref.shape[0], 1), jnp.float32))
-    if out_h > full * rows:                    # the remaining rows, one static chunk
+    if out_h > full * rows:  # the remaining rows, one static chunk
         acc = emit(full * rows, out_h - full * rows, acc)
     o_ref[0] = (acc / (out_h * out_w)).astype(o_ref.dtype)
 
@@ -53,8 +53,8 @@ def _kernel(x_ref, w_ref, b_ref, o_ref, *, ksize, rows):
 def workload(x, weight, bias):
     n, cin, h, w = x.shape
     cout, _, k, _ = weight.shape
-    rows = max(16, CHUNK_LANES // w // 16 * 16)   # a multiple of 16 keeps chunk starts tile-aligned
-    w2 = weight.transpose(0, 2, 3, 1).reshape(cout, k * k * cin)   # columns (dy, dx, cin), as the taps
+    rows = max(16, CHUNK_LANES // w // 16 * 16)  # a multiple of 16 keeps chunk starts tile-aligned
+    w2 = weight.transpose(0, 2, 3, 1).reshape(cout, k * k * cin)  # columns (dy, dx, cin), as the taps
     out = pl.pallas_call(
         functools.partial(_kernel, ksize=k, rows=rows),
         grid=(n,),

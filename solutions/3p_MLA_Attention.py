@@ -24,8 +24,8 @@ from jax.experimental.pallas import tpu as pltpu
 
 ROPE_THETA = 10000
 GEMM_BLOCKS = (1024, 1024, 512)
-ROWS = 1024          # token rows per step in the per-head projection kernels
-ATTN_BLOCK = 1024    # q and kv block; at most S/2 so that the small size walks several blocks
+ROWS = 1024  # token rows per step in the per-head projection kernels
+ATTN_BLOCK = 1024  # q and kv block; at most S/2 so that the small size walks several blocks
 
 
 def _fit(dim, target, align):
@@ -37,6 +37,7 @@ def _fit(dim, target, align):
 
 
 # ---- tiled GEMM --------------------------------------------------------------------------------
+
 
 def _matmul_kernel(a_ref, b_ref, o_ref, acc_ref):
     k = pl.program_id(2)
@@ -59,8 +60,7 @@ def _matmul(a, b):
     return pl.pallas_call(
         _matmul_kernel,
         grid=(m // bm, n // bn, kdim // bk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)),
-                  pl.BlockSpec((bk, bn), lambda i, j, k: (k, j))],
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)), pl.BlockSpec((bk, bn), lambda i, j, k: (k, j))],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
         out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
@@ -70,11 +70,12 @@ def _matmul(a, b):
 
 # ---- per-head q projection with RoPE -------------------------------------------------------------
 
+
 def _q_kernel(cq_ref, w_ref, cos_ref, sin_ref, rot_ref, o_ref, *, nope):
     q = jnp.dot(cq_ref[...], w_ref[...], preferred_element_type=jnp.float32)
     o_ref[:, :nope] = q[:, :nope].astype(o_ref.dtype)
-    qr = q[:, nope:].astype(o_ref.dtype)                       # the reference ropes the bf16 q
-    rotated = jnp.dot(qr, rot_ref[...], preferred_element_type=jnp.float32)   # [a, b] -> [-b, a]
+    qr = q[:, nope:].astype(o_ref.dtype)  # the reference ropes the bf16 q
+    rotated = jnp.dot(qr, rot_ref[...], preferred_element_type=jnp.float32)  # [a, b] -> [-b, a]
     o_ref[:, nope:] = (qr.astype(jnp.float32) * cos_ref[...] + rotated * sin_ref[...]).astype(o_ref.dtype)
 
 
@@ -87,10 +88,13 @@ def _q_proj(cq, w_heads, cos, sin, rot, nope):
     return pl.pallas_call(
         functools.partial(_q_kernel, nope=nope),
         grid=(B, S // bs, H),
-        in_specs=[pl.BlockSpec((None, bs, L), lambda b, s, h: (b, s, 0)),
-                  pl.BlockSpec((None, L, dq), lambda b, s, h: (h, 0, 0)),
-                  table, table,
-                  pl.BlockSpec((rope, rope), lambda b, s, h: (0, 0))],
+        in_specs=[
+            pl.BlockSpec((None, bs, L), lambda b, s, h: (b, s, 0)),
+            pl.BlockSpec((None, L, dq), lambda b, s, h: (h, 0, 0)),
+            table,
+            table,
+            pl.BlockSpec((rope, rope), lambda b, s, h: (0, 0)),
+        ],
         out_specs=pl.BlockSpec((None, None, bs, dq), lambda b, s, h: (b, h, s, 0)),
         out_shape=jax.ShapeDtypeStruct((B, H, S, dq), cq.dtype),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
@@ -98,6 +102,7 @@ def _q_proj(cq, w_heads, cos, sin, rot, nope):
 
 
 # ---- per-head k_nope / v projections --------------------------------------------------------------
+
 
 def _kv_kernel(lat_ref, wk_ref, wv_ref, k_ref, v_ref):
     lat = lat_ref[...]
@@ -112,18 +117,25 @@ def _kv_proj(latent, k_up, v_up, num_heads):
     return pl.pallas_call(
         _kv_kernel,
         grid=(B, S // bs, num_heads),
-        in_specs=[pl.BlockSpec((None, bs, L), lambda b, s, h: (b, s, 0)),
-                  pl.BlockSpec((L, dk), lambda b, s, h: (0, h)),
-                  pl.BlockSpec((L, dv), lambda b, s, h: (0, h))],
-        out_specs=[pl.BlockSpec((None, None, bs, dk), lambda b, s, h: (b, h, s, 0)),
-                   pl.BlockSpec((None, None, bs, dv), lambda b, s, h: (b, h, s, 0))],
-        out_shape=[jax.ShapeDtypeStruct((B, num_heads, S, dk), latent.dtype),
-                   jax.ShapeDtypeStruct((B, num_heads, S, dv), latent.dtype)],
+        in_specs=[
+            pl.BlockSpec((None, bs, L), lambda b, s, h: (b, s, 0)),
+            pl.BlockSpec((L, dk), lambda b, s, h: (0, h)),
+            pl.BlockSpec((L, dv), lambda b, s, h: (0, h)),
+        ],
+        out_specs=[
+            pl.BlockSpec((None, None, bs, dk), lambda b, s, h: (b, h, s, 0)),
+            pl.BlockSpec((None, None, bs, dv), lambda b, s, h: (b, h, s, 0)),
+        ],
+        out_shape=[
+            jax.ShapeDtypeStruct((B, num_heads, S, dk), latent.dtype),
+            jax.ShapeDtypeStruct((B, num_heads, S, dv), latent.dtype),
+        ],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
     )(latent, k_up, v_up)
 
 
 # ---- causal flash attention ------------------------------------------------------------------------
+
 
 def _causal_pairs(seq, bq, bk):
     """(q block, kv block) pairs with some key <= some query, q-major, kv ascending."""
@@ -149,8 +161,10 @@ def _attn_kernel(qi_ref, ki_ref, q_ref, kn_ref, kr_ref, v_ref, o_ref, m_ref, l_r
     def step(masked):
         q = q_ref[...]
         nt = (((1,), (1,)), ((), ()))
-        s = (jax.lax.dot_general(q[:, :nope], kn_ref[...], nt, preferred_element_type=jnp.float32)
-             + jax.lax.dot_general(q[:, nope:], kr_ref[...], nt, preferred_element_type=jnp.float32)) * scale
+        s = (
+            jax.lax.dot_general(q[:, :nope], kn_ref[...], nt, preferred_element_type=jnp.float32)
+            + jax.lax.dot_general(q[:, nope:], kr_ref[...], nt, preferred_element_type=jnp.float32)
+        ) * scale
         if masked:
             row = qi * bq + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
             col = ki * bk + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
@@ -161,7 +175,8 @@ def _attn_kernel(qi_ref, ki_ref, q_ref, kn_ref, kr_ref, v_ref, o_ref, m_ref, l_r
         p = jnp.exp(s - jnp.tile(m_new, (1, bk // 128)))
         l_ref[...] = alpha * l_ref[...] + p.sum(axis=-1, keepdims=True)
         acc_ref[...] = jnp.tile(alpha, (1, dv // 128)) * acc_ref[...] + jnp.dot(
-            p.astype(v_ref.dtype), v_ref[...], preferred_element_type=jnp.float32)
+            p.astype(v_ref.dtype), v_ref[...], preferred_element_type=jnp.float32
+        )
         m_ref[...] = m_new
 
     crosses = (ki + 1) * bk - 1 > qi * bq
@@ -180,7 +195,7 @@ def _attention(q, k_nope, k_rope, v, nope):
     bq = bk = _fit(S, min(ATTN_BLOCK, max(128, S // 2)), 128)
     q_of, k_of = _causal_pairs(S, bq, bk)
     return pl.pallas_call(
-        functools.partial(_attn_kernel, nope=nope, scale=dq ** -0.5),
+        functools.partial(_attn_kernel, nope=nope, scale=dq**-0.5),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=2,
             grid=(B, H, q_of.shape[0]),
@@ -204,6 +219,7 @@ def _attention(q, k_nope, k_rope, v, nope):
 
 # ---- the layer ---------------------------------------------------------------------------------------
 
+
 def _rotate(t, cos, sin):
     half = t.shape[-1] // 2
     a, b = t[..., :half], t[..., half:]
@@ -226,17 +242,17 @@ def workload(x, q_down_proj, q_up_proj, kv_down_proj, k_up_proj, v_up_proj, o_pr
     sin2 = jnp.concatenate([sin, sin], axis=-1).astype(jnp.float32)
     half = rope // 2
     rot = np.zeros((rope, rope), np.float32)
-    rot[np.arange(half) + half, np.arange(half)] = -1.0   # out[:, i] = -b_i
-    rot[np.arange(half), np.arange(half) + half] = 1.0    # out[:, half + i] = a_i
+    rot[np.arange(half) + half, np.arange(half)] = -1.0  # out[:, i] = -b_i
+    rot[np.arange(half), np.arange(half) + half] = 1.0  # out[:, half + i] = a_i
     rot = jnp.asarray(rot, x.dtype)
 
     x2 = x.reshape(B * S, E)
     cq = _matmul(x2, q_down_proj).reshape(B, S, ql)
     kv = _matmul(x2, kv_down_proj).reshape(B, S, L + rope)
-    q_heads = q_up_proj.reshape(ql, H, nope + rope).transpose(1, 0, 2)   # weight regroup (H, ql, 192)
-    q = _q_proj(cq, q_heads, cos2, sin2, rot, nope)                       # (B, H, S, 192), roped
+    q_heads = q_up_proj.reshape(ql, H, nope + rope).transpose(1, 0, 2)  # weight regroup (H, ql, 192)
+    q = _q_proj(cq, q_heads, cos2, sin2, rot, nope)  # (B, H, S, 192), roped
     latent, k_rot = kv[..., :L], kv[..., L:]
-    k_nope, v = _kv_proj(latent, k_up_proj, v_up_proj, H)                 # (B, H, S, 128) each
-    k_rope = _rotate(k_rot, cos, sin)                                     # (B, S, 64), shared by heads
-    attn = _attention(q, k_nope, k_rope, v, nope)                         # (B, S, H * 128)
+    k_nope, v = _kv_proj(latent, k_up_proj, v_up_proj, H)  # (B, H, S, 128) each
+    k_rope = _rotate(k_rot, cos, sin)  # (B, S, 64), shared by heads
+    attn = _attention(q, k_nope, k_rope, v, nope)  # (B, S, H * 128)
     return _matmul(attn.reshape(B * S, -1), o_proj).reshape(B, S, -1)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-EPI_ROWS = 128     # the epilogue walks the tile in row chunks so its f32 temporaries stay small
+EPI_ROWS = 128  # the epilogue walks the tile in row chunks so its f32 temporaries stay small
 GROUP = 16
 EPS = 1e-5
 NT_DIMS = (((1,), (1,)), ((), ()))  # a @ b.T
@@ -49,16 +49,17 @@ def _dot_f32(a, p):
     """
     bits = jax.lax.bitcast_convert_type(a, jnp.uint32) & jnp.uint32(0xFFFF0000)
     hi = jax.lax.bitcast_convert_type(bits, jnp.float32)
-    return (jnp.dot(hi.astype(jnp.bfloat16), p, preferred_element_type=jnp.float32)
-            + jnp.dot((a - hi).astype(jnp.bfloat16), p, preferred_element_type=jnp.float32))
+    return jnp.dot(hi.astype(jnp.bfloat16), p, preferred_element_type=jnp.float32) + jnp.dot(
+        (a - hi).astype(jnp.bfloat16), p, preferred_element_type=jnp.float32
+    )
 
 
 def _group_norm(y, p_ref, pt_ref):
     """Normalise each run of GROUP consecutive lanes of y (rows, bn) to zero mean and unit variance."""
-    mean = _dot_f32(y, p_ref[...]) * (1.0 / GROUP)                      # (rows, groups)
+    mean = _dot_f32(y, p_ref[...]) * (1.0 / GROUP)  # (rows, groups)
     var = jnp.maximum(_dot_f32(y * y, p_ref[...]) * (1.0 / GROUP) - mean * mean, 0.0)
     rstd = jax.lax.rsqrt(var + EPS)
-    scale = _dot_f32(rstd, pt_ref[...])                                  # back to (rows, bn)
+    scale = _dot_f32(rstd, pt_ref[...])  # back to (rows, bn)
     shift = _dot_f32(-mean * rstd, pt_ref[...])
     return y * scale + shift
 
@@ -117,20 +118,21 @@ def workload(x, weight, linear_bias, gn_weight, gn_bias, bias):
             pl.BlockSpec((bn, bk), lambda i, j, k: (j, k)),
             pl.BlockSpec((bn, groups), lambda i, j, k: (0, 0)),
             pl.BlockSpec((groups, bn), lambda i, j, k: (0, 0)),
-        ] + [vec_spec] * 3,
+        ]
+        + [vec_spec] * 3,
         out_specs=pl.BlockSpec((bm, 1), lambda i, j, k: (i, 0)),
         out_shape=jax.ShapeDtypeStruct((m, 1), jnp.float32),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
-                                             vmem_limit_bytes=vmem_limit),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "arbitrary", "arbitrary"), vmem_limit_bytes=vmem_limit
+        ),
     )(x, weight, p, p.T, vec(linear_bias), vec(gn_weight), vec(gn_bias))
     # Outer sum: (N, B) blocks of bias[n] (a column) + m[r] (a row, the (B, 1) minima laid flat).
     bn2, bb = _fit(n, 512, 16), _fit(m, 2048, 128)
     out = pl.pallas_call(
         _outer_sum_kernel,
         grid=(n // bn2, m // bb),
-        in_specs=[pl.BlockSpec((bn2, 1), lambda i, j: (i, 0)),
-                  pl.BlockSpec((1, bb), lambda i, j: (0, j))],
+        in_specs=[pl.BlockSpec((bn2, 1), lambda i, j: (i, 0)), pl.BlockSpec((1, bb), lambda i, j: (0, j))],
         out_specs=pl.BlockSpec((bn2, bb), lambda i, j: (i, j)),
         out_shape=jax.ShapeDtypeStruct((n, m), x.dtype),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-EPI_ROWS = 128                # the GEMM epilogue walks its tile in row chunks (small f32 temporaries)
-ROW_BLOCK_BYTES = 1 << 20     # bf16 bytes per block of whole rows in the softmax pass
+EPI_ROWS = 128  # the GEMM epilogue walks its tile in row chunks (small f32 temporaries)
+ROW_BLOCK_BYTES = 1 << 20  # bf16 bytes per block of whole rows in the softmax pass
 
 
 def _fit(dim, target, align):
@@ -43,7 +43,7 @@ def _epilogue(acc, col_scale, col_shift):
 
 def _row_op(z):
     e = jnp.exp(z - jnp.max(z, axis=1, keepdims=True))
-    return e * (1.0 / jnp.sum(e, axis=1, keepdims=True))     # one division per row, not per element
+    return e * (1.0 / jnp.sum(e, axis=1, keepdims=True))  # one division per row, not per element
 
 
 def _gemm_kernel(x_ref, w_ref, cs_ref, ct_ref, o_ref, acc_ref):
@@ -61,7 +61,9 @@ def _gemm_kernel(x_ref, w_ref, cs_ref, ct_ref, o_ref, acc_ref):
 
         def chunk(r, carry):
             r0 = pl.multiple_of(r * rows, rows)
-            o_ref[pl.ds(r0, rows), :] = _epilogue(acc_ref[pl.ds(r0, rows), :], cs_ref[...], ct_ref[...]).astype(o_ref.dtype)
+            o_ref[pl.ds(r0, rows), :] = _epilogue(acc_ref[pl.ds(r0, rows), :], cs_ref[...], ct_ref[...]).astype(
+                o_ref.dtype
+            )
             return carry
 
         jax.lax.fori_loop(0, acc_ref.shape[0] // rows, chunk, 0)
@@ -91,8 +93,9 @@ def workload(x, weight, bias, bn_scale, bn_bias, bn_mean, bn_var, scale):
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
         out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
-                                             vmem_limit_bytes=vmem_limit),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary"), vmem_limit_bytes=vmem_limit
+        ),
     )(x, weight, col_scale.reshape(1, n), col_shift.reshape(1, n))
     rb = _fit(m, max(16, ROW_BLOCK_BYTES // (n * 2)), 16)
     row_spec = pl.BlockSpec((rb, n), lambda i: (i, 0))

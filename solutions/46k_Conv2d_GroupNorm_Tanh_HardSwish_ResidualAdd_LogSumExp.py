@@ -18,7 +18,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 CHUNK_LANES = 2048  # output positions (rows * W) per matmul, at most
-GROUP = 4           # channels per group
+GROUP = 4  # channels per group
 EPS = 1e-5
 
 
@@ -30,10 +30,10 @@ def _conv_rows(x_ref, w_ref, r0, nr, ksize):
     slab = slab.reshape(cin, (nr + ksize - 1) * width)
     taps = []
     for dy in range(ksize):
-        row = slab[:, dy * width: dy * width + lanes]
+        row = slab[:, dy * width : dy * width + lanes]
         for dx in range(ksize):
-            taps.append(pltpu.roll(row, lanes - dx, 1) if dx else row)     # [:, p] <- [:, p + dx]
-    patches = jnp.concatenate(taps, axis=0).astype(x_ref.dtype)            # (k*k*cin, lanes)
+            taps.append(pltpu.roll(row, lanes - dx, 1) if dx else row)  # [:, p] <- [:, p + dx]
+    patches = jnp.concatenate(taps, axis=0).astype(x_ref.dtype)  # (k*k*cin, lanes)
     return jnp.dot(w_ref[...], patches, preferred_element_type=jnp.float32)
 
 
@@ -47,7 +47,7 @@ def _kernel(x_ref, w_ref, cb_ref, gw_ref, gb_ref, o_ref, c_ref, *, ksize, rows):
     def conv(r0, nr, stats):
         c = _conv_rows(x_ref, w_ref, r0, nr, ksize) + cb_ref[...]
         c_ref[:, pl.ds(r0 * width, nr * width)] = c
-        cv = jnp.where(valid[:, :nr * width], c, 0.0)
+        cv = jnp.where(valid[:, : nr * width], c, 0.0)
         return stats[0] + jnp.sum(cv, axis=1, keepdims=True), stats[1] + jnp.sum(cv * cv, axis=1, keepdims=True)
 
     full = out_h // rows
@@ -61,7 +61,7 @@ def _kernel(x_ref, w_ref, cb_ref, gw_ref, gb_ref, o_ref, c_ref, *, ksize, rows):
     def group_total(v):
         v = jnp.broadcast_to(v, (cout, 128))
         row = jax.lax.broadcasted_iota(jnp.int32, v.shape, 0)
-        for sh in (1, 2):                                   # GROUP = 4 = 2 * 2
+        for sh in (1, 2):  # GROUP = 4 = 2 * 2
             v = v + jnp.where(row & sh, pltpu.roll(v, sh, 0), pltpu.roll(v, cout - sh, 0))
         return v[:, :1]
 
@@ -77,7 +77,7 @@ def _kernel(x_ref, w_ref, cb_ref, gw_ref, gb_ref, o_ref, c_ref, *, ksize, rows):
         t = jnp.tanh(c * scale + shift)
         r = c + t * jnp.clip(t + 3.0, 0.0, 6.0) / 6.0
         rmax = jnp.max(r, axis=0, keepdims=True)
-        lse = rmax + jnp.log(jnp.sum(jnp.exp(r - rmax), axis=0, keepdims=True))     # (1, nr * W)
+        lse = rmax + jnp.log(jnp.sum(jnp.exp(r - rmax), axis=0, keepdims=True))  # (1, nr * W)
         o_ref[0, 0, pl.ds(r0, nr), :] = lse.reshape(nr, width)[:, :out_w].astype(o_ref.dtype)
 
     def chunk(c, carry):
@@ -93,8 +93,8 @@ def workload(x, conv_weight, conv_bias, gn_weight, gn_bias):
     n, cin, h, w = x.shape
     cout, _, k, _ = conv_weight.shape
     out_h, out_w = h - k + 1, w - k + 1
-    rows = max(16, CHUNK_LANES // w // 16 * 16)   # a multiple of 16 keeps chunk starts tile-aligned
-    w2 = conv_weight.transpose(0, 2, 3, 1).reshape(cout, k * k * cin)   # columns (dy, dx, cin), as the taps
+    rows = max(16, CHUNK_LANES // w // 16 * 16)  # a multiple of 16 keeps chunk starts tile-aligned
+    w2 = conv_weight.transpose(0, 2, 3, 1).reshape(cout, k * k * cin)  # columns (dy, dx, cin), as the taps
     out = pl.pallas_call(
         functools.partial(_kernel, ksize=k, rows=rows),
         grid=(n,),

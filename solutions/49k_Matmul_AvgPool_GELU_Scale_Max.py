@@ -15,7 +15,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 POOL = 16
 BM, BK = 512, 1024
-POOL_ROWS, POOL_COLS = 512, 2048   # W tile for the pooling kernel; POOL_COLS / 16 is lane-dense (128)
+POOL_ROWS, POOL_COLS = 512, 2048  # W tile for the pooling kernel; POOL_COLS / 16 is lane-dense (128)
 
 
 def _fit(dim, target, align):
@@ -57,8 +57,7 @@ def workload(x, weight, bias):
     wp = pl.pallas_call(
         _pool_kernel,
         grid=(kdim // br, n // bc),
-        in_specs=[pl.BlockSpec((br, bc), lambda i, j: (i, j)),
-                  pl.BlockSpec((bc, bc // POOL), lambda i, j: (0, 0))],
+        in_specs=[pl.BlockSpec((br, bc), lambda i, j: (i, j)), pl.BlockSpec((bc, bc // POOL), lambda i, j: (0, 0))],
         out_specs=pl.BlockSpec((br, bc // POOL), lambda i, j: (i, j)),
         out_shape=jax.ShapeDtypeStruct((kdim, g), weight.dtype),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
@@ -68,9 +67,11 @@ def workload(x, weight, bias):
     out = pl.pallas_call(
         _gemm_kernel,
         grid=(m // bm, kdim // bk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, k: (i, k)),
-                  pl.BlockSpec((bk, g), lambda i, k: (k, 0)),
-                  pl.BlockSpec((1, g), lambda i, k: (0, 0))],
+        in_specs=[
+            pl.BlockSpec((bm, bk), lambda i, k: (i, k)),
+            pl.BlockSpec((bk, g), lambda i, k: (k, 0)),
+            pl.BlockSpec((1, g), lambda i, k: (0, 0)),
+        ],
         out_specs=pl.BlockSpec((bm, 1), lambda i, k: (i, 0)),
         out_shape=jax.ShapeDtypeStruct((m, 1), x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, g), jnp.float32)],

@@ -15,7 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 ROWS = 1024  # query rows (heads x tokens) per block
-BK = 1024    # keys per block; at most S/4 so that the small size walks several blocks
+BK = 1024  # keys per block; at most S/4 so that the small size walks several blocks
 
 
 def _fit(dim, target, align):
@@ -62,7 +62,8 @@ def _kernel(qi_ref, ki_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref):
         p = jnp.exp(s - jnp.tile(m_new, (1, bk // 128)))
         l_ref[...] = alpha * l_ref[...] + p.sum(axis=-1, keepdims=True)
         acc_ref[...] = jnp.tile(alpha, (1, d // 128)) * acc_ref[...] + jnp.dot(
-            p.astype(v_ref.dtype), v_ref[...], preferred_element_type=jnp.float32)
+            p.astype(v_ref.dtype), v_ref[...], preferred_element_type=jnp.float32
+        )
         m_ref[...] = m_new
 
     crosses = (ki + 1) * bk - 1 > qi * bq  # some key in the block is after some query token

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-EPI_ROWS = 128                # the GEMM epilogue walks its tile in row chunks (small f32 temporaries)
-ROW_BLOCK_BYTES = 1 << 20     # bf16 bytes per block of whole rows in the softmax pass
+EPI_ROWS = 128  # the GEMM epilogue walks its tile in row chunks (small f32 temporaries)
+ROW_BLOCK_BYTES = 1 << 20  # bf16 bytes per block of whole rows in the softmax pass
 
 
 def _fit(dim, target, align):
@@ -42,7 +42,7 @@ def _epilogue(acc, b):
 
 def _row_op(z):
     e = jnp.exp(z - jnp.max(z, axis=1, keepdims=True))
-    return e * (1.0 / jnp.sum(e, axis=1, keepdims=True))     # one division per row, not per element
+    return e * (1.0 / jnp.sum(e, axis=1, keepdims=True))  # one division per row, not per element
 
 
 def _gemm_kernel(x_ref, w_ref, b_ref, o_ref, acc_ref):
@@ -86,8 +86,9 @@ def workload(x, weight, bias):
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
         out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
-                                             vmem_limit_bytes=vmem_limit),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary"), vmem_limit_bytes=vmem_limit
+        ),
     )(x, weight, bias.astype(jnp.float32).reshape(1, n))
     rb = _fit(m, max(16, ROW_BLOCK_BYTES // (n * 2)), 16)
     row_spec = pl.BlockSpec((rb, n), lambda i: (i, 0))

@@ -55,15 +55,19 @@ def _kernel(qi_ref, ki_ref, q_ref, k_ref, v_ref, bias_ref, o_ref, m_ref, l_ref, 
             col = ki * bk + jax.lax.broadcasted_iota(jnp.int32, (bq, bk), 1)
             bias = jnp.where(col <= row, bias, -jnp.inf)
         for b in range(nb):
-            s = jax.lax.dot_general(q_ref[b], k_ref[b], (((1,), (1,)), ((), ())),
-                                    preferred_element_type=jnp.float32) * scale + bias
+            s = (
+                jax.lax.dot_general(q_ref[b], k_ref[b], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+                * scale
+                + bias
+            )
             m_prev = m_ref[b]
             m_new = jnp.maximum(m_prev, s.max(axis=-1, keepdims=True))
             alpha = jnp.exp(m_prev - m_new)
             p = jnp.exp(s - jnp.tile(m_new, (1, bk // 128)))
             l_ref[b] = alpha * l_ref[b] + p.sum(axis=-1, keepdims=True)
             acc_ref[b] = jnp.tile(alpha, (1, d // 128)) * acc_ref[b] + jnp.dot(
-                p.astype(v_ref.dtype), v_ref[b], preferred_element_type=jnp.float32)
+                p.astype(v_ref.dtype), v_ref[b], preferred_element_type=jnp.float32
+            )
             m_ref[b] = m_new
 
     crosses = (ki + 1) * bk - 1 > qi * bq  # some key in the block is after some query
@@ -84,7 +88,7 @@ def workload(q, k, v, rel_pos_bias):
     kv_spec = pl.BlockSpec((B, None, bk, D), lambda h, t, qs, ks: (0, h, ks[t], 0))
     bias_spec = pl.BlockSpec((None, bq, bk), lambda h, t, qs, ks: (h, qs[t], ks[t]))
     return pl.pallas_call(
-        functools.partial(_kernel, scale=D ** -0.5),
+        functools.partial(_kernel, scale=D**-0.5),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=2,
             grid=(H, q_of.shape[0]),

@@ -18,8 +18,28 @@ from jax.experimental.pallas import tpu as pltpu
 TOKENS_PER_BLOCK = 512  # keys processed per grid step (a whole number of pages)
 
 
-def _kernel(lens_ref, pages_ref, cu_ref, q_ref, k_hbm, v_hbm, o_ref, k_buf, v_buf, sem, m_ref, l_ref, acc_ref,
-            *, pages_per_block, pages_per_seq, page_size, num_kv_heads, group, scale):
+def _kernel(
+    lens_ref,
+    pages_ref,
+    cu_ref,
+    q_ref,
+    k_hbm,
+    v_hbm,
+    o_ref,
+    k_buf,
+    v_buf,
+    sem,
+    m_ref,
+    l_ref,
+    acc_ref,
+    *,
+    pages_per_block,
+    pages_per_seq,
+    page_size,
+    num_kv_heads,
+    group,
+    scale,
+):
     s, j = pl.program_id(0), pl.program_id(1)
     n_blocks = pl.num_programs(1)
     length = lens_ref[s]
@@ -89,8 +109,14 @@ def workload(queries, k_pages, v_pages, kv_lens, page_indices, cu_q_lens):
     while pages_per_seq % ppb:
         ppb -= 1
     kernel = functools.partial(
-        _kernel, pages_per_block=ppb, pages_per_seq=pages_per_seq, page_size=page_size,
-        num_kv_heads=num_kv_heads, group=num_q_heads // num_kv_heads, scale=head_dim ** -0.5)
+        _kernel,
+        pages_per_block=ppb,
+        pages_per_seq=pages_per_seq,
+        page_size=page_size,
+        num_kv_heads=num_kv_heads,
+        group=num_q_heads // num_kv_heads,
+        scale=head_dim**-0.5,
+    )
     q_spec = pl.BlockSpec((1, num_q_heads, head_dim), lambda s, j, lens, pages, cu: (cu[s], 0, 0))
     buf = pltpu.VMEM((2, ppb, page_size, num_kv_heads, head_dim), k_pages.dtype)
     return pl.pallas_call(
@@ -101,7 +127,9 @@ def workload(queries, k_pages, v_pages, kv_lens, page_indices, cu_q_lens):
             in_specs=[q_spec, pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pl.ANY)],
             out_specs=q_spec,
             scratch_shapes=[
-                buf, buf, pltpu.SemaphoreType.DMA((2, 2)),
+                buf,
+                buf,
+                pltpu.SemaphoreType.DMA((2, 2)),
                 pltpu.VMEM((num_q_heads, 1), jnp.float32),
                 pltpu.VMEM((num_q_heads, 1), jnp.float32),
                 pltpu.VMEM((num_q_heads, head_dim), jnp.float32),

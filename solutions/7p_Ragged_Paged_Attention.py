@@ -22,8 +22,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-BQ = 32          # query tokens per item
-BK = 512         # keys per kv block (a whole number of pages); at most half the cache
+BQ = 32  # query tokens per item
+BK = 512  # keys per kv block (a whole number of pages); at most half the cache
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 
 
@@ -38,7 +38,7 @@ def _work_list(cu_q_lens, kv_lens, num_seqs, T, bq):
     ends = jnp.cumsum(counts)
     n_items = ends[-1]
     max_items = T // bq + S + 1
-    i = jnp.minimum(jnp.arange(max_items, dtype=jnp.int32), n_items - 1)   # padding repeats the last
+    i = jnp.minimum(jnp.arange(max_items, dtype=jnp.int32), n_items - 1)  # padding repeats the last
     owner = jnp.searchsorted(ends, i, side="right")
     k = i - (ends[owner] - counts[owner])
     real = owner < S
@@ -52,9 +52,34 @@ def _work_list(cu_q_lens, kv_lens, num_seqs, T, bq):
     return to32(o), to32(ld), to32(start - ld), to32(nrows), to32(kv_end), to32(cu_q_lens), to32(kv_lens)
 
 
-def _kernel(seq_ref, ld_ref, off_ref, nrows_ref, kvend_ref, cu_ref, lens_ref, pages_ref,
-            q_ref, kv_hbm, zeros_hbm, o_hbm, kv_buf, sem, osem, qh_ref, m_ref, l_ref, acc_ref, o_buf,
-            *, pages_per_block, pages_per_seq, page_size, num_kv_heads, scale):
+def _kernel(
+    seq_ref,
+    ld_ref,
+    off_ref,
+    nrows_ref,
+    kvend_ref,
+    cu_ref,
+    lens_ref,
+    pages_ref,
+    q_ref,
+    kv_hbm,
+    zeros_hbm,
+    o_hbm,
+    kv_buf,
+    sem,
+    osem,
+    qh_ref,
+    m_ref,
+    l_ref,
+    acc_ref,
+    o_buf,
+    *,
+    pages_per_block,
+    pages_per_seq,
+    page_size,
+    num_kv_heads,
+    scale,
+):
     del zeros_hbm  # aliased with the output
     i, j = pl.program_id(0), pl.program_id(1)
     nj = pl.num_programs(1)
@@ -66,9 +91,12 @@ def _kernel(seq_ref, ld_ref, off_ref, nrows_ref, kvend_ref, cu_ref, lens_ref, pa
     rows = bq * group
 
     def copies(block, slot):
-        return [pltpu.make_async_copy(
-            kv_hbm.at[pages_ref[s * pages_per_seq + block * pages_per_block + t]], kv_buf.at[slot, t], sem.at[slot])
-            for t in range(pages_per_block)]
+        return [
+            pltpu.make_async_copy(
+                kv_hbm.at[pages_ref[s * pages_per_seq + block * pages_per_block + t]], kv_buf.at[slot, t], sem.at[slot]
+            )
+            for t in range(pages_per_block)
+        ]
 
     def needed(block):
         return block * bk < kv_end
@@ -84,8 +112,8 @@ def _kernel(seq_ref, ld_ref, off_ref, nrows_ref, kvend_ref, cu_ref, lens_ref, pa
             for c in copies(0, 0):
                 c.start()
 
-        for h in range(num_kv_heads):               # rows of KV head h: (token, query head of the group)
-            q = q_ref[:, pl.ds(h * group, group), :].astype(jnp.float32)   # rows are tokens ld + r
+        for h in range(num_kv_heads):  # rows of KV head h: (token, query head of the group)
+            q = q_ref[:, pl.ds(h * group, group), :].astype(jnp.float32)  # rows are tokens ld + r
             qh_ref[h] = q.reshape(rows, d).astype(qh_ref.dtype)
 
     slot = j % 2
@@ -104,11 +132,10 @@ def _kernel(seq_ref, ld_ref, off_ref, nrows_ref, kvend_ref, cu_ref, lens_ref, pa
         token = ld_ref[i] - cu_ref[s] + jax.lax.broadcasted_iota(jnp.int32, (rows, bk), 0) // group
         key = j * bk + jax.lax.broadcasted_iota(jnp.int32, (rows, bk), 1)
         visible = (key <= length - ql + token) & (key < length)
-        for h in range(num_kv_heads):               # page buffer: (pages, page_size, 2*Hkv, D)
+        for h in range(num_kv_heads):  # page buffer: (pages, page_size, 2*Hkv, D)
             k = kv_buf[slot, :, :, 2 * h, :].reshape(bk, d)
             v = kv_buf[slot, :, :, 2 * h + 1, :].reshape(bk, d)
-            sc = jax.lax.dot_general(qh_ref[h], k, (((1,), (1,)), ((), ())),
-                                     preferred_element_type=jnp.float32) * scale
+            sc = jax.lax.dot_general(qh_ref[h], k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
             sc = jnp.where(visible, sc, MASK_VALUE)
             m_prev = m_ref[h]
             m_new = jnp.maximum(m_prev, sc.max(axis=-1, keepdims=True))
@@ -116,13 +143,13 @@ def _kernel(seq_ref, ld_ref, off_ref, nrows_ref, kvend_ref, cu_ref, lens_ref, pa
             p = jnp.exp(sc - jnp.tile(m_new, (1, bk // 128)))
             l_ref[h] = alpha * l_ref[h] + p.sum(axis=-1, keepdims=True)
             acc_ref[h] = jnp.tile(alpha, (1, d // 128)) * acc_ref[h] + jnp.dot(
-                p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+                p.astype(v.dtype), v, preferred_element_type=jnp.float32
+            )
             m_ref[h] = m_new
 
     @pl.when((j == nj - 1) & (nrows_ref[i] > 0))
     def _finish():
-        outs = [(acc_ref[h] / jnp.tile(l_ref[h], (1, d // 128))).reshape(bq, group, d)
-                for h in range(num_kv_heads)]
+        outs = [(acc_ref[h] / jnp.tile(l_ref[h], (1, d // 128))).reshape(bq, group, d) for h in range(num_kv_heads)]
         o_buf[...] = jnp.concatenate(outs, axis=1).astype(o_buf.dtype)
         lo, ld = off_ref[i], ld_ref[i]
         hi = lo + nrows_ref[i]
@@ -154,11 +181,16 @@ def workload(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
     meta = _work_list(cu_q_lens, kv_lens, num_seqs, T, bq)
     n_items = meta[0].shape[0]
     n_scalar = len(meta) + 1
-    kernel = functools.partial(_kernel, pages_per_block=ppb, pages_per_seq=pages_per_seq, page_size=page_size,
-                               num_kv_heads=num_kv_heads, scale=d ** -0.5)
+    kernel = functools.partial(
+        _kernel,
+        pages_per_block=ppb,
+        pages_per_seq=pages_per_seq,
+        page_size=page_size,
+        num_kv_heads=num_kv_heads,
+        scale=d**-0.5,
+    )
     group = hq // num_kv_heads
-    q_spec = pl.BlockSpec((pl.Element(bq), pl.Element(hq), pl.Element(d)),
-                          lambda i, j, seq, ld, *_: (ld[i], 0, 0))
+    q_spec = pl.BlockSpec((pl.Element(bq), pl.Element(hq), pl.Element(d)), lambda i, j, seq, ld, *_: (ld[i], 0, 0))
     any_spec = pl.BlockSpec(memory_space=pl.ANY)
     return pl.pallas_call(
         kernel,

@@ -13,9 +13,21 @@ FACTS = {w["id"]: w for w in json.loads((DATA_DIR / "jaxbench_facts.json").read_
 # Modules whose every test starts worker processes or servers, compiles for TPU, or runs interpret mode. The
 # fast lane (`scripts/dev.sh test-fast`, i.e. `-m "not slow"`) leaves them out; mixed modules mark their slow
 # tests one by one with @pytest.mark.slow.
-SLOW_MODULES = {"test_checking", "test_hostile", "test_expert_refs", "test_lifecycle", "test_inspector", "test_cli",
-                "test_degenerate_audit", "test_seeds", "test_internals_interpret", "test_wheel", "test_fleet",
-                "test_solutions", "test_agent_configs"}
+SLOW_MODULES = {
+    "test_checking",
+    "test_hostile",
+    "test_expert_refs",
+    "test_lifecycle",
+    "test_inspector",
+    "test_cli",
+    "test_degenerate_audit",
+    "test_seeds",
+    "test_internals_interpret",
+    "test_wheel",
+    "test_fleet",
+    "test_solutions",
+    "test_agent_configs",
+}
 
 
 def pytest_collection_modifyitems(items):

@@ -74,9 +74,12 @@ def test_each_config_launches_the_server_through_dev_sh(name):
 def test_each_config_starts_a_server_that_answers(name, tmp_path):
     """Start the server the way the config says (variables expanded as the client would) and list its tools."""
     (server,) = load(name)["mcpServers"].values()
-    params = StdioServerParameters(command=expand(server["command"], CONFIGS[name]), args=server["args"],
-                                   cwd=expand(server.get("cwd", str(ROOT)), CONFIGS[name]),
-                                   env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)})
+    params = StdioServerParameters(
+        command=expand(server["command"], CONFIGS[name]),
+        args=server["args"],
+        cwd=expand(server.get("cwd", str(ROOT)), CONFIGS[name]),
+        env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)},
+    )
 
     async def go():
         async with Client(params) as client:
@@ -100,7 +103,9 @@ def test_claude_code_reports_the_server_connected(tmp_path):
         pytest.skip("Claude Code (`claude`) is not installed on this host")
     out = _client_lists_jaxbench_as_connected(
         ["claude", "mcp", "add", "--scope", "local", "jaxbench", "--", str(ROOT / "scripts" / "dev.sh"), "serve"],
-        ["claude", "mcp", "list"], tmp_path)
+        ["claude", "mcp", "list"],
+        tmp_path,
+    )
     assert re.search(r"jaxbench.*Connected", out), out
 
 
@@ -109,6 +114,19 @@ def test_gemini_cli_reports_the_server_connected(tmp_path):
     if shutil.which("gemini") is None:
         pytest.skip("Gemini CLI (`gemini`) is not installed on this host")
     out = _client_lists_jaxbench_as_connected(
-        ["gemini", "mcp", "add", "--scope", "user", "--timeout", "300000", "jaxbench", str(ROOT / "scripts" / "dev.sh"), "serve"],
-        ["gemini", "mcp", "list"], tmp_path)
+        [
+            "gemini",
+            "mcp",
+            "add",
+            "--scope",
+            "user",
+            "--timeout",
+            "300000",
+            "jaxbench",
+            str(ROOT / "scripts" / "dev.sh"),
+            "serve",
+        ],
+        ["gemini", "mcp", "list"],
+        tmp_path,
+    )
     assert re.search(r"jaxbench.*Connected", out), out

@@ -17,10 +17,19 @@ KERNELS = Path(__file__).parent / "kernels"
 def _result(workload, status="correct", speedup=None, vs_expert=None, compiled=True, name=None):
     correct = status == "correct"
     return campaign.AttemptResult(
-        attempt=name or f"{workload}.py", workload_id=workload, status=status, compiled=compiled,
-        correctness=campaign.Correctness(correct=correct), timings=campaign.Timings(method="static estimate"),
-        speedup_vs_baseline=speedup, speedup_vs_pallas=vs_expert, target="v6e", tier="cpu_libtpu",
-        estimate_kind="static estimate", sha256="0")
+        attempt=name or f"{workload}.py",
+        workload_id=workload,
+        status=status,
+        compiled=compiled,
+        correctness=campaign.Correctness(correct=correct),
+        timings=campaign.Timings(method="static estimate"),
+        speedup_vs_baseline=speedup,
+        speedup_vs_pallas=vs_expert,
+        target="v6e",
+        tier="cpu_libtpu",
+        estimate_kind="static estimate",
+        sha256="0",
+    )
 
 
 def test_metrics_follow_their_conventions_exactly():
@@ -68,7 +77,9 @@ def test_run_directories_that_hold_no_attempt_say_what_to_do(tmp_path):
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    bench = api.JaxBench(store=Store(tmp_path_factory.mktemp("store") / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
+    bench = api.JaxBench(
+        store=Store(tmp_path_factory.mktemp("store") / "attempts.sqlite3"), checker=Checker(spares=0, slots=1)
+    )
     yield bench
     bench.close()
 
@@ -95,19 +106,27 @@ def test_evaluate_resumes_after_an_interrupt_caches_and_reports(bench, tmp_path)
     summary = campaign.evaluate(run, bench)
     results, _ = campaign.load(run)
     assert [(r.attempt, r.status, r.cached) for r in results] == [
-        ("12p_RMSNorm.py", "correct", True), ("8p_GEMM/a_zeros.py", "incorrect", True), ("8p_GEMM/b_syntax.py", "invalid_kernel", False)]
+        ("12p_RMSNorm.py", "correct", True),
+        ("8p_GEMM/a_zeros.py", "incorrect", True),
+        ("8p_GEMM/b_syntax.py", "invalid_kernel", False),
+    ]
     assert json.loads((run / campaign.RESULTS_FILE).read_text())["problems"][0].startswith("99z_Nothing.py: skipped")
     assert (summary.attempts, summary.workloads_attempted, summary.interrupted) == (3, 2, False)
-    assert summary.compile_rate == 2 / 3 and summary.correct_rate_attempted == 1 / 2 and summary.correct_rate_all == 1 / 50
+    assert (
+        summary.compile_rate == 2 / 3 and summary.correct_rate_attempted == 1 / 2 and summary.correct_rate_all == 1 / 50
+    )
     rms = results[0]
     assert rms.timings.method == "static estimate" and rms.speedup_vs_baseline == pytest.approx(
-        rms.timings.baseline_us / rms.timings.kernel_us)
+        rms.timings.baseline_us / rms.timings.kernel_us
+    )
     assert summary.geomean_speedup_vs_xla_solved == pytest.approx(rms.speedup_vs_baseline)
     assert summary.clipped_geomean_speedup_vs_xla == pytest.approx(math.sqrt(max(1.0, rms.speedup_vs_baseline)))
     assert results[1].correctness.max_diff > results[1].correctness.tolerance
 
     again = campaign.evaluate(run, bench)  # nothing changed: all from the cache
-    assert all(r.cached for r in campaign.load(run)[0]) and again.model_dump(exclude={"run_dir"}) == summary.model_dump(exclude={"run_dir"})
+    assert all(r.cached for r in campaign.load(run)[0]) and again.model_dump(exclude={"run_dir"}) == summary.model_dump(
+        exclude={"run_dir"}
+    )
     campaign.evaluate(run, bench, force=True)
     assert not any(r.cached for r in campaign.load(run)[0])
 
@@ -121,7 +140,10 @@ def test_evaluate_resumes_after_an_interrupt_caches_and_reports(bench, tmp_path)
     shutil.copy(KERNELS / "good_rmsnorm.py", other / "12p_RMSNorm.py")
     campaign.evaluate(other, bench)
     text = campaign_report.compare(run, other, tmp_path / "cmp.png")
-    assert "12p_RMSNorm" in text and "1.00" in text.splitlines()[[l.split()[0] for l in text.splitlines()].index("12p_RMSNorm")]
+    assert (
+        "12p_RMSNorm" in text
+        and "1.00" in text.splitlines()[[l.split()[0] for l in text.splitlines()].index("12p_RMSNorm")]
+    )
     assert (tmp_path / "cmp.png").read_bytes().startswith(b"\x89PNG")
 
 
@@ -134,11 +156,16 @@ def test_the_example_agent_loop_fixes_its_kernel_over_mcp_and_its_run_is_a_campa
     import anyio
     from mcp import StdioServerParameters
 
-    spec = importlib.util.spec_from_file_location("agent_loop", Path(__file__).parents[1] / "examples" / "agent_loop.py")
+    spec = importlib.util.spec_from_file_location(
+        "agent_loop", Path(__file__).parents[1] / "examples" / "agent_loop.py"
+    )
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    server = StdioServerParameters(command=sys.executable, args=["-m", "jaxbench_mcp", "serve"],
-                                   env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path / "home")})
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "jaxbench_mcp", "serve"],
+        env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path / "home")},
+    )
     profile = anyio.run(example.agent_loop, "12p_RMSNorm", example.demo_proposer, tmp_path / "run", 3, server)
     assert profile is not None and profile["verdict"]["status"] == "correct"
     assert sorted(p.name for p in (tmp_path / "run" / "12p_RMSNorm").iterdir()) == ["turn1.py", "turn2.py"]

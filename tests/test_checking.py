@@ -35,6 +35,7 @@ def verdicts():
     checker = Checker(limits=TEST_LIMITS, spares=2, slots=2)
     checker.start()
     try:
+
         def run(case):
             name, workload_id, _, _ = case
             verdict, outcome = checker.check(workload_id, (KERNELS / name).read_text())
@@ -58,9 +59,23 @@ def test_corpus_covers_every_status_and_the_required_error_classes():
     # server_error is the server's own failure: no candidate can cause it (tests inject it instead).
     assert statuses == {s.value for s in Status} - {Status.SERVER_ERROR}
     classes = {c[3] for c in corpus() if c[3]}
-    required = {"nan_output", "block_shape_tiling", "vmem_overflow", "wrong_values", "no_pallas_call", "stage_timeout",
-                "killed_by_signal", "exited", "memory_limit", "missing_workload", "syntax_error", "import_error",
-                "host_callback", "shape_mismatch", "dtype_mismatch"}
+    required = {
+        "nan_output",
+        "block_shape_tiling",
+        "vmem_overflow",
+        "wrong_values",
+        "no_pallas_call",
+        "stage_timeout",
+        "killed_by_signal",
+        "exited",
+        "memory_limit",
+        "missing_workload",
+        "syntax_error",
+        "import_error",
+        "host_callback",
+        "shape_mismatch",
+        "dtype_mismatch",
+    }
     assert required <= classes
     assert sum(1 for c in corpus() if c[2] == "correct") >= 7
 
@@ -89,7 +104,9 @@ def _truth(values, baseline, dtype="bfloat16"):
     truth = np.asarray(values, dtype=np.float64)
     base = np.asarray(baseline, dtype=np.float32)
     err = float(np.abs(base - truth).max())
-    return Truth(truth=truth, baseline=base, dtype=dtype, tolerance=max(2 * err, 2**-7 * np.abs(truth).max()), baseline_error=err)
+    return Truth(
+        truth=truth, baseline=base, dtype=dtype, tolerance=max(2 * err, 2**-7 * np.abs(truth).max()), baseline_error=err
+    )
 
 
 def test_compare_accepts_a_kernel_closer_to_the_truth_than_the_baseline_and_rejects_real_bugs():

@@ -21,7 +21,10 @@ def test_list_json_has_the_50_ids_with_both_sizes():
 
 def test_show_full_gemm_json():
     out = json.loads(run("show", "8p_GEMM", "--size", "full", "--json").stdout)
-    assert [(t["shape"], t["dtype"]) for t in out["size"]["inputs"]] == [([8192, 8192], "bfloat16"), ([8192, 28672], "bfloat16")]
+    assert [(t["shape"], t["dtype"]) for t in out["size"]["inputs"]] == [
+        ([8192, 8192], "bfloat16"),
+        ([8192, 28672], "bfloat16"),
+    ]
     assert out["size"]["flops"] == 2 * 8192 * 8192 * 28672
 
 
@@ -46,8 +49,13 @@ def test_info_names_the_tier_and_versions(libtpu_tier):
 
 def test_check_exit_code_is_0_only_when_correct(tmp_path):
     env_home = {"JAXBENCH_MCP_HOME": str(tmp_path)}
-    good = subprocess.run([*CLI, "check", "--workload", "12p_RMSNorm", "--kernel", str(KERNELS / "good_rmsnorm.py"), "--json"],
-                          capture_output=True, text=True, timeout=600, env={**__import__("os").environ, **env_home})
+    good = subprocess.run(
+        [*CLI, "check", "--workload", "12p_RMSNorm", "--kernel", str(KERNELS / "good_rmsnorm.py"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, **env_home},
+    )
     assert good.returncode == 0, good.stdout + good.stderr
     assert json.loads(good.stdout)["status"] == "correct"
     missing = run("check", "--workload", "12p_RMSNorm", "--kernel", str(tmp_path / "nope.py"))

@@ -109,23 +109,31 @@ def _copy_kernel(x_ref, o_ref):
 def test_a_million_step_grid_takes_under_a_few_seconds():
     def f(x):
         spec = pl.BlockSpec((8, 128), lambda i, j: (i, j))
-        return pl.pallas_call(_copy_kernel, grid=(1000, 1000), in_specs=[spec], out_specs=spec,
-                              out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+        return pl.pallas_call(
+            _copy_kernel,
+            grid=(1000, 1000),
+            in_specs=[spec],
+            out_specs=spec,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        )(x)
 
     closed = jax.make_jaxpr(f)(jax.ShapeDtypeStruct((8000, 128064), jnp.float32))
     start = time.perf_counter()
     report = coverage.full_size_coverage(closed, ["x"])
     assert time.perf_counter() - start < 5.0
     assert [(f["kind"], f["region"]) for f in report["findings"]] == [
-        ("unwritten_output", "output[:, 128000:128064]"), ("unread_input", "x[:, 128000:128064]")]
+        ("unwritten_output", "output[:, 128000:128064]"),
+        ("unread_input", "x[:, 128000:128064]"),
+    ]
 
 
 def test_squeezed_dimensions_are_element_indices():
     def f(x):
         # Batches 0..2 only, and rows 0..31 of 40: batch 3 and rows 32..39 are never touched.
         spec = pl.BlockSpec((None, 16, 128), lambda b, i: (b, i, 0))
-        return pl.pallas_call(_copy_kernel, grid=(3, 2), in_specs=[spec], out_specs=spec,
-                              out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+        return pl.pallas_call(
+            _copy_kernel, grid=(3, 2), in_specs=[spec], out_specs=spec, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype)
+        )(x)
 
     report = coverage.full_size_coverage(jax.make_jaxpr(f)(jax.ShapeDtypeStruct((4, 40, 128), jnp.float32)), ["x"])
     out = report["findings"][0]
@@ -141,10 +149,12 @@ def test_overlapping_element_windows_count_once_and_gaps_are_found():
         # with step 192 they leave 32-row gaps.
         n = (x.shape[0] - 160) // step + 1
         return pl.pallas_call(
-            _copy_kernel, grid=(n,),
+            _copy_kernel,
+            grid=(n,),
             in_specs=[pl.BlockSpec((pl.Element(160), pl.Element(128)), lambda i: (i * step, 0))],
             out_specs=pl.BlockSpec((None, 160, 128), lambda i: (i, 0, 0)),
-            out_shape=jax.ShapeDtypeStruct((n, 160, 128), x.dtype))(x)
+            out_shape=jax.ShapeDtypeStruct((n, 160, 128), x.dtype),
+        )(x)
 
     x = jax.ShapeDtypeStruct((672, 128), jnp.float32)
     dense = coverage.full_size_coverage(jax.make_jaxpr(lambda x: f(x, 128))(x), ["x"])
@@ -161,18 +171,22 @@ def test_scalar_prefetch_index_maps_are_unknown_not_findings():
         return pl.pallas_call(
             kernel,
             grid_spec=pltpu.PrefetchScalarGridSpec(
-                num_scalar_prefetch=1, grid=(2,),
+                num_scalar_prefetch=1,
+                grid=(2,),
                 # Reads only the blocks `order` names (2 of 4): unknowable without the data.
                 in_specs=[pl.BlockSpec((8, 128), lambda i, order: (order[i], 0))],
                 # The output's index map ignores the prefetch operand: it is still followed.
-                out_specs=pl.BlockSpec((8, 128), lambda i, order: (i, 0))),
-            out_shape=jax.ShapeDtypeStruct((16, 128), x.dtype))(order, x)
+                out_specs=pl.BlockSpec((8, 128), lambda i, order: (i, 0)),
+            ),
+            out_shape=jax.ShapeDtypeStruct((16, 128), x.dtype),
+        )(order, x)
 
     closed = jax.make_jaxpr(f)(jax.ShapeDtypeStruct((32, 128), jnp.float32), jax.ShapeDtypeStruct((2,), jnp.int32))
     report = coverage.full_size_coverage(closed, ["x", "order"])
     assert report["findings"] == []
     assert [(u["operand"], u["reason"]) for u in report["unknown"]] == [
-        ("x", "its index map reads scalar-prefetch data")]
+        ("x", "its index map reads scalar-prefetch data")
+    ]
 
 
 def test_manual_dma_operands_are_unknown_not_findings():
@@ -184,11 +198,13 @@ def test_manual_dma_operands_are_unknown_not_findings():
             o_ref[...] = buf[...]
 
         return pl.pallas_call(
-            kernel, grid=(1,),
+            kernel,
+            grid=(1,),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
             out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
             out_shape=jax.ShapeDtypeStruct((8, 128), x.dtype),
-            scratch_shapes=[pltpu.VMEM((8, 128), x.dtype), pltpu.SemaphoreType.DMA(())])(x)
+            scratch_shapes=[pltpu.VMEM((8, 128), x.dtype), pltpu.SemaphoreType.DMA(())],
+        )(x)
 
     report = coverage.full_size_coverage(jax.make_jaxpr(f)(jax.ShapeDtypeStruct((64, 128), jnp.float32)), ["x"])
     assert report["findings"] == []
@@ -198,8 +214,13 @@ def test_manual_dma_operands_are_unknown_not_findings():
 def _head_kernel(x):
     """A kernel over the first 1024 of 1152 columns (floor-divided grid)."""
     spec = pl.BlockSpec((8, 512), lambda i, j: (i, j))
-    return pl.pallas_call(_copy_kernel, grid=(x.shape[0] // 8, x.shape[1] // 512), in_specs=[spec],
-                          out_specs=spec, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    return pl.pallas_call(
+        _copy_kernel,
+        grid=(x.shape[0] // 8, x.shape[1] // 512),
+        in_specs=[spec],
+        out_specs=spec,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    )(x)
 
 
 def test_a_tail_handled_outside_the_kernel_is_not_a_finding():
@@ -233,13 +254,17 @@ def test_an_output_aliased_to_its_input_may_be_written_in_part():
             o_ref[...] = row_ref[...]
 
         return pl.pallas_call(
-            kernel, grid=(1,),
+            kernel,
+            grid=(1,),
             in_specs=[pl.BlockSpec((8, 128), lambda i: (0, 0)), pl.BlockSpec(memory_space=pl.ANY)],
             out_specs=pl.BlockSpec((8, 128), lambda i: (2, 0)),  # updates rows 16..23 in place
             out_shape=jax.ShapeDtypeStruct(cache.shape, cache.dtype),
-            input_output_aliases={1: 0})(row, cache)
+            input_output_aliases={1: 0},
+        )(row, cache)
 
-    closed = jax.make_jaxpr(f)(jax.ShapeDtypeStruct((64, 128), jnp.float32), jax.ShapeDtypeStruct((8, 128), jnp.float32))
+    closed = jax.make_jaxpr(f)(
+        jax.ShapeDtypeStruct((64, 128), jnp.float32), jax.ShapeDtypeStruct((8, 128), jnp.float32)
+    )
     report = coverage.full_size_coverage(closed, ["cache", "row"])
     assert report["findings"] == []
 
@@ -251,7 +276,9 @@ def test_reshaped_inputs_are_followed_and_named_in_their_kernel_layout():
 
     report = coverage.full_size_coverage(jax.make_jaxpr(f)(jax.ShapeDtypeStruct((4, 16, 1152), jnp.float32)), ["x"])
     assert [(f["kind"], f["region"]) for f in report["findings"]] == [
-        ("unwritten_output", "output (as [64, 1152])[:, 1024:1152]"), ("unread_input", "x (as [64, 1152])[:, 1024:1152]")]
+        ("unwritten_output", "output (as [64, 1152])[:, 1024:1152]"),
+        ("unread_input", "x (as [64, 1152])[:, 1024:1152]"),
+    ]
 
 
 # ---- the same program at every size --------------------------------------------------------------

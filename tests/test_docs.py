@@ -168,7 +168,9 @@ def test_format_errors_are_reported(tmp_path):
 
 def test_headings_inside_code_blocks_are_not_sections(tmp_path):
     f = tmp_path / "t.md"
-    f.write_text("---\nid: t\ntitle: T\ntags: [x]\njax_version: 1\n---\n# T\n\n## A {#a}\n```text\n## not a heading\n```\n")
+    f.write_text(
+        "---\nid: t\ntitle: T\ntags: [x]\njax_version: 1\n---\n# T\n\n## A {#a}\n```text\n## not a heading\n```\n"
+    )
     topic = docs.parse_topic(f)
     assert [s.anchor for s in topic.sections] == ["a"]
 
@@ -339,8 +341,12 @@ def test_tokenizer_keeps_identifiers():
 
 FAMILY_CASES = [
     ("1p_Flash_Attention", "causal_mha", "attention", "recipe-flash-attention#online-softmax"),
-    ("7p_Ragged_Paged_Attention", "ragged_paged_attention (mixed prefill + decode)", "paged_attention",
-     "recipe-paged-attention#paged-decode"),
+    (
+        "7p_Ragged_Paged_Attention",
+        "ragged_paged_attention (mixed prefill + decode)",
+        "paged_attention",
+        "recipe-paged-attention#paged-decode",
+    ),
     ("8p_GEMM", "dense_matmul", "matmul", "recipe-matmul#fused-epilogue"),
     ("18k_Conv2D_ReLU_BiasAdd", "Conv2D_ReLU_BiasAdd", "conv", "recipe-convolution#shifted-matmuls"),
     ("12p_RMSNorm", "rms_norm", "norm", "recipe-norms#rms-norm"),

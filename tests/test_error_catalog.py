@@ -97,9 +97,15 @@ def blocked(kernel, block, grid, out_shape, index_map=None, **kw):
 def test_load_errors():
     assert_class("load", load_source("def workload(x:\n    return x\n"), ErrorClass.SYNTAX_ERROR, "syntax")
     assert_class("load", load_source("def f(x):\n  return x\n    y = 1\n"), ErrorClass.SYNTAX_ERROR)
-    assert_class("load", load_source("import jax_pallas_kernels_that_do_not_exist\n"), ErrorClass.IMPORT_ERROR, "import")
-    assert_class("load", load_source("from jax.experimental.pallas.tpu import TPUCompilerParams\n"),
-                 ErrorClass.IMPORT_ERROR, "import")
+    assert_class(
+        "load", load_source("import jax_pallas_kernels_that_do_not_exist\n"), ErrorClass.IMPORT_ERROR, "import"
+    )
+    assert_class(
+        "load",
+        load_source("from jax.experimental.pallas.tpu import TPUCompilerParams\n"),
+        ErrorClass.IMPORT_ERROR,
+        "import",
+    )
     renamed = "from jax.experimental.pallas import tpu as pltpu\nPARAMS = pltpu.TPUCompilerParams()\n"
     assert_class("load", load_source(renamed), ErrorClass.IMPORT_ERROR, "renamed-api-load")
     assert_class("load", load_source("def kernel(x):\n    return x\n"), ErrorClass.MISSING_WORKLOAD, "missing-workload")
@@ -144,18 +150,30 @@ def test_shape_and_dtype_errors_at_trace_time():
     assert_class("trace", trace(fn, x), ErrorClass.TRACE_ERROR, "store-dtype")
 
     bad_rank = lambda a: pl.pallas_call(
-        copy_kernel, grid=(2,), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0, 0))],
-        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), out_shape=S(a.shape, a.dtype))(a)
+        copy_kernel,
+        grid=(2,),
+        in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0, 0))],
+        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+        out_shape=S(a.shape, a.dtype),
+    )(a)
     assert_class("trace", trace(bad_rank, S((16, 128), jnp.float32)), ErrorClass.TRACE_ERROR, "index-map-arity")
 
     bad_args = lambda a: pl.pallas_call(
-        copy_kernel, grid=(2,), in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, 0))],
-        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), out_shape=S(a.shape, a.dtype))(a)
+        copy_kernel,
+        grid=(2,),
+        in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, 0))],
+        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+        out_shape=S(a.shape, a.dtype),
+    )(a)
     assert_class("trace", trace(bad_args, S((16, 128), jnp.float32)), ErrorClass.TRACE_ERROR, "index-map-arity")
 
     two_specs = lambda a: pl.pallas_call(
-        copy_kernel, grid=(2,), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
-        out_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))] * 2, out_shape=S(a.shape, a.dtype))(a)
+        copy_kernel,
+        grid=(2,),
+        in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+        out_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))] * 2,
+        out_shape=S(a.shape, a.dtype),
+    )(a)
     assert_class("trace", trace(two_specs, S((16, 128), jnp.float32)), ErrorClass.TRACE_ERROR, "spec-pytree")
 
     const = jnp.ones((8, 128), jnp.float32)
@@ -192,17 +210,24 @@ def test_block_shape_not_tiled():
 
 def test_blocked_any_memory_space():
     fn = lambda a: pl.pallas_call(
-        copy_kernel, grid=(2,), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0), memory_space=pl.ANY)],
-        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), out_shape=S(a.shape, a.dtype))(a)
+        copy_kernel,
+        grid=(2,),
+        in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0), memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+        out_shape=S(a.shape, a.dtype),
+    )(a)
     assert_class("lower", lower(fn, S((16, 128), jnp.float32)), ErrorClass.BLOCK_SHAPE_TILING, "block-8-128")
 
 
-@pytest.mark.parametrize("name,body", [
-    ("sort", lambda x: jnp.sort(x, axis=1)),
-    ("cumsum", lambda x: jnp.cumsum(x, axis=1)),
-    ("gelu_exact", lambda x: jax.nn.gelu(x, approximate=False)),
-    ("float_iota", lambda x: x + jax.lax.broadcasted_iota(jnp.float32, x.shape, 1)),
-])
+@pytest.mark.parametrize(
+    "name,body",
+    [
+        ("sort", lambda x: jnp.sort(x, axis=1)),
+        ("cumsum", lambda x: jnp.cumsum(x, axis=1)),
+        ("gelu_exact", lambda x: jax.nn.gelu(x, approximate=False)),
+        ("float_iota", lambda x: x + jax.lax.broadcasted_iota(jnp.float32, x.shape, 1)),
+    ],
+)
 def test_unsupported_ops(name, body):
     def kernel(x_ref, o_ref):
         o_ref[...] = body(x_ref[...])
@@ -225,20 +250,31 @@ def test_int8_arithmetic_fails_at_compile():
 
 def test_triple_buffering_at_top_level():
     fn = lambda a: pl.pallas_call(
-        copy_kernel, grid=(4,),
+        copy_kernel,
+        grid=(4,),
         in_specs=[pl.BlockSpec((64, 128), lambda i: (i, 0), pipeline_mode=pl.Buffered(3))],
-        out_specs=pl.BlockSpec((64, 128), lambda i: (i, 0)), out_shape=S(a.shape, a.dtype))(a)
+        out_specs=pl.BlockSpec((64, 128), lambda i: (i, 0)),
+        out_shape=S(a.shape, a.dtype),
+    )(a)
     exc = compile_for(fn, "v6e", S((256, 128), jnp.float32))
     assert_class("compile", exc, ErrorClass.LOWERING_OTHER, "buffer-count")
 
 
 def test_chip_query_on_a_cpu_host():
     def outer(x_hbm, o_hbm):
-        pltpu.emit_pipeline(copy_kernel, grid=(4,), in_specs=[pl.BlockSpec((64, 128), lambda i: (i, 0))],
-                            out_specs=[pl.BlockSpec((64, 128), lambda i: (i, 0))])(x_hbm, o_hbm)
+        pltpu.emit_pipeline(
+            copy_kernel,
+            grid=(4,),
+            in_specs=[pl.BlockSpec((64, 128), lambda i: (i, 0))],
+            out_specs=[pl.BlockSpec((64, 128), lambda i: (i, 0))],
+        )(x_hbm, o_hbm)
 
-    fn = lambda a: pl.pallas_call(outer, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-                                  out_specs=pl.BlockSpec(memory_space=pl.ANY), out_shape=S(a.shape, a.dtype))(a)
+    fn = lambda a: pl.pallas_call(
+        outer,
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        out_shape=S(a.shape, a.dtype),
+    )(a)
     exc = lower(fn, S((256, 128), jnp.float32))
     assert_class("lower", exc, ErrorClass.LOWERING_OTHER, "no-tpu-device-kind")
 
@@ -248,16 +284,25 @@ def test_chip_query_on_a_cpu_host():
 
 def _copy_blocks(rows, cols, grid, **compiler):
     params = pltpu.CompilerParams(**compiler) if compiler else None
-    return blocked(copy_kernel, (rows, cols), (grid, 1), S((rows * grid, cols), jnp.float32),
-                   index_map=lambda i, j: (i, j), compiler_params=params)
+    return blocked(
+        copy_kernel,
+        (rows, cols),
+        (grid, 1),
+        S((rows * grid, cols), jnp.float32),
+        index_map=lambda i, j: (i, j),
+        compiler_params=params,
+    )
 
 
-@pytest.mark.parametrize("generation,rows,cols,compiler", [
-    ("v6e", 4096, 8192, {}),                              # a window larger than all of VMEM
-    ("v6e", 2048, 4096, {}),                              # "Ran out of memory in memory space vmem"
-    ("v5e", 2048, 2048, {}),                              # over the default scoped limit
-    ("v6e", 2048, 2048, {"vmem_limit_bytes": 8 << 20}),   # over an explicit limit
-])
+@pytest.mark.parametrize(
+    "generation,rows,cols,compiler",
+    [
+        ("v6e", 4096, 8192, {}),  # a window larger than all of VMEM
+        ("v6e", 2048, 4096, {}),  # "Ran out of memory in memory space vmem"
+        ("v5e", 2048, 2048, {}),  # over the default scoped limit
+        ("v6e", 2048, 2048, {"vmem_limit_bytes": 8 << 20}),  # over an explicit limit
+    ],
+)
 @pytest.mark.slow
 def test_vmem_overflow(generation, rows, cols, compiler):
     fn = _copy_blocks(rows, cols, 2, **compiler)
@@ -276,16 +321,24 @@ def test_smem_overflow():
         o_ref[...] = x_ref[...] * s_ref[0, 0].astype(jnp.float32)
 
     fn = lambda s, x: pl.pallas_call(
-        kernel, in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pltpu.VMEM)],
-        out_shape=S(x.shape, x.dtype))(s, x)
+        kernel,
+        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pltpu.VMEM)],
+        out_shape=S(x.shape, x.dtype),
+    )(s, x)
     exc = compile_for(fn, "v6e", S((4096, 2), jnp.int32), S((8, 128), jnp.float32))
     d = assert_class("compile", exc, ErrorClass.COMPILE_OTHER, "smem")
     assert "memory-spaces#smem" in d.doc_refs
 
 
 def test_core_parallel_axis_too_long():
-    fn = blocked(copy_kernel, (64, 128), (4,), S((256, 128), jnp.float32), index_map=lambda i: (i, 0),
-                 compiler_params=pltpu.CompilerParams(dimension_semantics=(pltpu.CORE_PARALLEL,)))
+    fn = blocked(
+        copy_kernel,
+        (64, 128),
+        (4,),
+        S((256, 128), jnp.float32),
+        index_map=lambda i: (i, 0),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=(pltpu.CORE_PARALLEL,)),
+    )
     exc = compile_for(fn, "v5e", S((256, 128), jnp.float32))
     assert_class("compile", exc, ErrorClass.COMPILE_OTHER, "core-parallel")
 
@@ -307,8 +360,12 @@ def test_out_of_bounds_dynamic_read():
         o_ref[...] = x_ref[pl.ds(i * 8 + 8, 8), :]
 
     fn = lambda a: pl.pallas_call(
-        kernel, grid=(2,), in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), out_shape=S((16, 128), a.dtype))(a)
+        kernel,
+        grid=(2,),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+        out_shape=S((16, 128), a.dtype),
+    )(a)
     exc = interpret(fn, jnp.ones((16, 128), jnp.float32))
     assert_class("run", exc, ErrorClass.OUT_OF_BOUNDS, "out-of-bounds")
 
@@ -322,8 +379,11 @@ def test_race_reading_a_dma_target_before_wait():
         copy.wait()
 
     fn = lambda a: pl.pallas_call(
-        kernel, in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_shape=S(a.shape, a.dtype),
-        scratch_shapes=[pltpu.VMEM(a.shape, a.dtype), pltpu.SemaphoreType.DMA])(a)
+        kernel,
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_shape=S(a.shape, a.dtype),
+        scratch_shapes=[pltpu.VMEM(a.shape, a.dtype), pltpu.SemaphoreType.DMA],
+    )(a)
     exc = interpret(fn, jnp.ones((8, 128), jnp.float32), detect_races=True)
     assert_class("run", exc, ErrorClass.RACE_DETECTED, "race")
 
@@ -331,9 +391,13 @@ def test_race_reading_a_dma_target_before_wait():
 @pytest.mark.slow
 def test_race_between_cores_on_a_wrongly_parallel_axis():
     fn = lambda a: pl.pallas_call(
-        copy_kernel, grid=(2,), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
-        out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)), out_shape=S((8, 128), a.dtype),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)))(a)
+        copy_kernel,
+        grid=(2,),
+        in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
+        out_shape=S((8, 128), a.dtype),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )(a)
     exc = interpret(fn, jnp.ones((16, 128), jnp.float32), detect_races=True, num_cores_or_threads=2)
     assert_class("run", exc, ErrorClass.RACE_DETECTED, "race")
 
@@ -358,8 +422,9 @@ def test_missing_init_shows_as_nan_in_interpret_mode():
         acc_ref[...] += x_ref[...]  # no init under pl.when
         o_ref[...] = acc_ref[...]
 
-    fn = lambda a: pl.pallas_call(kernel, out_shape=S(a.shape, a.dtype),
-                                  scratch_shapes=[pltpu.VMEM(a.shape, jnp.float32)])(a)
+    fn = lambda a: pl.pallas_call(
+        kernel, out_shape=S(a.shape, a.dtype), scratch_shapes=[pltpu.VMEM(a.shape, jnp.float32)]
+    )(a)
     with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(uninitialized_memory="nan")):
         out = np.asarray(jax.jit(fn)(jnp.ones((8, 128), jnp.float32)))
     assert np.isnan(out).all()
@@ -423,8 +488,14 @@ def test_render_is_one_line_with_refs():
 def _kernel_desc(semantics, grid=(4, 4, 8), num_scratch=1):
     from jaxbench_mcp.models import KernelDescription
 
-    return KernelDescription(name="k", grid=list(grid), block_shapes=[], dimension_semantics=list(semantics),
-                             num_scalar_prefetch=0, num_scratch=num_scratch)
+    return KernelDescription(
+        name="k",
+        grid=list(grid),
+        block_shapes=[],
+        dimension_semantics=list(semantics),
+        num_scalar_prefetch=0,
+        num_scratch=num_scratch,
+    )
 
 
 def test_parallel_reduction_axis_is_told_apart_from_a_missing_init():
@@ -447,8 +518,11 @@ def test_parallel_reduction_axis_is_told_apart_from_a_missing_init():
 def test_parallel_refinement_leaves_other_cases_alone():
     parallel_k = [_kernel_desc(("parallel", "parallel", "parallel"))]
     # No scratch accumulator (an elementwise kernel), or a single step on the last axis: nothing to say.
-    for kernels in ([_kernel_desc(("parallel", "parallel"), grid=(4, 8), num_scratch=0)],
-                    [_kernel_desc(("parallel", "parallel"), grid=(4, 1))], []):
+    for kernels in (
+        [_kernel_desc(("parallel", "parallel"), grid=(4, 8), num_scratch=0)],
+        [_kernel_desc(("parallel", "parallel"), grid=(4, 1))],
+        [],
+    ):
         d = error_catalog.refine_for_kernels(diagnosis_for(ErrorClass.WRONG_VALUES), kernels)
         assert d.rule is None
     # Errors that are not a comparison of values keep their own diagnosis.

@@ -70,12 +70,21 @@ def test_a_branch_the_compiler_removes_is_not_discounted():
 
     def static_choice(x_ref, o_ref):
         heavy = jnp.int32(3) > 2  # a compile-time constant: the compiler keeps only the branch it picks
-        o_ref[...] = jax.lax.cond(heavy, lambda v: jnp.dot(v, v, preferred_element_type=jnp.float32),
-                                  lambda v: jnp.dot(v, v.T, preferred_element_type=jnp.float32), x_ref[...])
+        o_ref[...] = jax.lax.cond(
+            heavy,
+            lambda v: jnp.dot(v, v, preferred_element_type=jnp.float32),
+            lambda v: jnp.dot(v, v.T, preferred_element_type=jnp.float32),
+            x_ref[...],
+        )
 
     block = pl.BlockSpec((128, 128), lambda i: (i, 0))
-    call = pl.pallas_call(static_choice, grid=(4,), in_specs=[block], out_specs=block,
-                          out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32))
+    call = pl.pallas_call(
+        static_choice,
+        grid=(4,),
+        in_specs=[block],
+        out_specs=block,
+        out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32),
+    )
     kernel = _traffic(call, jnp.zeros((512, 128), jnp.float32))
     # The schedule holds one matmul and every step runs it: nothing is skipped.
     assert kernel["run_ratio"] == 1.0 and kernel["run_ratio_exact"]
@@ -125,9 +134,12 @@ def test_scalar_prefetch_index_maps_are_followed_with_known_values():
         o_ref[...] = x_ref[...]
 
     # Every step reads block order[i]: with order = [0, 0, 1, 1] two fetches are saved.
-    spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, grid=(4,),
-                                        in_specs=[pl.BlockSpec((128, 128), lambda i, order: (order[i], 0))],
-                                        out_specs=pl.BlockSpec((128, 128), lambda i, order: (i, 0)))
+    spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=1,
+        grid=(4,),
+        in_specs=[pl.BlockSpec((128, 128), lambda i, order: (order[i], 0))],
+        out_specs=pl.BlockSpec((128, 128), lambda i, order: (i, 0)),
+    )
     call = pl.pallas_call(copy, grid_spec=spec, out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32))
     block = 128 * 128 * 4
     kernel = _traffic(call, np.array([0, 0, 1, 1], np.int32), jnp.zeros((512, 128), jnp.float32))
@@ -138,15 +150,45 @@ def test_scalar_prefetch_index_maps_are_followed_with_known_values():
 
 def test_only_loop_bodies_repeat():
     # 100 bundles around the grid, 50 in the step's body, 10 in its own loop that runs 8 trips per step.
-    executed = cost_model.executed_bundles([100, 50, 10], 160, steps=4, has_grid_loop=True, body_ratio=1.0,
-                                           loop_ratio=8.0, flat_ratio=1.0, in_kernel_loops=1)
+    executed = cost_model.executed_bundles(
+        [100, 50, 10],
+        160,
+        steps=4,
+        has_grid_loop=True,
+        body_ratio=1.0,
+        loop_ratio=8.0,
+        flat_ratio=1.0,
+        in_kernel_loops=1,
+    )
     assert executed == 100 + 4 * (50 + 10 * 8)
     # No grid: depth 0 is the body; a kernel-level loop of 32 trips repeats only its own bundles.
-    assert cost_model.executed_bundles([80, 3600], 3680, steps=1, has_grid_loop=False, body_ratio=1.0, loop_ratio=32.0,
-                                       flat_ratio=1.0, in_kernel_loops=1) == 80 + 3600 * 32
+    assert (
+        cost_model.executed_bundles(
+            [80, 3600],
+            3680,
+            steps=1,
+            has_grid_loop=False,
+            body_ratio=1.0,
+            loop_ratio=32.0,
+            flat_ratio=1.0,
+            in_kernel_loops=1,
+        )
+        == 80 + 3600 * 32
+    )
     # The compiler unrolled the loop (no loop in the schedule): the body runs its code once per step.
-    assert cost_model.executed_bundles([10, 400], 410, steps=4, has_grid_loop=True, body_ratio=1.0, loop_ratio=8.0,
-                                       flat_ratio=1.0, in_kernel_loops=1) == 10 + 4 * 400
+    assert (
+        cost_model.executed_bundles(
+            [10, 400],
+            410,
+            steps=4,
+            has_grid_loop=True,
+            body_ratio=1.0,
+            loop_ratio=8.0,
+            flat_ratio=1.0,
+            in_kernel_loops=1,
+        )
+        == 10 + 4 * 400
+    )
 
 
 def test_a_pipeline_hides_all_but_one_step_of_the_smaller_term():
@@ -201,22 +243,54 @@ def test_the_public_estimate_of_a_tiled_gemm_runs_in_a_fresh_process(tmp_path):
         "k, = est.kernels\n"
         "assert k.grid_steps == 4 * 2 * 2 and est.total_us > 0 and est.bottleneck\n"
         "assert est.outside_us is not None and est.outside_us < 1.0\n"
-        "print('OK', est.total_us)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        "print('OK', est.total_us)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
 
 
 @pytest.mark.slow
 def test_cli_estimate_of_a_file_function(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "jaxbench_mcp.cli", "estimate", f"{KERNELS / 'good_gemm_tiled.py'}:workload",
-                          "--args", "bf16[2048,2048], bf16[2048,2048]", "--target", "v6e"],
-                         capture_output=True, text=True, timeout=600, env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxbench_mcp.cli",
+            "estimate",
+            f"{KERNELS / 'good_gemm_tiled.py'}:workload",
+            "--args",
+            "bf16[2048,2048], bf16[2048,2048]",
+            "--target",
+            "v6e",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert out.stdout.startswith("v6e: ~") and "kernel 0:workload" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "jaxbench_mcp.cli", "estimate", f"{KERNELS / 'good_gemm_tiled.py'}:nope",
-                          "--args", "bf16[256,256], bf16[256,256]"],
-                         capture_output=True, text=True, timeout=600, env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)})
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxbench_mcp.cli",
+            "estimate",
+            f"{KERNELS / 'good_gemm_tiled.py'}:nope",
+            "--args",
+            "bf16[256,256], bf16[256,256]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)},
+    )
     assert bad.returncode == 1 and "no function `nope`" in bad.stdout
 
 
@@ -240,8 +314,14 @@ def test_tune_kernel_on_the_tiled_gemm_finds_blocks_no_worse_and_reports_vmem_mi
     bench = api.JaxBench(store=Store(tmp_path / "a.sqlite3"), checker=Checker(spares=0, slots=2))
     source = (KERNELS / "good_gemm_tiled.py").read_text()
     try:
-        result = tuning.Tuner(bench).tune_kernel("8p_GEMM", source, {"BM": [512, 1024], "BN": [1024, 2048], "BK": [1024, 8192]},
-                                                 "v6e", check_top=1, max_variants=8)
+        result = tuning.Tuner(bench).tune_kernel(
+            "8p_GEMM",
+            source,
+            {"BM": [512, 1024], "BN": [1024, 2048], "BK": [1024, 8192]},
+            "v6e",
+            check_top=1,
+            max_variants=8,
+        )
     finally:
         bench.close()
     by_params = {tuple(v.params.values()): v for v in result.variants}

@@ -20,8 +20,14 @@ REFS_DIR = asset_dir("tokamax_refs")
 CHECK_TARGETS = ["v5e", "v6e"]
 # The workloads for which JAXBench ships a hand-optimized Pallas version (optimized.py).
 JAXBENCH_EXPERTS = {
-    "1p_Flash_Attention", "2p_GQA_Attention", "3p_MLA_Attention", "4p_Sparse_Attention",
-    "6p_Paged_Attention", "7p_Ragged_Paged_Attention", "8p_GEMM", "11p_Megablox_GMM",
+    "1p_Flash_Attention",
+    "2p_GQA_Attention",
+    "3p_MLA_Attention",
+    "4p_Sparse_Attention",
+    "6p_Paged_Attention",
+    "7p_Ragged_Paged_Attention",
+    "8p_GEMM",
+    "11p_Megablox_GMM",
 }
 
 

@@ -42,7 +42,9 @@ HOST_OPTIONS = {"slots": 1, "spares": 0}
 
 
 def _expected(kernel: str) -> tuple[str, str | None]:
-    fields = dict(f.split("=", 1) for f in (KERNELS / kernel).read_text().splitlines()[0].removeprefix("# expect:").split())
+    fields = dict(
+        f.split("=", 1) for f in (KERNELS / kernel).read_text().splitlines()[0].removeprefix("# expect:").split()
+    )
     return fields["status"], fields.get("error_class")
 
 
@@ -50,13 +52,26 @@ def _expected(kernel: str) -> tuple[str, str | None]:
 
 
 def _host(name, tier="cpu_libtpu", chip=None, state="ready", inflight=0, slots=1, last_used=0):
-    return HostView(node_id=name, name=name, state=state, tier=tier, attached_tpu=chip, slots=slots, inflight=inflight,
-                    last_used=last_used)
+    return HostView(
+        node_id=name,
+        name=name,
+        state=state,
+        tier=tier,
+        attached_tpu=chip,
+        slots=slots,
+        inflight=inflight,
+        last_used=last_used,
+    )
 
 
 def test_placement_prefers_a_host_with_the_chip_then_any_host_that_compiles_then_the_least_loaded():
-    hosts = [_host("cpu-a"), _host("v5e-a", "tpu", "v5e", inflight=3), _host("v6e-a", "tpu", "v6e", inflight=1),
-             _host("v6e-b", "tpu", "v6e"), _host("plain", "cpu")]
+    hosts = [
+        _host("cpu-a"),
+        _host("v5e-a", "tpu", "v5e", inflight=3),
+        _host("v6e-a", "tpu", "v6e", inflight=1),
+        _host("v6e-b", "tpu", "v6e"),
+        _host("plain", "cpu"),
+    ]
     assert place(hosts, ["v6e"]).name == "v6e-b"  # the chip, and the idler of the two that carry it
     assert place(hosts, ["7x", "v5e"]).name == "v5e-a"  # the first listed generation the fleet has decides, busy or not
     assert place(hosts, ["7x"]).name in ("cpu-a", "v6e-b")  # nobody has a 7x: any idle host that compiles
@@ -114,7 +129,9 @@ def cluster():
 @pytest.fixture(scope="module")
 def local_verdicts(tmp_path_factory):
     """(status, error class) per kernel from the local executor: what the fleet must also say."""
-    bench = api.JaxBench(store=Store(tmp_path_factory.mktemp("local") / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
+    bench = api.JaxBench(
+        store=Store(tmp_path_factory.mktemp("local") / "attempts.sqlite3"), checker=Checker(spares=0, slots=1)
+    )
     try:
         found = {k: bench.check_kernel(w, (KERNELS / k).read_text()) for w, k in CASES}
     finally:
@@ -127,7 +144,9 @@ def local_verdicts(tmp_path_factory):
 
 def _fleet_bench(cluster, path: Path, **options) -> api.JaxBench:
     store = Store(path / "attempts.sqlite3")
-    executor = fleet.RayExecutor(cluster.address, checker_options={**HOST_OPTIONS, **options}, claim_timeout=90, cache=store)
+    executor = fleet.RayExecutor(
+        cluster.address, checker_options={**HOST_OPTIONS, **options}, claim_timeout=90, cache=store
+    )
     return api.JaxBench(store=store, executor=executor)
 
 
@@ -138,14 +157,18 @@ async def _verdict(client, result) -> dict:
     deadline = time.monotonic() + 300
     while outcome["state"] == "running" and time.monotonic() < deadline:
         await anyio.sleep(1)
-        detail = (await client.call_tool("list_attempts", {"attempt_id": outcome["attempt_id"]})).structured_content["detail"]
+        detail = (await client.call_tool("list_attempts", {"attempt_id": outcome["attempt_id"]})).structured_content[
+            "detail"
+        ]
         if detail["state"] != "running":
             return detail["verdict"]
     return outcome["verdict"]
 
 
 @pytest.mark.slow
-def test_mcp_checks_on_the_fleet_get_the_local_verdicts_and_server_info_shows_the_fleet(cluster, local_verdicts, tmp_path):
+def test_mcp_checks_on_the_fleet_get_the_local_verdicts_and_server_info_shows_the_fleet(
+    cluster, local_verdicts, tmp_path
+):
     bench = _fleet_bench(cluster, tmp_path)
     progress: list[str] = []
 
@@ -202,14 +225,18 @@ def test_serve_with_ray_over_stdio_keeps_stdout_for_mcp(cluster, local_verdicts,
     from mcp import StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    server = StdioServerParameters(command=sys.executable, args=["-m", "jaxbench_mcp", "serve", "--ray", cluster.address,
-                                                                  "--host-slots", "1"],
-                                   env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path / "home")})
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "jaxbench_mcp", "serve", "--ray", cluster.address, "--host-slots", "1"],
+        env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path / "home")},
+    )
 
     async def go():
         async with Client(stdio_client(server)) as client:
             info = (await client.call_tool("server_info", {})).structured_content
-            checked = await client.call_tool("check_kernel", {"workload_id": "8p_GEMM", "source": (KERNELS / "bad_syntax.py").read_text()})
+            checked = await client.call_tool(
+                "check_kernel", {"workload_id": "8p_GEMM", "source": (KERNELS / "bad_syntax.py").read_text()}
+            )
             return info, await _verdict(client, checked)
 
     info, verdict = anyio.run(go)
@@ -224,8 +251,25 @@ def test_evaluate_with_ray_on_the_command_line(cluster, local_verdicts, tmp_path
     (run / "8p_GEMM").mkdir(parents=True)
     shutil.copy(KERNELS / "bad_syntax.py", run / "8p_GEMM" / "b_syntax.py")
     env = {**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path / "home")}
-    proc = subprocess.run([sys.executable, "-m", "jaxbench_mcp", "evaluate", str(run), "--ray", cluster.address, "--host-slots", "1",
-                           "--json"], env=env, capture_output=True, text=True, timeout=400, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxbench_mcp",
+            "evaluate",
+            str(run),
+            "--ray",
+            cluster.address,
+            "--host-slots",
+            "1",
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)  # stdout holds the JSON alone: Ray's own output went to stderr
     assert summary["status_counts"] == {"invalid_kernel": 1} and summary["tier"] == "cpu_libtpu"
@@ -244,7 +288,9 @@ def test_cancelling_a_check_stops_it_on_its_host(cluster, tmp_path):
     bench = _fleet_bench(cluster, tmp_path)
     bench.start()
     try:
-        done, box = bench.in_background(bench.check_kernel, "12p_RMSNorm", (KERNELS / "good_rmsnorm.py").read_text(), seeds=16)
+        done, box = bench.in_background(
+            bench.check_kernel, "12p_RMSNorm", (KERNELS / "good_rmsnorm.py").read_text(), seeds=16
+        )
         deadline = time.monotonic() + 120
         while not any(h.running for h in bench.executor.fleet().hosts) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -266,7 +312,11 @@ def test_a_host_that_dies_mid_campaign_costs_a_retry_not_an_attempt(cluster, loc
     shutil.copy(KERNELS / "good_rmsnorm.py", run / "12p_RMSNorm.py")
     shutil.copy(KERNELS / "bad_all_zeros.py", run / "8p_GEMM" / "a_zeros.py")
     shutil.copy(KERNELS / "bad_syntax.py", run / "8p_GEMM" / "b_syntax.py")
-    files = {"12p_RMSNorm.py": "good_rmsnorm.py", "8p_GEMM/a_zeros.py": "bad_all_zeros.py", "8p_GEMM/b_syntax.py": "bad_syntax.py"}
+    files = {
+        "12p_RMSNorm.py": "good_rmsnorm.py",
+        "8p_GEMM/a_zeros.py": "bad_all_zeros.py",
+        "8p_GEMM/b_syntax.py": "bad_syntax.py",
+    }
     bench = _fleet_bench(cluster, tmp_path)
     bench.start()
     nodes = {n.node_id: n for n in cluster.worker_nodes}
@@ -320,7 +370,9 @@ def test_a_host_that_dies_mid_campaign_costs_a_retry_not_an_attempt(cluster, loc
     assert "== fleet: try 2 on host" in log and "== events ==" in log  # both tries, then the second try's own log
     assert verdict["host"] != killed["host"] and any("died during this check" in w for w in verdict["warnings"])
     store.close()
-    print(f"campaign with a host killed mid-check: {time.monotonic() - started:.0f} s; the retried check's log, head:\n{log[:700]}")
+    print(
+        f"campaign with a host killed mid-check: {time.monotonic() - started:.0f} s; the retried check's log, head:\n{log[:700]}"
+    )
 
 
 @pytest.mark.slow
@@ -344,14 +396,24 @@ def test_no_host_for_a_target_is_said_at_once_and_a_lost_cluster_falls_back_to_l
         assert bench.store.recent(None, 1)[0]["state"] == "failed"
 
         # A check in flight when the whole cluster goes away is run again on the server's own host.
-        done, box = bench.in_background(bench.check_kernel, "12p_RMSNorm", rmsnorm, seeds=16)  # long enough to be caught
+        done, box = bench.in_background(
+            bench.check_kernel, "12p_RMSNorm", rmsnorm, seeds=16
+        )  # long enough to be caught
         deadline = time.monotonic() + 120
-        while not any(h.running for h in bench.executor.fleet().hosts) and time.monotonic() < deadline and not done.is_set():
+        while (
+            not any(h.running for h in bench.executor.fleet().hosts)
+            and time.monotonic() < deadline
+            and not done.is_set()
+        ):
             time.sleep(0.1)
         cluster.shutdown()
         assert done.wait(300) and "result" in box, box.get("error")
         verdict = box["result"]
-        assert str(verdict.status) == "correct" and verdict.host.endswith("(local fallback)") and verdict.tier == "cpu_libtpu"
+        assert (
+            str(verdict.status) == "correct"
+            and verdict.host.endswith("(local fallback)")
+            and verdict.tier == "cpu_libtpu"
+        )
         assert any("ran on the server's own host" in w for w in verdict.warnings)
         log = bench.store.get(verdict.attempt_id)["log"]
         assert "== fleet: try 1 on host" in log and "ran on the server's own host" in log

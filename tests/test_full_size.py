@@ -12,7 +12,8 @@ from jaxbench_mcp.models import DeviceTiming, Verdict
 def _profiler_measuring(median_us: float) -> profiling.Profiler:
     profiler = profiling.Profiler(SimpleNamespace(tier=None))
     profiler.measure_source = lambda workload_id, source, iterations=20: DeviceTiming(
-        median_us=median_us, min_us=median_us, spread_pct=1.0, iterations=20)
+        median_us=median_us, min_us=median_us, spread_pct=1.0, iterations=20
+    )
     return profiler
 
 
@@ -25,27 +26,38 @@ def test_a_measured_time_below_the_roofline_is_rejected_not_reported():
 
 
 def _verdict() -> Verdict:
-    return Verdict(status="correct", message="", workload_id="8p_GEMM", size="small", targets=["v6e"], tier="cpu_libtpu")
+    return Verdict(
+        status="correct", message="", workload_id="8p_GEMM", size="small", targets=["v6e"], tier="cpu_libtpu"
+    )
 
 
 def _traced(outline, run_outline, findings=()):
-    return protocol.Traced(kernels=[], host_callbacks=[], outputs=[], outline=outline, run_outline=run_outline,
-                           coverage=protocol.Coverage(findings=list(findings), not_judged=[]))
+    return protocol.Traced(
+        kernels=[],
+        host_callbacks=[],
+        outputs=[],
+        outline=outline,
+        run_outline=run_outline,
+        coverage=protocol.Coverage(findings=list(findings), not_judged=[]),
+    )
 
 
 def test_a_different_program_at_the_run_size_decides_before_coverage():
     unread = protocol.CoverageFinding(kind="unread_input", operand="A", message="A[:, 128:] is never read at full size")
     verdict = _verdict()
-    failures = Checker._full_size(workloads.get_workload("8p_GEMM"),
-                                  _traced(["dot_general"], ["pallas_call:k"], [unread]), verdict)
+    failures = Checker._full_size(
+        workloads.get_workload("8p_GEMM"), _traced(["dot_general"], ["pallas_call:k"], [unread]), verdict
+    )
     assert [f[0] for f in failures] == ["size_dependent_program"]
     assert "small size" in failures[0][1] and "full size" in failures[0][1]
     assert verdict.full_size_findings == [unread.message]
 
 
 def test_an_unwritten_output_decides_over_an_unread_input():
-    findings = [protocol.CoverageFinding(kind="unread_input", operand="A", message="A tail unread"),
-                protocol.CoverageFinding(kind="unwritten_output", operand="output", message="output tail unwritten")]
+    findings = [
+        protocol.CoverageFinding(kind="unread_input", operand="A", message="A tail unread"),
+        protocol.CoverageFinding(kind="unwritten_output", operand="output", message="output tail unwritten"),
+    ]
     failures = Checker._full_size(workloads.get_workload("8p_GEMM"), _traced(["x"], ["x"], findings), _verdict())
     assert failures == [("unwritten_output", "output tail unwritten", None)]
 
@@ -62,11 +74,17 @@ def test_an_unread_part_of_a_sparse_input_is_a_warning():
 def test_the_pallas_share_is_said_in_the_verdict_and_a_sliver_fails():
     w = workloads.get_workload("8p_GEMM")
     verdict = _verdict()
-    sliver = protocol.Work(kernel_flops=0.0, kernel_bytes=1024.0, outside_flops=w.flops("full"), outside_bytes=w.io_bytes("full"),
-                           exact=True)
+    sliver = protocol.Work(
+        kernel_flops=0.0,
+        kernel_bytes=1024.0,
+        outside_flops=w.flops("full"),
+        outside_bytes=w.io_bytes("full"),
+        exact=True,
+    )
     failure = Checker._work_share(w, sliver, verdict)
     assert failure[0] == "pallas_not_doing_the_work" and verdict.pallas_work.startswith("the Pallas kernels do 0.00%")
-    whole = protocol.Work(kernel_flops=w.flops("full"), kernel_bytes=w.io_bytes("full"), outside_flops=0.0, outside_bytes=0.0,
-                          exact=True)
+    whole = protocol.Work(
+        kernel_flops=w.flops("full"), kernel_bytes=w.io_bytes("full"), outside_flops=0.0, outside_bytes=0.0, exact=True
+    )
     verdict = _verdict()
     assert Checker._work_share(w, whole, verdict) is None and "100.00%" in verdict.pallas_work

@@ -55,8 +55,13 @@ def _limits(short: bool):
 
     if short:  # for the deadline test: the whole job may take 3 + 3 + (3 + 3) + 3 x 3 = 21 s
         return Limits(stage_seconds={s: 3.0 for s in Stage if s not in (Stage.COMPARE, Stage.POLICY)})
-    return Limits(stage_seconds={**Limits().stage_seconds, Stage.LOAD: 40.0, Stage.TRACE: 30.0, Stage.LOWER: 30.0},
-                  memory_bytes=3 * 2**29, max_file_bytes=64 * 2**20, max_job_dir_bytes=192 * 2**20, max_processes=256)
+    return Limits(
+        stage_seconds={**Limits().stage_seconds, Stage.LOAD: 40.0, Stage.TRACE: 30.0, Stage.LOWER: 30.0},
+        memory_bytes=3 * 2**29,
+        max_file_bytes=64 * 2**20,
+        max_job_dir_bytes=192 * 2**20,
+        max_processes=256,
+    )
 
 
 SHORT_OVERALL_SECONDS = 21
@@ -79,7 +84,17 @@ def corpus() -> list[Case]:
         text = path.read_text()
         m, attack, harness = _HEADER.search(text[:300]), _ATTACK.search(text[:600]), _HARNESS.search(text[:800])
         assert m and attack, f"{path.name} needs '# expect:' and '# attack:' headers"
-        cases.append(Case(path.stem, m.group(1), m.group(2), m.group(3), attack.group(1), harness.group(1) if harness else "", text))
+        cases.append(
+            Case(
+                path.stem,
+                m.group(1),
+                m.group(2),
+                m.group(3),
+                attack.group(1),
+                harness.group(1) if harness else "",
+                text,
+            )
+        )
     return cases
 
 
@@ -115,7 +130,10 @@ def serve(store_path: str) -> None:
 
     checking.fresh_seed, jobs.Worker.run = fresh_seed, run
     store = Store(store_path)
-    checkers = {"main": Checker(limits=_limits(False), spares=1, slots=2), "short": Checker(limits=_limits(True), spares=0, slots=1)}
+    checkers = {
+        "main": Checker(limits=_limits(False), spares=1, slots=2),
+        "short": Checker(limits=_limits(True), spares=0, slots=1),
+    }
     benches = {name: JaxBench(store=store, checker=c) for name, c in checkers.items()}
     checkers["main"].start()
     lock = threading.Lock()
@@ -138,7 +156,14 @@ def serve(store_path: str) -> None:
         answer.update(seeds=local.seeds, roots=local.roots, live=live())
         reply(answer)
 
-    reply({"ready": True, "pid": os.getpid(), "isolation": str(checkers["main"].isolation), "secret_len": len(held_secret)})
+    reply(
+        {
+            "ready": True,
+            "pid": os.getpid(),
+            "isolation": str(checkers["main"].isolation),
+            "secret_len": len(held_secret),
+        }
+    )
     threads = []
     for line in sys.stdin:
         thread = threading.Thread(target=handle, args=(json.loads(line),), daemon=True)
@@ -157,8 +182,15 @@ class Server:
 
     def __init__(self, store: Path, env: dict, log: Path):
         with open(log, "w") as stderr:  # the child keeps its own copy
-            self.process = subprocess.Popen([sys.executable, __file__, "serve", str(store)], cwd=REPO, env=env, text=True,
-                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+            self.process = subprocess.Popen(
+                [sys.executable, __file__, "serve", str(store)],
+                cwd=REPO,
+                env=env,
+                text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+            )
         self._pending: dict[int, Future] = {}
         self._lock = threading.Lock()
         self._ids = iter(range(1, 10**9))
@@ -186,11 +218,17 @@ class Server:
         future: Future = Future()
         with self._lock:
             if self.dead:
-                return {"error": f"the server process is dead (exit status {self.process.poll()})", "roots": [], "seeds": []}
+                return {
+                    "error": f"the server process is dead (exit status {self.process.poll()})",
+                    "roots": [],
+                    "seeds": [],
+                }
             request_id = next(self._ids)
             self._pending[request_id] = future
             self.requests += 1
-            self.process.stdin.write(json.dumps({"id": request_id, "workload": workload, "source": source, "checker": checker}) + "\n")
+            self.process.stdin.write(
+                json.dumps({"id": request_id, "workload": workload, "source": source, "checker": checker}) + "\n"
+            )
             self.process.stdin.flush()
         try:
             answer = future.result(timeout=_REPLY_SECONDS)
@@ -301,7 +339,9 @@ class StoreWatch:
             if attempt_id is not None:
                 row = by_id.get(attempt_id)
                 if row is None or row["state"] != "done":
-                    problems.append(f"attempt {attempt_id} is not stored as done ({row['state'] if row else 'missing'})")
+                    problems.append(
+                        f"attempt {attempt_id} is not stored as done ({row['state'] if row else 'missing'})"
+                    )
                 elif len(row["log"]) > _MAX_LOG_CHARS:
                     problems.append(f"attempt {attempt_id} stored a log of {len(row['log']):,} characters")
             for row in rows:
@@ -348,9 +388,25 @@ class Watch:
     def places(self) -> list[Path]:
         import sysconfig
 
-        return [Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path("/"), Path("/work"), self.home, self.home / ".local" / "state",
-                REPO, REPO / "jaxbench_mcp", REPO / "workloads", REPO / "tests", REPO / ".venv", Path(sys.prefix),
-                Path(sysconfig.get_paths()["purelib"]), Path(sys.base_prefix), self.state, self.outside]
+        return [
+            Path("/tmp"),
+            Path("/var/tmp"),
+            Path("/dev/shm"),
+            Path("/"),
+            Path("/work"),
+            self.home,
+            self.home / ".local" / "state",
+            REPO,
+            REPO / "jaxbench_mcp",
+            REPO / "workloads",
+            REPO / "tests",
+            REPO / ".venv",
+            Path(sys.prefix),
+            Path(sysconfig.get_paths()["purelib"]),
+            Path(sys.base_prefix),
+            self.state,
+            self.outside,
+        ]
 
     def written_outside(self, marker: str) -> list[str]:
         hits = [str(p / n) for p in dict.fromkeys(self.places()) if p.is_dir() for n in os.listdir(p) if marker in n]
@@ -402,7 +458,9 @@ def _run_case(case: Case, server: Server, store: StoreWatch, watch: Watch, liste
         if verdict.get("isolation") != "bubblewrap":
             problems.append(f"checked with isolation {verdict.get('isolation')!r}")
         if checker == "short" and verdict["total_seconds"] > SHORT_OVERALL_SECONDS + 10:
-            problems.append(f"the job ran {verdict['total_seconds']:.0f} s, past its overall limit of {SHORT_OVERALL_SECONDS} s")
+            problems.append(
+                f"the job ran {verdict['total_seconds']:.0f} s, past its overall limit of {SHORT_OVERALL_SECONDS} s"
+            )
         problems += store.check(verdict.get("attempt_id"))
         log = store.log(verdict.get("attempt_id"))
         evidence += [line[:200] for line in log.splitlines() if line.startswith("HOSTILE")][:12]
@@ -420,7 +478,9 @@ def _run_case(case: Case, server: Server, store: StoreWatch, watch: Watch, liste
         problems.append(f"the test's listeners were reached: {listeners.received}")
     after = server.check("12p_RMSNorm", GOOD)  # the same server still answers, and answers right
     if (after.get("verdict") or {}).get("status") != "correct":
-        problems.append(f"the good kernel afterwards: {after.get('verdict', {}).get('message') or after.get('error', '')[-800:]}")
+        problems.append(
+            f"the good kernel afterwards: {after.get('verdict', {}).get('message') or after.get('error', '')[-800:]}"
+        )
     problems += store.check((after.get("verdict") or {}).get("attempt_id"))
     return {"verdicts": verdicts, "problems": problems, "evidence": evidence, "roots": roots}
 
@@ -438,8 +498,13 @@ def hostile(tmp_path_factory):
     run = "jbh" + secrets.token_hex(4)
     home = Path(os.path.expanduser("~"))
     sentinels = {}
-    for path in (Path("/tmp") / f"{run}.sentinel", home / f"{run}.sentinel", REPO / ".venv" / f"{run}.sentinel",
-                 state / f"{run}.sentinel", outside / f"{run}.sentinel"):
+    for path in (
+        Path("/tmp") / f"{run}.sentinel",
+        home / f"{run}.sentinel",
+        REPO / ".venv" / f"{run}.sentinel",
+        state / f"{run}.sentinel",
+        outside / f"{run}.sentinel",
+    ):
         content = secrets.token_bytes(32)
         path.write_bytes(content)
         sentinels[path] = (content, path.stat().st_mtime_ns)
@@ -457,9 +522,16 @@ def hostile(tmp_path_factory):
         first = server.check("12p_RMSNorm", GOOD)  # a finished attempt in the store before any attack
         assert (first.get("verdict") or {}).get("status") == "correct", first
         store.check(first["verdict"]["attempt_id"])
-        values = {"__PORT__": str(listeners.port), "__UNIX_SOCKET__": listeners.unix_path, "__ABSTRACT_SOCKET__": listeners.abstract_name,
-                  "__STORE__": str(store_path), "__REPO__": str(REPO), "__HOME__": str(home),
-                  "__SENTINELS__": repr([str(p) for p in sentinels]), "__SENTINEL_DIR__": str(outside)}
+        values = {
+            "__PORT__": str(listeners.port),
+            "__UNIX_SOCKET__": listeners.unix_path,
+            "__ABSTRACT_SOCKET__": listeners.abstract_name,
+            "__STORE__": str(store_path),
+            "__REPO__": str(REPO),
+            "__HOME__": str(home),
+            "__SENTINELS__": repr([str(p) for p in sentinels]),
+            "__SENTINEL_DIR__": str(outside),
+        }
         started = time.monotonic()
         with ThreadPoolExecutor(2) as pool:  # two checks at a time, as two agents would
             futures = {c.name: pool.submit(_run_case, c, server, store, watch, listeners, values) for c in _selected()}
@@ -501,11 +573,33 @@ def _clean_up(run: str, server: Server, watch: Watch) -> None:
 
 def test_the_corpus_covers_every_attack_of_issue_10():
     names = {c.name for c in corpus()}
-    required = {"read_server_environ", "read_server_memory", "read_store", "wreck_store", "read_expert_sources", "write_outside",
-                "network_connect", "disk_huge_file", "disk_many_files", "kill_parent", "kill_everything", "kill_group",
-                "orphan_setsid", "orphan_double_fork", "memory_bomb_setsid", "forge_unknown_stage", "forge_duplicate_event",
-                "forge_deadline_reset", "forge_event_flood", "forge_huge_line", "forge_kernel_claim", "forge_finished_early",
-                "output_symlink", "output_fifo", "replay_seen_inputs"}
+    required = {
+        "read_server_environ",
+        "read_server_memory",
+        "read_store",
+        "wreck_store",
+        "read_expert_sources",
+        "write_outside",
+        "network_connect",
+        "disk_huge_file",
+        "disk_many_files",
+        "kill_parent",
+        "kill_everything",
+        "kill_group",
+        "orphan_setsid",
+        "orphan_double_fork",
+        "memory_bomb_setsid",
+        "forge_unknown_stage",
+        "forge_duplicate_event",
+        "forge_deadline_reset",
+        "forge_event_flood",
+        "forge_huge_line",
+        "forge_kernel_claim",
+        "forge_finished_early",
+        "output_symlink",
+        "output_fifo",
+        "replay_seen_inputs",
+    }
     assert required <= names, required - names
     assert all(c.workload == "12p_RMSNorm" for c in corpus())
 
@@ -523,7 +617,9 @@ def test_the_watchers_see_what_they_look_for(tmp_path):
                 break
             time.sleep(0.05)
         assert _marker_processes([f"{run}-probe"], []) and not _marker_processes([f"{run}-other"], [])
-        assert _marker_processes([], [str(REPO)])  # a process whose cwd is inside a watched directory (pytest's own is skipped)
+        assert _marker_processes(
+            [], [str(REPO)]
+        )  # a process whose cwd is inside a watched directory (pytest's own is skipped)
         (tmp_path / f"{run}-probe-written").write_text("x")
         sentinel.write_bytes(b"y")
         assert len(watch.written_outside(f"{run}-probe")) == 2
@@ -552,7 +648,9 @@ def test_hostile_candidate_gets_its_verdict_and_leaves_nothing(hostile, name):
     result = results[name]
     evidence = "\n  ".join(result["evidence"])
     expected = (case.status, case.error_class)
-    assert all(v == expected for v in result["verdicts"]), f"{case.attack}\n  got {result['verdicts']}, expected {expected}\n  {evidence}"
+    assert all(v == expected for v in result["verdicts"]), (
+        f"{case.attack}\n  got {result['verdicts']}, expected {expected}\n  {evidence}"
+    )
     assert not result["problems"], f"{case.attack}\n  " + "\n  ".join(result["problems"]) + f"\n  {evidence}"
 
 

@@ -60,8 +60,14 @@ def http_url():
 
 
 def _cli(inspector, target: list[str], *args: str, ok: bool = True) -> dict | str:
-    out = subprocess.run([*inspector, "--cli", *target, *args], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                         env={**os.environ, "JAXBENCH_MCP_HOME": tempfile.mkdtemp(prefix="jaxbench-inspector-")})
+    out = subprocess.run(
+        [*inspector, "--cli", *target, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "JAXBENCH_MCP_HOME": tempfile.mkdtemp(prefix="jaxbench-inspector-")},
+    )
     if not ok:
         assert out.returncode != 0, out.stdout
         return out.stdout + out.stderr
@@ -105,15 +111,34 @@ def test_inspector_calls_every_tool_and_reads_resources_and_prompts_over_http(li
     assert {"jaxbench://workloads/8p_GEMM", "jaxbench://docs/blockspec-tiling"} <= {r["uri"] for r in resources}
     spec = _cli(inspector, target, "--method", "resources/read", "--uri", "jaxbench://workloads/8p_GEMM")
     assert "def reference" in spec["contents"][0]["text"]
-    prompt = _cli(inspector, target, "--method", "prompts/get", "--prompt-name", "optimize_workload",
-                  "--prompt-args", "workload_id=8p")
+    prompt = _cli(
+        inspector,
+        target,
+        "--method",
+        "prompts/get",
+        "--prompt-name",
+        "optimize_workload",
+        "--prompt-args",
+        "workload_id=8p",
+    )
     assert "8p_GEMM" in prompt["messages"][0]["content"]["text"]
 
     # Mistakes: a tool error that names the fix, and invalid-params (-32602) with the message for the others.
-    wrong = _cli(inspector, target, "--method", "tools/call", "--tool-name", "get_workload", "--tool-arg", "workload_id=8p_GEM")
+    wrong = _cli(
+        inspector, target, "--method", "tools/call", "--tool-name", "get_workload", "--tool-arg", "workload_id=8p_GEM"
+    )
     assert wrong["isError"] and "8p_GEMM" in wrong["content"][0]["text"]
     unknown = _cli(inspector, target, "--method", "resources/read", "--uri", "jaxbench://workloads/8p_GEM", ok=False)
     assert "-32602" in unknown and "8p_GEMM" in unknown
-    bad_prompt = _cli(inspector, target, "--method", "prompts/get", "--prompt-name", "optimize_workload",
-                      "--prompt-args", "workload_id=nope", ok=False)
+    bad_prompt = _cli(
+        inspector,
+        target,
+        "--method",
+        "prompts/get",
+        "--prompt-name",
+        "optimize_workload",
+        "--prompt-args",
+        "workload_id=nope",
+        ok=False,
+    )
     assert "-32602" in bad_prompt and "list_workloads" in bad_prompt

@@ -181,18 +181,26 @@ else:
 """
 
 
-@pytest.mark.parametrize("case, symptom", [("reshape", "has no attribute 'indices'"), ("masked", "Out-of-bounds masked swap")])
+@pytest.mark.parametrize(
+    "case, symptom", [("reshape", "has no attribute 'indices'"), ("masked", "Out-of-bounds masked swap")]
+)
 def test_plain_jax_still_has_the_bug_each_patch_works_around(case, symptom):
     """Runs jax's interpreter unpatched, in a fresh process. When this fails, jax fixed the bug upstream: drop the
     matching part of jaxbench_mcp.internals.interpret."""
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _UNPATCHED, case], capture_output=True, text=True, timeout=300,
-                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", _UNPATCHED, case],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.startswith("FAILED") and symptom in out.stdout, (
         f"jax {jax.__version__} no longer shows {symptom!r} for the {case} case (got {out.stdout[:300]!r}{out.stderr[-300:]!r}): "
-        "upstream fixed it; update jaxbench_mcp.internals.interpret")
+        "upstream fixed it; update jaxbench_mcp.internals.interpret"
+    )
 
 
 def test_a_changed_interpreter_is_refused_before_anything_is_patched(monkeypatch):
@@ -213,7 +221,12 @@ except RuntimeError as exc:
     print("REFUSED", exc)
 print("UNTOUCHED", ipc.get is get and utils.to_range is to_range)
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
     assert "REFUSED jax's interpreter swap_buffer_content takes" in out.stdout, out.stdout + out.stderr[-2000:]
     assert "UNTOUCHED True" in out.stdout

@@ -48,8 +48,9 @@ def test_a_spare_that_idled_past_its_warm_up_budget_still_takes_the_next_check()
 def test_cancel_kills_the_worker_within_a_second_and_records_the_attempt_as_cancelled(tmp_path):
     bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
     loaded = threading.Event()
-    done, box = bench.in_background(bench.check_kernel, "8p_GEMM", HANG,
-                                    on_progress=lambda m: loaded.set() if m.startswith("load: done") else None)
+    done, box = bench.in_background(
+        bench.check_kernel, "8p_GEMM", HANG, on_progress=lambda m: loaded.set() if m.startswith("load: done") else None
+    )
     try:
         assert loaded.wait(120), "the worker never loaded the candidate"
         [worker] = jobs.REGISTRY.live()
@@ -69,15 +70,31 @@ def test_cancel_kills_the_worker_within_a_second_and_records_the_attempt_as_canc
 
 def _serve(tmp_path: Path) -> subprocess.Popen:
     env = dict(os.environ, JAXBENCH_MCP_HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path))
-    return subprocess.Popen([sys.executable, "-m", "jaxbench_mcp.cli", "serve"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
+    return subprocess.Popen(
+        [sys.executable, "-m", "jaxbench_mcp.cli", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 def _initialize(server: subprocess.Popen) -> None:
     """The MCP handshake over stdio: after it, the server's lifespan has started its spare workers."""
-    for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
-                    {"jsonrpc": "2.0", "method": "notifications/initialized"}):
+    for message in (
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    ):
         server.stdin.write((json.dumps(message) + "\n").encode())
         server.stdin.flush()
     assert json.loads(server.stdout.readline())["id"] == 1
@@ -148,7 +165,11 @@ def test_kill_9_mid_check_keeps_finished_attempts_and_the_restart_marks_the_inte
     try:
         assert store.interrupted == 1
         first, second = store.get(1), store.get(2)
-        assert first["state"] == "done" and first["status"] == "correct" and json.loads(first["result_json"])["status"] == "correct"
+        assert (
+            first["state"] == "done"
+            and first["status"] == "correct"
+            and json.loads(first["result_json"])["status"] == "correct"
+        )
         assert second["state"] == "interrupted"
     finally:
         store.close()

@@ -32,16 +32,31 @@ from mcp.shared.exceptions import MCPError
 
 from jaxbench_mcp import __version__, api, docs, server as server_module, workloads
 from jaxbench_mcp.checking import Checker
-from jaxbench_mcp.models import (CheckOutcome, KernelEstimate, Profile, ProfileOutcome, SeedReport, TargetEstimate,
-                                 Verdict)
+from jaxbench_mcp.models import (
+    CheckOutcome,
+    KernelEstimate,
+    Profile,
+    ProfileOutcome,
+    SeedReport,
+    TargetEstimate,
+    Verdict,
+)
 from jaxbench_mcp.server import RESULT_TOKEN_BUDGET, build_server
 from jaxbench_mcp.store import Store
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "tests" / "kernels"
-TOOLS = ["server_info", "list_workloads", "get_workload", "read_docs", "check_kernel", "profile_kernel", "tune_kernel",
-         "list_attempts"]
+TOOLS = [
+    "server_info",
+    "list_workloads",
+    "get_workload",
+    "read_docs",
+    "check_kernel",
+    "profile_kernel",
+    "tune_kernel",
+    "list_attempts",
+]
 READ_ONLY = {"server_info", "list_workloads", "get_workload", "read_docs", "list_attempts"}
 
 
@@ -53,6 +68,7 @@ def bench(tmp_path):
 
 def run(bench, body, show_expert_source=False):
     """Run `body(client)` against a fresh in-memory server over `bench`."""
+
     async def go():
         async with Client(build_server(bench, show_expert_source)) as client:
             return await body(client)
@@ -73,12 +89,15 @@ def test_the_sdk_client_rejects_structured_content_that_breaks_the_output_schema
     schema = {"type": "object", "properties": {"max_abs_error": {"type": "number"}}, "required": ["max_abs_error"]}
 
     async def list_tools(ctx, params):
-        return mcp_types.ListToolsResult(tools=[mcp_types.Tool(name="t", input_schema={"type": "object"}, output_schema=schema)])
+        return mcp_types.ListToolsResult(
+            tools=[mcp_types.Tool(name="t", input_schema={"type": "object"}, output_schema=schema)]
+        )
 
     async def call_tool(ctx, params):
         value = None if params.arguments.get("bad") else 1.5
-        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="x")],
-                                        structured_content={"max_abs_error": value})
+        return mcp_types.CallToolResult(
+            content=[mcp_types.TextContent(type="text", text="x")], structured_content={"max_abs_error": value}
+        )
 
     lowlevel = Server("schema-probe", on_list_tools=list_tools, on_call_tool=call_tool)
 
@@ -94,41 +113,98 @@ def test_the_sdk_client_rejects_structured_content_that_breaks_the_output_schema
 
 def _verdict(status: Status, error_class: ErrorClass | None) -> Verdict:
     """A verdict carrying every kind of number an agent may meet: finite, NaN, +Inf, -Inf."""
-    seed = SeedReport(seed_index=0, passed=False, max_abs_error=math.inf, max_rel_error=math.nan, tolerance=0.02,
-                      baseline_max_abs_error=0.01, worst_index=[0, 0], worst_candidate=-math.inf, worst_truth=0.5,
-                      nan_count=3, inf_count=1, jaxbench_allclose=False)
-    return Verdict(status=status, error_class=error_class, message="m", workload_id="8p_GEMM", size="small", targets=["v6e"],
-                   tier="cpu_libtpu", attempt_id=1, seeds=[seed], total_seconds=math.nan,
-                   log_tail="tail" if status is Status.SERVER_ERROR else None)
+    seed = SeedReport(
+        seed_index=0,
+        passed=False,
+        max_abs_error=math.inf,
+        max_rel_error=math.nan,
+        tolerance=0.02,
+        baseline_max_abs_error=0.01,
+        worst_index=[0, 0],
+        worst_candidate=-math.inf,
+        worst_truth=0.5,
+        nan_count=3,
+        inf_count=1,
+        jaxbench_allclose=False,
+    )
+    return Verdict(
+        status=status,
+        error_class=error_class,
+        message="m",
+        workload_id="8p_GEMM",
+        size="small",
+        targets=["v6e"],
+        tier="cpu_libtpu",
+        attempt_id=1,
+        seeds=[seed],
+        total_seconds=math.nan,
+        log_tail="tail" if status is Status.SERVER_ERROR else None,
+    )
 
 
 def test_every_status_and_error_class_with_non_finite_numbers_fits_the_advertised_schemas(bench):
     """The vocabulary in full, with NaN and Inf in every number slot, through the SDK client's own validator
     against the schemas the server advertises for check_kernel, profile_kernel and list_attempts."""
     outcomes = [(None, Status.CORRECT)] + [(c, info.status) for c, info in ERROR_CLASSES.items()]
-    estimate = TargetEstimate(target="v6e", candidate_us=math.inf, xla_baseline_us=math.nan, roofline_us=1.0,
-                              speedup_vs_xla=0.0, kernels=[KernelEstimate(
-                                  name="k", grid_steps=1, bundles_per_step=1, slot_use={"mxu": math.nan}, hbm_bytes=1,
-                                  hbm_bytes_exact=True, compute_us=math.inf, memory_us=1.0, overhead_us=0.0,
-                                  estimate_us=math.inf, bottleneck="compute")])
+    estimate = TargetEstimate(
+        target="v6e",
+        candidate_us=math.inf,
+        xla_baseline_us=math.nan,
+        roofline_us=1.0,
+        speedup_vs_xla=0.0,
+        kernels=[
+            KernelEstimate(
+                name="k",
+                grid_steps=1,
+                bundles_per_step=1,
+                slot_use={"mxu": math.nan},
+                hbm_bytes=1,
+                hbm_bytes_exact=True,
+                compute_us=math.inf,
+                memory_us=1.0,
+                overhead_us=0.0,
+                estimate_us=math.inf,
+                bottleneck="compute",
+            )
+        ],
+    )
 
     async def body(client):
         await client.list_tools()
         for error_class, status in outcomes:
             verdict = _verdict(status, error_class)
-            for tool, model in (("check_kernel", CheckOutcome(state="done", attempt_id=1, verdict=verdict)),
-                                ("profile_kernel", ProfileOutcome(state="done", attempt_id=1, profile=Profile(
-                                    workload_id="8p_GEMM", tier="cpu_libtpu", kind="static estimate", label="l",
-                                    verdict=verdict, targets=[estimate])))):
+            for tool, model in (
+                ("check_kernel", CheckOutcome(state="done", attempt_id=1, verdict=verdict)),
+                (
+                    "profile_kernel",
+                    ProfileOutcome(
+                        state="done",
+                        attempt_id=1,
+                        profile=Profile(
+                            workload_id="8p_GEMM",
+                            tier="cpu_libtpu",
+                            kind="static estimate",
+                            label="l",
+                            verdict=verdict,
+                            targets=[estimate],
+                        ),
+                    ),
+                ),
+            ):
                 structured = model.model_dump(mode="json")
                 assert json.loads(json.dumps(structured, allow_nan=False)) == structured  # standard JSON only
                 await client.session.validate_tool_result(
-                    tool, mcp_types.CallToolResult(content=[], structured_content=structured))
+                    tool, mcp_types.CallToolResult(content=[], structured_content=structured)
+                )
         # The schema is what rejects the old encoding: NaN written as null.
-        broken = CheckOutcome(state="done", attempt_id=1, verdict=_verdict(Status.INCORRECT, ErrorClass.NAN_OUTPUT)).model_dump(mode="json")
+        broken = CheckOutcome(
+            state="done", attempt_id=1, verdict=_verdict(Status.INCORRECT, ErrorClass.NAN_OUTPUT)
+        ).model_dump(mode="json")
         broken["verdict"]["seeds"][0]["max_abs_error"] = None
         with pytest.raises(RuntimeError, match="Invalid structured content"):
-            await client.session.validate_tool_result("check_kernel", mcp_types.CallToolResult(content=[], structured_content=broken))
+            await client.session.validate_tool_result(
+                "check_kernel", mcp_types.CallToolResult(content=[], structured_content=broken)
+            )
 
     run(bench, body)
 
@@ -143,7 +219,9 @@ def _numbers_without_non_finite(schema, path="$", defs=None):
         for key in ("anyOf", "oneOf"):
             if key in schema:
                 branches = schema[key]
-                if any(b.get("type") == "number" for b in branches) and not any(b.get("enum") == ["nan", "inf", "-inf"] for b in branches):
+                if any(b.get("type") == "number" for b in branches) and not any(
+                    b.get("enum") == ["nan", "inf", "-inf"] for b in branches
+                ):
                     found.append(path)
                 for i, b in enumerate(branches):
                     if b.get("type") != "number":
@@ -163,6 +241,7 @@ def _numbers_without_non_finite(schema, path="$", defs=None):
 def test_every_number_in_verdicts_profiles_and_attempts_may_be_nan_or_inf(bench):
     """Any measured or computed number can be non-finite: no field of a verdict, profile or attempt may be a
     bare `number` (a new float field must use models.Real or models.OptionalReal)."""
+
     async def body(client):
         return {t.name: t.output_schema for t in (await client.list_tools()).tools}
 
@@ -184,9 +263,13 @@ def _serve_http(home: Path, *args: str, env: dict | None = None) -> tuple[subpro
     """A `jaxbench-mcp serve --transport http` subprocess; returns it once /health answers."""
     port = _free_port()
     log = home / f"server-{port}.log"
-    proc = subprocess.Popen([sys.executable, "-m", "jaxbench_mcp", "serve", "--transport", "http", "--port", str(port), *args],
-                            stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            env={**os.environ, "JAXBENCH_MCP_HOME": str(home), **(env or {})})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jaxbench_mcp", "serve", "--transport", "http", "--port", str(port), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "JAXBENCH_MCP_HOME": str(home), **(env or {})},
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -255,8 +338,12 @@ def test_crash_verdicts_reach_the_agent_over_http(http_server):
 
     async def go():
         async with Client(url) as client:
-            return [await client.call_tool("check_kernel", {"workload_id": "8p_GEMM", "seeds": 1,
-                                                            "source": (KERNELS / name).read_text()}) for name in cases]
+            return [
+                await client.call_tool(
+                    "check_kernel", {"workload_id": "8p_GEMM", "seeds": 1, "source": (KERNELS / name).read_text()}
+                )
+                for name in cases
+            ]
 
     for name, result in zip(cases, anyio.run(go)):
         expected = dict(kv.split("=", 1) for kv in (KERNELS / name).read_text().splitlines()[0].split()[2:])
@@ -271,9 +358,14 @@ def test_crash_verdicts_reach_the_agent_over_http(http_server):
 def test_http_serves_every_tool_resource_and_prompt(libtpu_tier, http_server):
     url, log = http_server
     bad = (KERNELS / "bad_syntax.py").read_text()  # a real verdict that never waits for a compile
-    calls = {"list_workloads": {"tier": "kernelbench"}, "get_workload": {"workload_id": "8p_GEMM", "size": "full"},
-             "read_docs": {"query": "accumulator init"}, "check_kernel": {"workload_id": "8p_GEMM", "source": bad},
-             "profile_kernel": {"workload_id": "8p_GEMM", "source": bad}, "list_attempts": {"workload_id": "8p"}}
+    calls = {
+        "list_workloads": {"tier": "kernelbench"},
+        "get_workload": {"workload_id": "8p_GEMM", "size": "full"},
+        "read_docs": {"query": "accumulator init"},
+        "check_kernel": {"workload_id": "8p_GEMM", "source": bad},
+        "profile_kernel": {"workload_id": "8p_GEMM", "source": bad},
+        "list_attempts": {"workload_id": "8p"},
+    }
 
     async def go():
         async with Client(url) as client:
@@ -318,10 +410,13 @@ class _BrokenChecker(Checker):
         raise type(self.exc)(*self.exc.args)  # a fresh exception each time, with a traceback of its own
 
 
-@pytest.mark.parametrize("exc, error_class", [
-    (RuntimeError("simulated crash in the checker\nsecond line"), "internal_error"),
-    (_WorkerWillNotStart("the worker did not start: libtpu init failed"), "worker_start_failed"),
-])
+@pytest.mark.parametrize(
+    "exc, error_class",
+    [
+        (RuntimeError("simulated crash in the checker\nsecond line"), "internal_error"),
+        (_WorkerWillNotStart("the worker did not start: libtpu init failed"), "worker_start_failed"),
+    ],
+)
 @pytest.mark.slow
 def test_a_failure_of_the_checker_comes_back_as_a_server_error_verdict(tmp_path, exc, error_class):
     bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=_BrokenChecker(exc))
@@ -338,8 +433,10 @@ def test_a_failure_of_the_checker_comes_back_as_a_server_error_verdict(tmp_path,
     # A profile checks first: its verdict is that check's, recorded as an attempt of its own.
     assert profiled.structured_content["profile"]["attempt_id"] == profiled.structured_content["attempt_id"]
     assert profiled.structured_content["profile"]["verdict"]["attempt_id"] > checked.structured_content["attempt_id"]
-    for result, verdict in ((checked, checked.structured_content["verdict"]),
-                            (profiled, profiled.structured_content["profile"]["verdict"])):
+    for result, verdict in (
+        (checked, checked.structured_content["verdict"]),
+        (profiled, profiled.structured_content["profile"]["verdict"]),
+    ):
         assert not result.is_error, result.content[0].text  # a structured verdict, not "Error executing tool"
         assert verdict["status"] == "server_error" and verdict["error_class"] == error_class
         assert f"attempt {verdict['attempt_id']}" in result.content[0].text
@@ -357,7 +454,9 @@ def test_a_failure_of_the_checker_comes_back_as_a_server_error_verdict(tmp_path,
 def test_agent_mistakes_in_a_check_are_tool_errors_and_record_no_attempt(bench):
     async def body(client):
         unknown = await client.call_tool("check_kernel", {"workload_id": "8p_GEM", "source": "x"})
-        bad_target = await client.call_tool("check_kernel", {"workload_id": "8p_GEMM", "source": "x", "targets": ["v9"]})
+        bad_target = await client.call_tool(
+            "check_kernel", {"workload_id": "8p_GEMM", "source": "x", "targets": ["v9"]}
+        )
         listed = await client.call_tool("list_attempts", {})
         return unknown, bad_target, listed
 
@@ -429,7 +528,9 @@ def test_tools_have_titles_annotations_enums_and_described_parameters_in_a_fixed
 
     assert enum_of("list_workloads", "tier") == set(workloads.TIERS)
     assert enum_of("get_workload", "size") == enum_of("check_kernel", "size") == {"small", "full"}
-    assert enum_of("check_kernel", "targets") == enum_of("profile_kernel", "targets") == {"v4", "v5e", "v5p", "v6e", "7x"}
+    assert (
+        enum_of("check_kernel", "targets") == enum_of("profile_kernel", "targets") == {"v4", "v5e", "v5p", "v6e", "7x"}
+    )
     # Output enums: every status and error class a verdict may carry is listed in the schema.
     check_out = by_name["check_kernel"].output_schema
 
@@ -453,10 +554,12 @@ def test_completions_offer_workload_ids_and_doc_topics(bench):
         prompt = mcp_types.PromptReference(type="ref/prompt", name="optimize_workload")
         workload = mcp_types.ResourceTemplateReference(type="ref/resource", uri="jaxbench://workloads/{workload_id}")
         topic = mcp_types.ResourceTemplateReference(type="ref/resource", uri="jaxbench://docs/{topic}")
-        return (await client.complete(prompt, {"name": "workload_id", "value": "8p"}),
-                await client.complete(workload, {"name": "workload_id", "value": "gemm"}),
-                await client.complete(topic, {"name": "topic", "value": "block"}),
-                await client.complete(workload, {"name": "workload_id", "value": ""}))
+        return (
+            await client.complete(prompt, {"name": "workload_id", "value": "8p"}),
+            await client.complete(workload, {"name": "workload_id", "value": "gemm"}),
+            await client.complete(topic, {"name": "topic", "value": "block"}),
+            await client.complete(workload, {"name": "workload_id", "value": ""}),
+        )
 
     by_prefix, by_substring, topics, everything = run(bench, body)
     assert by_prefix.completion.values == ["8p_GEMM"]
@@ -489,14 +592,33 @@ def test_resources_list_names_every_workload_and_docs_topic_and_each_reads(bench
 
 
 def test_a_profile_text_carries_slot_use_and_the_estimate_caveats():
-    kernel = KernelEstimate(name="mm", grid_steps=8, grid_steps_exact=False, bundles_per_step=100,
-                            slot_use={"mxu": 0.5, "vpu": 0.25}, hbm_bytes=2**20, hbm_bytes_exact=True, run_ratio=0.5,
-                            run_ratio_exact=False, compute_us=1.0, memory_us=2.0, overhead_us=0.1, estimate_us=2.1,
-                            bottleneck="memory")
+    kernel = KernelEstimate(
+        name="mm",
+        grid_steps=8,
+        grid_steps_exact=False,
+        bundles_per_step=100,
+        slot_use={"mxu": 0.5, "vpu": 0.25},
+        hbm_bytes=2**20,
+        hbm_bytes_exact=True,
+        run_ratio=0.5,
+        run_ratio_exact=False,
+        compute_us=1.0,
+        memory_us=2.0,
+        overhead_us=0.1,
+        estimate_us=2.1,
+        bottleneck="memory",
+    )
     verdict = _verdict(Status.CORRECT, None)
-    profile = Profile(workload_id="8p_GEMM", tier="cpu_libtpu", kind="static estimate", label="l", verdict=verdict,
-                      targets=[TargetEstimate(target="v6e", candidate_us=2.1, xla_baseline_us=3.0, roofline_us=1.0,
-                                              kernels=[kernel])])
+    profile = Profile(
+        workload_id="8p_GEMM",
+        tier="cpu_libtpu",
+        kind="static estimate",
+        label="l",
+        verdict=verdict,
+        targets=[
+            TargetEstimate(target="v6e", candidate_us=2.1, xla_baseline_us=3.0, roofline_us=1.0, kernels=[kernel])
+        ],
+    )
     text = profile.summary()
     assert "mxu 50%" in text and "vpu 25%" in text
     assert "grid known only at run time" in text and "run ratio approximate" in text
@@ -533,8 +655,9 @@ def _long_attempt(bench) -> int:
     verdict = _verdict(Status.INCORRECT, ErrorClass.WRONG_VALUES)
     verdict.seeds = verdict.seeds * api.MAX_SEEDS
     verdict.message = "decisive line\n" * 20
-    bench.store.finish(attempt_id, verdict.status, verdict.error_class, verdict.model_dump(mode="json"),
-                       "log line\n" * 250_000, 1.0)
+    bench.store.finish(
+        attempt_id, verdict.status, verdict.error_class, verdict.model_dump(mode="json"), "log line\n" * 250_000, 1.0
+    )
     return attempt_id
 
 
@@ -594,7 +717,9 @@ def test_a_long_attempt_is_cut_and_says_so(bench):
 
 def test_an_oversized_source_is_refused_by_the_input_schema(bench):
     async def body(client):
-        return await client.call_tool("check_kernel", {"workload_id": "8p_GEMM", "source": "x" * (server_module.MAX_SOURCE_CHARS + 1)})
+        return await client.call_tool(
+            "check_kernel", {"workload_id": "8p_GEMM", "source": "x" * (server_module.MAX_SOURCE_CHARS + 1)}
+        )
 
     assert run(bench, body).is_error
 
@@ -618,8 +743,12 @@ def test_the_server_module_builds_its_mcp_object_lazily(tmp_path, monkeypatch):
     from mcp.server.mcpserver import MCPServer
 
     monkeypatch.setenv("JAXBENCH_MCP_HOME", str(tmp_path))
-    fresh = subprocess.run([sys.executable, "-c", "import jaxbench_mcp.server as s; print(s._default_server)"],
-                           capture_output=True, text=True, timeout=120)
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import jaxbench_mcp.server as s; print(s._default_server)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert fresh.stdout.strip() == "None", fresh.stderr  # importing builds nothing
     spec = importlib.util.spec_from_file_location("server_module", ROOT / "jaxbench_mcp" / "server.py")
     module = importlib.util.module_from_spec(spec)
@@ -628,7 +757,9 @@ def test_the_server_module_builds_its_mcp_object_lazily(tmp_path, monkeypatch):
 
 
 def test_mcp_run_finds_the_server_object(tmp_path, monkeypatch):
-    pytest.importorskip("typer", reason="`mcp run` needs the SDK's cli extra (pip install 'mcp[cli]'), not installed here")
+    pytest.importorskip(
+        "typer", reason="`mcp run` needs the SDK's cli extra (pip install 'mcp[cli]'), not installed here"
+    )
     from mcp.cli.cli import _import_server
     from mcp.server.mcpserver import MCPServer
 
@@ -639,15 +770,23 @@ def test_mcp_run_finds_the_server_object(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_stdio_serves_tools_and_errors_without_tracebacks(tmp_path):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "jaxbench_mcp", "serve"], cwd=str(tmp_path),
-                                   env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)})
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "jaxbench_mcp", "serve"],
+        cwd=str(tmp_path),
+        env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)},
+    )
     errlog = (tmp_path / "stderr.log").open("w+")
 
     async def go():
         async with Client(stdio_client(params, errlog=errlog)) as client:
             tools = [t.name for t in (await client.list_tools()).tools]
-            for tool, args in (("server_info", {}), ("read_docs", {}), ("list_attempts", {}),
-                               ("get_workload", {"workload_id": "8p_GEMM"})):
+            for tool, args in (
+                ("server_info", {}),
+                ("read_docs", {}),
+                ("list_attempts", {}),
+                ("get_workload", {"workload_id": "8p_GEMM"}),
+            ):
                 assert not (await client.call_tool(tool, args)).is_error, tool
             listed = await client.call_tool("list_workloads", {"tier": "production"})
             bad = await client.call_tool("get_workload", {"workload_id": "8p_GEM"})
@@ -682,7 +821,9 @@ def test_http_security_rules():
     wild = http_security("0.0.0.0", allowed_hosts=["mcp.example.org", "box:8080"], env={"JAXBENCH_MCP_TOKEN": token})
     # The unspecified address is no Host name; the loopback names and the listed ones are.
     assert "0.0.0.0:*" not in wild.allowed_hosts
-    assert {"127.0.0.1:*", "localhost:*", "[::1]:*", "mcp.example.org", "mcp.example.org:*", "box:8080"} <= set(wild.allowed_hosts)
+    assert {"127.0.0.1:*", "localhost:*", "[::1]:*", "mcp.example.org", "mcp.example.org:*", "box:8080"} <= set(
+        wild.allowed_hosts
+    )
     assert "box:8080:*" not in wild.allowed_hosts and "http://mcp.example.org:*" in wild.allowed_origins
     assert "10.0.0.5:*" in http_security("10.0.0.5", env={"JAXBENCH_MCP_TOKEN": token}).allowed_hosts
 
@@ -691,9 +832,24 @@ def test_http_security_rules():
 def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "JAXBENCH_MCP_TOKEN"}
     port = _free_port()
-    out = subprocess.run([sys.executable, "-m", "jaxbench_mcp", "serve", "--transport", "http", "--host", "0.0.0.0",
-                          "--port", str(port)], capture_output=True, text=True, timeout=120,
-                         env={**env, "JAXBENCH_MCP_HOME": str(tmp_path)})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxbench_mcp",
+            "serve",
+            "--transport",
+            "http",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "JAXBENCH_MCP_HOME": str(tmp_path)},
+    )
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and "--token-file" in out.stderr and "JAXBENCH_MCP_TOKEN" in out.stderr
     with socket.socket() as s:  # and it never listened
@@ -706,11 +862,20 @@ def test_with_a_token_only_requests_that_carry_it_get_in(libtpu_tier, tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")
     # Bound to every address; the test only ever connects to 127.0.0.1.
-    proc, port, log = _serve_http(tmp_path, "--host", "0.0.0.0", "--token-file", str(token_file),
-                                  "--allowed-host", "jaxbench.test")
+    proc, port, log = _serve_http(
+        tmp_path, "--host", "0.0.0.0", "--token-file", str(token_file), "--allowed-host", "jaxbench.test"
+    )
     base = f"http://127.0.0.1:{port}"
-    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "probe", "version": "0"},
+        },
+    }
     accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     try:
         health = httpx2.get(f"{base}/health", timeout=10)
@@ -720,13 +885,27 @@ def test_with_a_token_only_requests_that_carry_it_get_in(libtpu_tier, tmp_path):
             assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer"), auth
             assert token not in refused.text
         right = {**accept, "Authorization": f"Bearer {token}"}
-        assert httpx2.post(f"{base}/mcp", json=initialize, headers={**right, "Host": "evil.example"}, timeout=10).status_code == 421
-        assert httpx2.post(f"{base}/mcp", json=initialize, headers={**right, "Origin": "http://evil.example"}, timeout=10).status_code == 403
-        named = httpx2.post(f"{base}/mcp", json=initialize, headers={**right, "Host": f"jaxbench.test:{port}"}, timeout=10)
+        assert (
+            httpx2.post(
+                f"{base}/mcp", json=initialize, headers={**right, "Host": "evil.example"}, timeout=10
+            ).status_code
+            == 421
+        )
+        assert (
+            httpx2.post(
+                f"{base}/mcp", json=initialize, headers={**right, "Origin": "http://evil.example"}, timeout=10
+            ).status_code
+            == 403
+        )
+        named = httpx2.post(
+            f"{base}/mcp", json=initialize, headers={**right, "Host": f"jaxbench.test:{port}"}, timeout=10
+        )
         assert named.status_code == 200, named.text  # an --allowed-host name gets in
 
         async def go():
-            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300))
+            http = httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300)
+            )
             async with http, Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
                 return await client.call_tool("server_info", {})
 

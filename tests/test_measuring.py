@@ -35,15 +35,21 @@ class Plane:
 def test_only_the_timed_module_on_tpu_device_module_lines_counts():
     planes = [
         Plane("/host:CPU", [Line("XLA Modules", [Event("jit_jaxbench_timed", 0, 9e9)])]),
-        Plane("/device:TPU:0", [
-            Line("XLA Ops", [Event("jit_jaxbench_timed", 0, 8e9), Event("fusion.1", 5, 1e3)]),
-            Line("XLA Modules", [
-                Event("jit_jaxbench_timed(771)", 300, 3_000),
-                Event("jit__create_inputs(12)", 100, 50_000),
-                Event("jit_jaxbench_timed", 200, 2_000),
-                Event("jit_jaxbench_timed_twin(5)", 250, 7_000),
-            ]),
-        ]),
+        Plane(
+            "/device:TPU:0",
+            [
+                Line("XLA Ops", [Event("jit_jaxbench_timed", 0, 8e9), Event("fusion.1", 5, 1e3)]),
+                Line(
+                    "XLA Modules",
+                    [
+                        Event("jit_jaxbench_timed(771)", 300, 3_000),
+                        Event("jit__create_inputs(12)", 100, 50_000),
+                        Event("jit_jaxbench_timed", 200, 2_000),
+                        Event("jit_jaxbench_timed_twin(5)", 250, 7_000),
+                    ],
+                ),
+            ],
+        ),
     ]
     # In start order, in microseconds; the other module, the ops line and the host plane are ignored.
     assert measuring.module_durations_us(planes, "jit_jaxbench_timed") == [2.0, 3.0]

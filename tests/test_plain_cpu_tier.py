@@ -15,8 +15,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    bench = api.JaxBench(store=Store(tmp_path_factory.mktemp("cpu") / "attempts.sqlite3"),
-                         checker=Checker(tier=targets.Tier.CPU, spares=0, slots=1))
+    bench = api.JaxBench(
+        store=Store(tmp_path_factory.mktemp("cpu") / "attempts.sqlite3"),
+        checker=Checker(tier=targets.Tier.CPU, spares=0, slots=1),
+    )
     yield bench
     bench.close()
 

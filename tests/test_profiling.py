@@ -34,8 +34,9 @@ def _traffic_of_kernel(body, grid, in_specs=None, num_scalar_prefetch=0):
     from jax.experimental.pallas import tpu as pltpu
 
     block = pl.BlockSpec((128, 128), lambda *idx: (idx[0], 0))
-    spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=num_scalar_prefetch, grid=grid,
-                                        in_specs=in_specs or [block], out_specs=block)
+    spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=num_scalar_prefetch, grid=grid, in_specs=in_specs or [block], out_specs=block
+    )
     args = ([jnp.zeros(1, jnp.int32)] if num_scalar_prefetch else []) + [jnp.zeros((512, 128), jnp.float32)]
     call = pl.pallas_call(body, grid_spec=spec, out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32))
     (kernel,) = kernel_analysis.kernel_traffic(jax.make_jaxpr(call)(*args).jaxpr)
@@ -126,8 +127,9 @@ def test_a_grid_known_only_at_run_time_is_marked():
 
     def dynamic(x, n):
         block = pl.BlockSpec((128, 128), lambda i: (i, 0))
-        return pl.pallas_call(body, grid=(n,), in_specs=[block], out_specs=block,
-                              out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+        return pl.pallas_call(
+            body, grid=(n,), in_specs=[block], out_specs=block, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype)
+        )(x)
 
     from jaxbench_mcp import kernel_replay
 
@@ -224,32 +226,72 @@ def test_profile_text_says_what_the_numbers_are():
 
     verdict = Verdict(status="correct", message="", workload_id="8p_GEMM", size="small", targets=["v6e"], tier="tpu")
     measured = TargetEstimate(
-        target="v6e", kind="measured", candidate_us=5000.0, xla_baseline_us=4500.0, roofline_us=4183.0,
-        speedup_vs_xla=0.9, roofline_pct=83.7, tflops_per_s=770.0, hbm_gb_per_s=281.0,
-        candidate_timing=DeviceTiming(median_us=5000.0, min_us=4950.0, spread_pct=2.0, iterations=20), docs=["performance#reading-profile"])
+        target="v6e",
+        kind="measured",
+        candidate_us=5000.0,
+        xla_baseline_us=4500.0,
+        roofline_us=4183.0,
+        speedup_vs_xla=0.9,
+        roofline_pct=83.7,
+        tflops_per_s=770.0,
+        hbm_gb_per_s=281.0,
+        candidate_timing=DeviceTiming(median_us=5000.0, min_us=4950.0, spread_pct=2.0, iterations=20),
+        docs=["performance#reading-profile"],
+    )
     estimated = TargetEstimate(
-        target="v5e", candidate_us=9000.0, xla_baseline_us=None, roofline_us=8000.0, bottleneck="MXU-bound",
-        kernels=[KernelEstimate(name="0:matmul", grid_steps=64, bundles_per_step=900, slot_use={}, hbm_bytes=2**30,
-                                hbm_bytes_exact=True, run_ratio=0.62, compute_us=8800.0, memory_us=1300.0, overhead_us=22.4,
-                                estimate_us=9000.0, bottleneck="MXU-bound")])
-    text = Profile(workload_id="8p_GEMM", tier="tpu", kind="measured", label="MEASURED", verdict=verdict,
-                   targets=[measured, estimated]).summary()
+        target="v5e",
+        candidate_us=9000.0,
+        xla_baseline_us=None,
+        roofline_us=8000.0,
+        bottleneck="MXU-bound",
+        kernels=[
+            KernelEstimate(
+                name="0:matmul",
+                grid_steps=64,
+                bundles_per_step=900,
+                slot_use={},
+                hbm_bytes=2**30,
+                hbm_bytes_exact=True,
+                run_ratio=0.62,
+                compute_us=8800.0,
+                memory_us=1300.0,
+                overhead_us=22.4,
+                estimate_us=9000.0,
+                bottleneck="MXU-bound",
+            )
+        ],
+    )
+    text = Profile(
+        workload_id="8p_GEMM",
+        tier="tpu",
+        kind="measured",
+        label="MEASURED",
+        verdict=verdict,
+        targets=[measured, estimated],
+    ).summary()
     assert "v6e (measured): candidate 5,000.0 us | XLA baseline 4,500.0 us" in text
     assert "speedup vs XLA 0.90x; 84% of roofline (770.0 TFLOP/s, 281 GB/s)" in text
     assert "candidate: median 5,000.0 us, min 4,950.0 us, spread 2.0% over 20 runs" in text
-    assert "v5e (static estimate): candidate ~9,000.0 us | XLA baseline n/a | expert n/a | roofline >= 8,000.0 us" in text and "speedup vs XLA n/a" in text
+    assert (
+        "v5e (static estimate): candidate ~9,000.0 us | XLA baseline n/a | expert n/a | roofline >= 8,000.0 us" in text
+        and "speedup vs XLA n/a" in text
+    )
     assert "64 steps x 900 bundles x 0.62 run; compute 8,800.0 us, HBM 1,300.0 us (1,024 MiB)" in text
     assert "read: performance#reading-profile" in text and "{" not in text
 
 
 def test_a_vmem_overflow_is_summarised_by_its_sizes():
     # libtpu's message, shortened: the HLO instruction fills most of the real line.
-    text = ("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom:\nRan out of memory in memory space vmem while "
-            "allocating on stack for %workload.1 = bf16[8192,28672]{1,0} custom-call(%a_ref.1, %b_ref.1). Scoped "
-            "allocation with size 112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M. It should not be "
-            "possible to run out of scoped vmem - \nSee https://openxla.org/xla/errors/error_1001 for more details.")
-    assert profiling.compile_failure(text) == ("compile failed (vmem_overflow): out of VMEM: Scoped allocation with size "
-                                               "112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M")
+    text = (
+        "RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom:\nRan out of memory in memory space vmem while "
+        "allocating on stack for %workload.1 = bf16[8192,28672]{1,0} custom-call(%a_ref.1, %b_ref.1). Scoped "
+        "allocation with size 112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M. It should not be "
+        "possible to run out of scoped vmem - \nSee https://openxla.org/xla/errors/error_1001 for more details."
+    )
+    assert profiling.compile_failure(text) == (
+        "compile failed (vmem_overflow): out of VMEM: Scoped allocation with size "
+        "112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M"
+    )
 
 
 @pytest.mark.slow
@@ -265,9 +307,25 @@ def test_a_failing_kernel_is_not_profiled(tmp_path):
 
 @pytest.mark.slow
 def test_cli_profile_of_our_gemm_reports_estimate_baseline_expert_and_bottleneck(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "jaxbench_mcp.cli", "profile", "--workload", "8p_GEMM", "--kernel",
-                          str(KERNELS / "good_gemm_tiled.py"), "--target", "v6e", "--json"],
-                         capture_output=True, text=True, timeout=600, env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxbench_mcp.cli",
+            "profile",
+            "--workload",
+            "8p_GEMM",
+            "--kernel",
+            str(KERNELS / "good_gemm_tiled.py"),
+            "--target",
+            "v6e",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     profile = json.loads(out.stdout)
     assert profile["kind"] == "static estimate" and "ESTIMATE" in profile["label"]

@@ -14,28 +14,51 @@ def line(**event) -> bytes:
 
 def test_a_well_formed_stream_is_accepted_in_order():
     log = protocol.EventLog()
-    for raw in (line(event="stage", stage="load", state="start"), line(event="stage", stage="load", state="done", seconds=0.1),
-                line(event="stage", stage="run", state="start", seed_index=0),
-                line(event="stage", stage="run", state="done", seed_index=0,
-                     output={"path": "output_0.npy", "shape": [2, 2], "dtype": "float32", "leaves": 1}),
-                line(event="finished")):
+    for raw in (
+        line(event="stage", stage="load", state="start"),
+        line(event="stage", stage="load", state="done", seconds=0.1),
+        line(event="stage", stage="run", state="start", seed_index=0),
+        line(
+            event="stage",
+            stage="run",
+            state="done",
+            seed_index=0,
+            output={"path": "output_0.npy", "shape": [2, 2], "dtype": "float32", "leaves": 1},
+        ),
+        line(event="finished"),
+    ):
         log.accept(protocol.parse_event(raw))
     assert log.finished and [e.stage for e in log.ended()] == [Stage.LOAD, Stage.RUN]
 
 
-@pytest.mark.parametrize("raw, why", [
-    (line(event="stage", stage="exfiltrate", state="start"), "malformed"),  # an unknown stage
-    (line(event="stage", stage="load", state="start", extra="x"), "malformed"),  # an unknown field
-    (line(event="telemetry"), "malformed"),  # an unknown event
-    (b"not json", "malformed"),
-    (line(event="stage", stage="compare", state="start"), "malformed"),  # the parent's own stage
-    (line(event="stage", stage="run", state="done", seed_index=0,
-          output={"path": "../../etc/passwd", "shape": [1], "dtype": "float32", "leaves": 1}), "malformed"),  # not a bare name
-    (line(event="stage", stage="load", state="done", traced={"kernels": [], "host_callbacks": [], "outputs": []}),
-     "malformed"),  # a payload on the wrong stage
-    (line(event="stage", stage="lower", state="done", lowered={"module_file": "/tmp/x.mlir"}), "malformed"),
-    (b"{" + b" " * protocol.MAX_EVENT_BYTES + b"}", "bytes"),
-])
+@pytest.mark.parametrize(
+    "raw, why",
+    [
+        (line(event="stage", stage="exfiltrate", state="start"), "malformed"),  # an unknown stage
+        (line(event="stage", stage="load", state="start", extra="x"), "malformed"),  # an unknown field
+        (line(event="telemetry"), "malformed"),  # an unknown event
+        (b"not json", "malformed"),
+        (line(event="stage", stage="compare", state="start"), "malformed"),  # the parent's own stage
+        (
+            line(
+                event="stage",
+                stage="run",
+                state="done",
+                seed_index=0,
+                output={"path": "../../etc/passwd", "shape": [1], "dtype": "float32", "leaves": 1},
+            ),
+            "malformed",
+        ),  # not a bare name
+        (
+            line(
+                event="stage", stage="load", state="done", traced={"kernels": [], "host_callbacks": [], "outputs": []}
+            ),
+            "malformed",
+        ),  # a payload on the wrong stage
+        (line(event="stage", stage="lower", state="done", lowered={"module_file": "/tmp/x.mlir"}), "malformed"),
+        (b"{" + b" " * protocol.MAX_EVENT_BYTES + b"}", "bytes"),
+    ],
+)
 def test_bad_events_are_violations(raw, why):
     with pytest.raises(protocol.ProtocolViolation, match=why):
         protocol.parse_event(raw)
@@ -64,13 +87,22 @@ def test_a_flood_of_events_is_cut_off():
 
 
 def test_jobs_carry_only_what_the_parent_put_in():
-    job = protocol.CheckJob(workload_id="8p_GEMM", targets=["v6e"], size="small", interpret=True, shuffle_seeds=[1],
-                            inputs=[[protocol.InputFile(file="input_0_0.bin", shape=[2], dtype="bfloat16"),
-                                     protocol.StaticInput(static=4)]])
+    job = protocol.CheckJob(
+        workload_id="8p_GEMM",
+        targets=["v6e"],
+        size="small",
+        interpret=True,
+        shuffle_seeds=[1],
+        inputs=[
+            [protocol.InputFile(file="input_0_0.bin", shape=[2], dtype="bfloat16"), protocol.StaticInput(static=4)]
+        ],
+    )
     sent = json.loads(protocol.JobEnvelope(job=job).model_dump_json())["job"]
     assert "seed" not in json.dumps(sent).replace("shuffle_seeds", "")
     with pytest.raises(ValueError):
-        protocol.CheckJob(workload_id="x", targets=[], size="small", interpret=True, shuffle_seeds=[], inputs=[], seeds=[42])
+        protocol.CheckJob(
+            workload_id="x", targets=[], size="small", interpret=True, shuffle_seeds=[], inputs=[], seeds=[42]
+        )
 
 
 def test_cut_text_keeps_head_and_tail_and_says_how_much_went():
@@ -87,8 +119,12 @@ def test_what_the_worker_sends_the_parent_accepts_even_with_fields_left_empty(tm
 
     read_fd, write_fd = os.pipe()
     report = Reporter(write_fd)
-    traced = protocol.Traced(kernels=[], host_callbacks=[], outputs=[],
-                             work=protocol.Work(kernel_flops=0.0, kernel_bytes=0.0, outside_flops=None, outside_bytes=None, exact=True))
+    traced = protocol.Traced(
+        kernels=[],
+        host_callbacks=[],
+        outputs=[],
+        work=protocol.Work(kernel_flops=0.0, kernel_bytes=0.0, outside_flops=None, outside_bytes=None, exact=True),
+    )
     report.stage(Stage.TRACE, "done", traced=traced)
     report.send(protocol.Ready())
     lines = os.read(read_fd, 1 << 20).splitlines()
@@ -97,14 +133,22 @@ def test_what_the_worker_sends_the_parent_accepts_even_with_fields_left_empty(tm
 
 
 def test_events_about_stages_targets_or_seeds_the_job_does_not_have_are_violations():
-    job = protocol.CheckJob(workload_id="8p_GEMM", targets=["v6e"], size="small", interpret=True, shuffle_seeds=[1],
-                            inputs=[[protocol.InputFile(file="input_0_0.bin", shape=[2], dtype="bfloat16")]])
-    for raw, why in ((line(event="stage", stage="lower", state="start", target="v99"), "did not ask for"),
-                     (line(event="stage", stage="compile", state="start"), "did not ask for"),
-                     (line(event="stage", stage="run", state="start", seed_index=1), "does not have"),
-                     (line(event="stage", stage="run", state="start"), "does not have"),
-                     (line(event="stage", stage="trace", state="start", target="v6e"), "names a target"),
-                     (line(event="stage", stage="measure", state="start"), "in a check job")):
+    job = protocol.CheckJob(
+        workload_id="8p_GEMM",
+        targets=["v6e"],
+        size="small",
+        interpret=True,
+        shuffle_seeds=[1],
+        inputs=[[protocol.InputFile(file="input_0_0.bin", shape=[2], dtype="bfloat16")]],
+    )
+    for raw, why in (
+        (line(event="stage", stage="lower", state="start", target="v99"), "did not ask for"),
+        (line(event="stage", stage="compile", state="start"), "did not ask for"),
+        (line(event="stage", stage="run", state="start", seed_index=1), "does not have"),
+        (line(event="stage", stage="run", state="start"), "does not have"),
+        (line(event="stage", stage="trace", state="start", target="v6e"), "names a target"),
+        (line(event="stage", stage="measure", state="start"), "in a check job"),
+    ):
         with pytest.raises(protocol.ProtocolViolation, match=why):
             protocol.EventLog(job).accept(protocol.parse_event(raw))
     ok = protocol.EventLog(job)

@@ -15,7 +15,9 @@ DIGESTS = json.loads((DATA_DIR / "seed42_small_digests.json").read_text())["dige
 
 
 def _digest(inputs) -> list[str]:
-    return [hashlib.sha256(np.asarray(x).tobytes()).hexdigest()[:16] if hasattr(x, "shape") else repr(x) for x in inputs]
+    return [
+        hashlib.sha256(np.asarray(x).tobytes()).hexdigest()[:16] if hasattr(x, "shape") else repr(x) for x in inputs
+    ]
 
 
 def _assert_bitwise(ours, theirs):
@@ -29,7 +31,10 @@ def _assert_bitwise(ours, theirs):
 # workload modules: key(42) (or key(0) / key(0xBADC0DE) for KernelBench rows), split, draw in the dtype.
 def test_8p_gemm_matches_jaxbench_construction():
     ka, kb = jax.random.split(jax.random.key(42), 2)
-    theirs = (jax.random.normal(ka, (512, 512), dtype=jnp.bfloat16), jax.random.normal(kb, (512, 6144), dtype=jnp.bfloat16) * 0.02)
+    theirs = (
+        jax.random.normal(ka, (512, 512), dtype=jnp.bfloat16),
+        jax.random.normal(kb, (512, 6144), dtype=jnp.bfloat16) * 0.02,
+    )
     _assert_bitwise(workloads.get_workload("8p_GEMM").create_inputs("small", seed=42), theirs)
 
 
@@ -41,16 +46,22 @@ def test_1p_flash_attention_matches_jaxbench_construction():
 
 def test_12p_rmsnorm_matches_jaxbench_construction():
     kx, ks = jax.random.split(jax.random.key(42), 2)
-    theirs = (jax.random.normal(kx, (2, 256, 1024), dtype=jnp.bfloat16),
-              jax.random.normal(ks, (1024,), dtype=jnp.bfloat16) * 0.1 + 1.0)
+    theirs = (
+        jax.random.normal(kx, (2, 256, 1024), dtype=jnp.bfloat16),
+        jax.random.normal(ks, (1024,), dtype=jnp.bfloat16) * 0.1 + 1.0,
+    )
     _assert_bitwise(workloads.get_workload("12p_RMSNorm").create_inputs("small", seed=42), theirs)
 
 
 def test_18k_conv_matches_jaxbench_construction():
     x = jax.random.uniform(jax.random.key(0), (4, 64, 32, 32), dtype=jnp.bfloat16)
     kw, kcb, kb = jax.random.split(jax.random.key(0xBADC0DE), 3)
-    theirs = (x, jax.random.normal(kw, (128, 64, 3, 3), dtype=jnp.bfloat16) * 0.02,
-              jax.random.normal(kcb, (128,), dtype=jnp.bfloat16) * 0.02, jax.random.normal(kb, (128, 1, 1), dtype=jnp.bfloat16) * 0.02)
+    theirs = (
+        x,
+        jax.random.normal(kw, (128, 64, 3, 3), dtype=jnp.bfloat16) * 0.02,
+        jax.random.normal(kcb, (128,), dtype=jnp.bfloat16) * 0.02,
+        jax.random.normal(kb, (128, 1, 1), dtype=jnp.bfloat16) * 0.02,
+    )
     _assert_bitwise(workloads.get_workload("18k_Conv2D_ReLU_BiasAdd").create_inputs("small", seed=42), theirs)
 
 

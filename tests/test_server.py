@@ -57,7 +57,12 @@ def test_get_workload_gives_the_contract_in_structure_and_text(bench):
     result = call(bench, "get_workload", {"workload_id": "8p_GEMM", "size": "full"})
     spec = result.structured_content
     assert [t["shape"] for t in spec["size"]["inputs"]] == [[8192, 8192], [8192, 28672]]
-    assert spec["size"]["outputs"][0] == {"name": "", "shape": [8192, 28672], "dtype": "bfloat16", "bytes": 8192 * 28672 * 2}
+    assert spec["size"]["outputs"][0] == {
+        "name": "",
+        "shape": [8192, 28672],
+        "dtype": "bfloat16",
+        "bytes": 8192 * 28672 * 2,
+    }
     assert {r["generation"] for r in spec["size"]["roofline"]} == {"v4", "v5e", "v5p", "v6e", "7x"}
     text = result.content[0].text
     assert "[8192, 28672] bfloat16" in text and "def reference" in text
@@ -88,8 +93,11 @@ def test_check_kernel_reports_progress_and_a_verdict_then_list_attempts_has_it(b
 
     async def go():
         async with Client(build_server(bench)) as client:
-            checked = await client.call_tool("check_kernel", {"workload_id": "12p_RMSNorm", "source": source, "seeds": 3},
-                                             progress_callback=on_progress)
+            checked = await client.call_tool(
+                "check_kernel",
+                {"workload_id": "12p_RMSNorm", "source": source, "seeds": 3},
+                progress_callback=on_progress,
+            )
             listed = await client.call_tool("list_attempts", {"attempt_id": checked.structured_content["attempt_id"]})
             return checked, listed
 
@@ -113,7 +121,10 @@ def test_workload_specs_and_doc_topics_are_resources(bench):
             return templates, spec, topic
 
     templates, spec, topic = anyio.run(go)
-    assert {t.uri_template for t in templates.resource_templates} == {"jaxbench://workloads/{workload_id}", "jaxbench://docs/{topic}"}
+    assert {t.uri_template for t in templates.resource_templates} == {
+        "jaxbench://workloads/{workload_id}",
+        "jaxbench://docs/{topic}",
+    }
     for size in ("full", "small"):
         (out,) = api.get_workload("8p_GEMM", size).size.outputs
         assert f"{list(out.shape)} {out.dtype}" in spec.contents[0].text
@@ -141,8 +152,9 @@ def test_profile_kernel_reports_progress_and_a_labelled_estimate_that_list_attem
 
     async def go():
         async with Client(build_server(bench)) as client:
-            result = await client.call_tool("profile_kernel", {"workload_id": "12p_RMSNorm", "source": source},
-                                            progress_callback=on_progress)
+            result = await client.call_tool(
+                "profile_kernel", {"workload_id": "12p_RMSNorm", "source": source}, progress_callback=on_progress
+            )
             attempt_id = result.structured_content["attempt_id"]
             for _ in range(600):  # past the call's time budget a profile is collected from list_attempts
                 listed = await client.call_tool("list_attempts", {"attempt_id": attempt_id})
@@ -166,8 +178,11 @@ def test_profile_kernel_reports_progress_and_a_labelled_estimate_that_list_attem
 @pytest.mark.slow
 def test_a_check_for_every_generation_compiles_and_reports_each_even_after_a_failure(bench):
     source = (KERNELS / "bad_vmem_full_only.py").read_text()
-    result = call(bench, "check_kernel", {"workload_id": "8p_GEMM", "source": source,
-                                          "targets": ["v4", "v5e", "v5p", "v6e", "7x"], "seeds": 1})
+    result = call(
+        bench,
+        "check_kernel",
+        {"workload_id": "8p_GEMM", "source": source, "targets": ["v4", "v5e", "v5p", "v6e", "7x"], "seeds": 1},
+    )
     verdict = result.structured_content["verdict"]
     assert (verdict["status"], verdict["error_class"]) == ("compile_error", "vmem_overflow")
     assert [c["target"] for c in verdict["compiles"]] == ["v4", "v5e", "v5p", "v6e", "7x"]

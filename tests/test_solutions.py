@@ -67,6 +67,7 @@ def verdicts():
     checker = Checker(spares=2, slots=2)
     checker.start()
     try:
+
         def run(path: Path):
             verdict, outcome = checker.check(path.stem, path.read_text(), seeds=SEEDS)
             if outcome is not None:
@@ -151,9 +152,11 @@ def test_the_server_never_hands_out_a_solution(tmp_path):
 
 def test_distinctive_line_skips_shared_idioms():
     public = "acc_ref[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)"
-    source = ("# a comment line that is long enough to win if comments counted\n"
-              "    acc_ref[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)\n"
-              "    y = special_epilogue(acc_ref[...], b_ref[...])\n")
+    source = (
+        "# a comment line that is long enough to win if comments counted\n"
+        "    acc_ref[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)\n"
+        "    y = special_epilogue(acc_ref[...], b_ref[...])\n"
+    )
     assert distinctive_line(source, public) == "y = special_epilogue(acc_ref[...], b_ref[...])"
     assert re.search("special", distinctive_line(source, public))
 

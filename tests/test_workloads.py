@@ -35,7 +35,9 @@ def test_small_size_runs_with_declared_shapes_and_a_meaningful_output(workload_i
     facts = FACTS[workload_id]["small"]
     inputs = w.create_inputs("small", seed=42)
     arrays = [x for i, x in enumerate(inputs) if i not in w.static_argnums]
-    assert [(tuple(x.shape), str(x.dtype)) for x in arrays] == [(tuple(i["shape"]), i["dtype"]) for i in facts["inputs"]]
+    assert [(tuple(x.shape), str(x.dtype)) for x in arrays] == [
+        (tuple(i["shape"]), i["dtype"]) for i in facts["inputs"]
+    ]
     out = np.asarray(w.jitted_reference()(*inputs))
     expected = facts["outputs"][0]
     assert (out.shape, str(out.dtype)) == (tuple(expected["shape"]), expected["dtype"])
@@ -70,8 +72,8 @@ def test_divisibility_rule():
     keeps = workloads.keeps_divisibility
     assert keeps(128256, 8448) and keeps(128256, 768)  # 2^8 * 501 -> 2^8 * 33, 2^8 * 3
     assert not keeps(128256, 8192)  # a power of two: every power-of-two block up to 8192 would divide it
-    assert not keeps(128256, 384) and not keeps(128256, 2 ** 9 * 33)  # 2^7 and 2^9 instead of 2^8
-    assert keeps(28672, 6144) and keeps(2 ** 13 * 3, 2 ** 11 * 5)  # factors of two capped at 2^11
+    assert not keeps(128256, 384) and not keeps(128256, 2**9 * 33)  # 2^7 and 2^9 instead of 2^8
+    assert keeps(28672, 6144) and keeps(2**13 * 3, 2**11 * 5)  # factors of two capped at 2^11
     assert not keeps(28672, 1792)  # 2^8 * 7 loses 2^9 .. 2^11
     assert keeps(4096, 256) and keeps(64, 4) and keeps(1, 1)  # powers of two may shrink to powers of two
     assert not keeps(4096, 768) and not keeps(4, 1) and not keeps(1, 2) and not keeps(126, 32)
@@ -86,8 +88,13 @@ def _dimensions(w, size):
             dims.update({f"{arg.name}[{d}]": n for d, n in enumerate(arg.tensor.shape)})
     for k, out in enumerate(w.output_specs(size)):
         dims.update({f"output{k}[{d}]": n for d, n in enumerate(out.shape)})
-    dims.update({f"SIZES[{name!r}]": v for name, v in w.size_params(size).items()
-                 if isinstance(v, int) and not isinstance(v, bool) and (w.id, name) not in _NOT_DIMENSIONS})
+    dims.update(
+        {
+            f"SIZES[{name!r}]": v
+            for name, v in w.size_params(size).items()
+            if isinstance(v, int) and not isinstance(v, bool) and (w.id, name) not in _NOT_DIMENSIONS
+        }
+    )
     return dims
 
 

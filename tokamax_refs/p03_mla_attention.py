@@ -85,7 +85,8 @@ def workload(x, q_down_proj, q_up_proj, kv_down_proj, k_up_proj, v_up_proj, o_pr
     to_kernel = lambda t: _pad_lanes(jnp.swapaxes(t, 1, 2), PADDED_HEAD_DIM)
     b = _blocks_for(seq_len)
     sizes = fa.BlockSizes(block_q=b.block_q, block_k_major=b.block_k_major, block_k=b.block_k, block_b=b.block_b)
-    out = fa.flash_attention(to_kernel(q), to_kernel(k), to_kernel(v), causal=True,
-                             sm_scale=(nope_dim + rope_dim) ** -0.5, block_sizes=sizes)
+    out = fa.flash_attention(
+        to_kernel(q), to_kernel(k), to_kernel(v), causal=True, sm_scale=(nope_dim + rope_dim) ** -0.5, block_sizes=sizes
+    )
     out = jnp.swapaxes(out[..., :v_dim], 1, 2).reshape(batch, seq_len, heads * v_dim)
     return jnp.dot(out, o_proj)

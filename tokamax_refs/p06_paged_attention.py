@@ -46,6 +46,13 @@ def workload(queries, k_pages, v_pages, kv_lens, page_indices, cu_q_lens):
     q = queries[cu_q_lens[:num_seqs]] * jnp.asarray(head_dim**-0.5, queries.dtype)
     k = jnp.transpose(k_pages, (2, 0, 1, 3))  # (Hkv, total_pages, page_size, D)
     v = jnp.transpose(v_pages, (2, 0, 1, 3))
-    return paged_attention(q, k, v, kv_lens, page_indices,
-                           pages_per_compute_block=b.pages_per_compute_block,
-                           megacore_mode=None, inline_seq_dim=True)
+    return paged_attention(
+        q,
+        k,
+        v,
+        kv_lens,
+        page_indices,
+        pages_per_compute_block=b.pages_per_compute_block,
+        megacore_mode=None,
+        inline_seq_dim=True,
+    )

@@ -45,7 +45,12 @@ def workload(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
     b = _blocks_for(page_indices.shape[1])
     with chip_facts_visible():
         return ragged_paged_attention(
-            queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
+            queries,
+            kv_pages,
+            kv_lens,
+            page_indices,
+            cu_q_lens,
+            num_seqs,
             sm_scale=head_dim**-0.5,
             num_kv_pages_per_block=b.num_kv_pages_per_block,
             num_queries_per_block=b.num_queries_per_block,

@@ -26,8 +26,7 @@ NOTES = (
     "about -0.012 (measured), which shifts x @ weight down by about 1; about 0.2% of outputs are "
     "non-zero (small size, seed 42). An all-zeros output still fails the 1e-2 check, since the "
     "non-zero values reach about 2.6.",
-    "The small size keeps K=8192: with a smaller K the pre-activation never reaches 2.0 and the output is "
-    "all zeros.",
+    "The small size keeps K=8192: with a smaller K the pre-activation never reaches 2.0 and the output is all zeros.",
 )
 DEGENERATE_OUTPUT = False
 SUBTRACT_VALUE = 2.0

@@ -17,10 +17,26 @@ non-batch axis. Output (N,). All bfloat16 as the JAXBench harness runs it (jnp.m
 accumulate in float32 internally and round back).
 """
 SIZES = {
-    "full": {"batch_size": 128, "in_channels": 3, "out_channels": 24, "kernel_size": 3, "num_groups": 8,
-             "D": 24, "H": 32, "W": 32},
-    "small": {"batch_size": 8, "in_channels": 3, "out_channels": 24, "kernel_size": 3, "num_groups": 8,
-              "D": 24, "H": 16, "W": 16},
+    "full": {
+        "batch_size": 128,
+        "in_channels": 3,
+        "out_channels": 24,
+        "kernel_size": 3,
+        "num_groups": 8,
+        "D": 24,
+        "H": 32,
+        "W": 32,
+    },
+    "small": {
+        "batch_size": 8,
+        "in_channels": 3,
+        "out_channels": 24,
+        "kernel_size": 3,
+        "num_groups": 8,
+        "D": 24,
+        "H": 16,
+        "W": 16,
+    },
 }
 INPUT_NAMES = ("x", "weight", "conv_bias", "gamma", "beta")
 NOTES = (
@@ -30,8 +46,7 @@ NOTES = (
     "the output is that mean to within 2e-8. A fixed constant does not (mean(beta) changes with the "
     "seed: the seed-42 output replayed misses by 6x the tolerance), but a kernel that returns "
     "mean(beta) and never touches x or the convolution is correct: that is the workload's math.",
-    "The group count is hard-coded (8) in the original; the reference keeps it fixed, so num_groups must "
-    "stay 8.",
+    "The group count is hard-coded (8) in the original; the reference keeps it fixed, so num_groups must stay 8.",
     "Small size: D stays 24 = 2^3 * 3, the smallest depth that keeps the full one's divisibility "
     "(workloads.keeps_divisibility); H and W shrink to 16.",
 )

@@ -19,11 +19,29 @@ W_out == Cout); then GELU in its tanh approximation (jax.nn.gelu default); then 
 (N, Cout, 2D, 2H, 2W). All bfloat16 as the JAXBench harness runs it.
 """
 SIZES = {
-    "full": {"batch_size": 32, "in_channels": 32, "out_channels": 64, "kernel_size": 4, "stride": 2, "padding": 1,
-             "D": 16, "H": 32, "W": 32},
+    "full": {
+        "batch_size": 32,
+        "in_channels": 32,
+        "out_channels": 64,
+        "kernel_size": 4,
+        "stride": 2,
+        "padding": 1,
+        "D": 16,
+        "H": 32,
+        "W": 32,
+    },
     # W_out = 16 = out_channels keeps the LayerNorm-over-W coincidence.
-    "small": {"batch_size": 2, "in_channels": 8, "out_channels": 16, "kernel_size": 4, "stride": 2, "padding": 1,
-              "D": 4, "H": 8, "W": 8},
+    "small": {
+        "batch_size": 2,
+        "in_channels": 8,
+        "out_channels": 16,
+        "kernel_size": 4,
+        "stride": 2,
+        "padding": 1,
+        "D": 4,
+        "H": 8,
+        "W": 8,
+    },
 }
 INPUT_NAMES = ("x", "conv_weight", "conv_bias", "ln_weight", "ln_bias")
 NOTES = (
@@ -42,8 +60,9 @@ EPS = 1e-5
 SCALING_FACTOR = 1.0
 
 
-def create_inputs(*, seed, batch_size, in_channels, out_channels, kernel_size, stride, padding, D, H, W,
-                  dtype=jnp.bfloat16):
+def create_inputs(
+    *, seed, batch_size, in_channels, out_channels, kernel_size, stride, padding, D, H, W, dtype=jnp.bfloat16
+):
     if (stride, padding) != (STRIDE, PADDING):
         raise ValueError(f"the reference hard-codes stride={STRIDE}, padding={PADDING}")
     k_x, k_w = jax.random.split(jaxbench_key(seed, 0), 2)

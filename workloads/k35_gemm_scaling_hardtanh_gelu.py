@@ -23,8 +23,7 @@ SIZES = {
 }
 INPUT_NAMES = ("x", "weight", "bias")
 NOTES = (
-    "The GELU is the tanh approximation written out by hand, not the exact erf GELU of the PyTorch "
-    "original.",
+    "The GELU is the tanh approximation written out by hand, not the exact erf GELU of the PyTorch original.",
     "JAXBench draws the weights as bfloat16 normals, whose mean is about -0.012 rather than 0 (and x as "
     "bfloat16 uniforms averaging about 0.496); summed over K = 8192 this shifts every x @ weight entry by "
     "about -1, as much as the entries' own spread, so over 80% of the pre-activations are negative.",

@@ -20,9 +20,7 @@ SIZES = {
     "small": {"batch_size": 4, "in_channels": 8, "out_channels": 64, "kernel_size": 3, "height": 32, "width": 32},
 }
 INPUT_NAMES = ("x", "weight", "bias")
-NOTES = (
-    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf GELU.",
-)
+NOTES = ("jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf GELU.",)
 
 
 def create_inputs(*, seed, batch_size, in_channels, out_channels, kernel_size, height, width, dtype=jnp.bfloat16):

@@ -24,8 +24,7 @@ INPUT_NAMES = ("x", "weight", "bias")
 NOTES = (
     "JAXBench changed this row from the KernelBench original, whose max reduction left a (B, 1) output "
     "that GELU made all zeros; here the row max is subtracted and the full (B, N) output is kept.",
-    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf "
-    "GELU.",
+    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf GELU.",
     "Most outputs are tiny negatives (GELU of values several units below the row maximum): only entries "
     "within about 2.6 of their row's maximum exceed the 1e-2 absolute tolerance, about 24% of them at the "
     "small size and 12% at full size.",

@@ -21,8 +21,7 @@ SIZES = {
 }
 INPUT_NAMES = ("x", "weight", "bias")
 NOTES = (
-    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf "
-    "GELU.",
+    "jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf GELU.",
     "JAXBench draws the weights as bfloat16 normals, whose mean is about -0.012 rather than 0 (and x as "
     "bfloat16 uniforms averaging about 0.496); summed over K = 8192 this shifts every x @ weight entry by "
     "about -1, as much as the entries' own spread, so over 80% of the pre-activations are negative.",

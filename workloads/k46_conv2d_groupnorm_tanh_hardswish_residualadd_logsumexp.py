@@ -21,12 +21,22 @@ float32 and round once.
 """
 SIZES = {
     "full": {
-        "batch_size": 128, "in_channels": 8, "out_channels": 64, "kernel_size": 3, "groups": 16,
-        "height": 128, "width": 128,
+        "batch_size": 128,
+        "in_channels": 8,
+        "out_channels": 64,
+        "kernel_size": 3,
+        "groups": 16,
+        "height": 128,
+        "width": 128,
     },
     "small": {
-        "batch_size": 4, "in_channels": 8, "out_channels": 64, "kernel_size": 3, "groups": 16,
-        "height": 32, "width": 32,
+        "batch_size": 4,
+        "in_channels": 8,
+        "out_channels": 64,
+        "kernel_size": 3,
+        "groups": 16,
+        "height": 32,
+        "width": 32,
     },
 }
 INPUT_NAMES = ("x", "conv_weight", "conv_bias", "gn_weight", "gn_bias")

@@ -24,8 +24,7 @@ NOTES = (
     "The original module docstring says seq=2048, but its CONFIG (and this workload) uses 4096.",
     "The FLOP count is the baseline benchmark() formula 4*B*H*S^2*D, which counts the masked upper "
     "triangle too; the JAXBench harness itself would fall back to XLA's cost analysis.",
-    "Scores, mask fill (-1e9) and softmax all stay in bfloat16, so the baseline is itself only "
-    "bfloat16-accurate.",
+    "Scores, mask fill (-1e9) and softmax all stay in bfloat16, so the baseline is itself only bfloat16-accurate.",
 )
 
 MASK_FILL = -1e9

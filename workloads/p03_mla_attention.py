@@ -23,13 +23,27 @@ bfloat16, times V; heads are concatenated to (B, S, H*v_head_dim) and projected 
 """
 SIZES = {
     "full": {
-        "batch": 4, "seq_len": 2048, "emb_dim": 7168, "num_heads": 128, "q_lora_rank": 1536,
-        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "batch": 4,
+        "seq_len": 2048,
+        "emb_dim": 7168,
+        "num_heads": 128,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
         "rope_theta": 10000,
     },
     "small": {
-        "batch": 2, "seq_len": 256, "emb_dim": 3072, "num_heads": 32, "q_lora_rank": 1536,
-        "kv_lora_rank": 128, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "batch": 2,
+        "seq_len": 256,
+        "emb_dim": 3072,
+        "num_heads": 32,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 128,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
         "rope_theta": 10000,
     },
 }
@@ -52,8 +66,20 @@ ROPE_THETA = 10000
 MASK_FILL = -1e9
 
 
-def create_inputs(*, seed, batch, seq_len, emb_dim, num_heads, q_lora_rank, kv_lora_rank,
-                  qk_nope_head_dim, qk_rope_head_dim, v_head_dim, rope_theta):
+def create_inputs(
+    *,
+    seed,
+    batch,
+    seq_len,
+    emb_dim,
+    num_heads,
+    q_lora_rank,
+    kv_lora_rank,
+    qk_nope_head_dim,
+    qk_rope_head_dim,
+    v_head_dim,
+    rope_theta,
+):
     if rope_theta != ROPE_THETA:
         raise ValueError(f"rope_theta is fixed at {ROPE_THETA}")
     keys = jax.random.split(jaxbench_key(seed, 42), 8)  # JAXBench splits 8 and uses the first 7
@@ -106,8 +132,19 @@ def reference(x, q_down_proj, q_up_proj, kv_down_proj, k_up_proj, v_up_proj, o_p
     return jnp.dot(out, o_proj)
 
 
-def flops(*, batch, seq_len, emb_dim, num_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
-          qk_rope_head_dim, v_head_dim, rope_theta):
+def flops(
+    *,
+    batch,
+    seq_len,
+    emb_dim,
+    num_heads,
+    q_lora_rank,
+    kv_lora_rank,
+    qk_nope_head_dim,
+    qk_rope_head_dim,
+    v_head_dim,
+    rope_theta,
+):
     e, ql, kvl, h = emb_dim, q_lora_rank, kv_lora_rank, num_heads
     nope, rope, vd = qk_nope_head_dim, qk_rope_head_dim, v_head_dim
     projections = e * ql + ql * h * (nope + rope) + e * (kvl + rope) + kvl * h * nope + kvl * h * vd + h * vd * e

@@ -23,8 +23,7 @@ INPUT_NAMES = ("q", "k", "v")
 NOTES = (
     "The baseline's own benchmark() FLOP formula (4*Hq*S^2*D) omits the batch factor; the count here "
     "is the optimized file's 4*B*Hq*S^2*D, the value JAXBench's facts list.",
-    "Despite the name nothing is sparse: the mask is plain causal, and the FLOP count includes the "
-    "masked half.",
+    "Despite the name nothing is sparse: the mask is plain causal, and the FLOP count includes the masked half.",
     "K and V are scaled by 0.02, so the output is near zero: at the small size over 99% of it is "
     "within 1e-2 of zero, and only the first ~50 query positions (few visible keys) keep an all-zero "
     "output from passing the 1e-2 check.",

@@ -19,12 +19,22 @@ output row s = probabilities @ V in bfloat16. Output (num_seqs, Hq, D).
 """
 SIZES = {
     "full": {
-        "num_seqs": 64, "max_seq_len": 4096, "num_query_heads": 64, "num_kv_heads": 8, "head_dim": 128,
-        "page_size": 16, "pages_per_seq": 256,
+        "num_seqs": 64,
+        "max_seq_len": 4096,
+        "num_query_heads": 64,
+        "num_kv_heads": 8,
+        "head_dim": 128,
+        "page_size": 16,
+        "pages_per_seq": 256,
     },
     "small": {
-        "num_seqs": 8, "max_seq_len": 256, "num_query_heads": 16, "num_kv_heads": 2, "head_dim": 128,
-        "page_size": 16, "pages_per_seq": 16,
+        "num_seqs": 8,
+        "max_seq_len": 256,
+        "num_query_heads": 16,
+        "num_kv_heads": 2,
+        "head_dim": 128,
+        "page_size": 16,
+        "pages_per_seq": 16,
     },
 }
 INPUT_NAMES = ("queries", "k_pages", "v_pages", "kv_lens", "page_indices", "cu_q_lens")
@@ -47,8 +57,7 @@ DEGENERATE_OUTPUT = True
 MASK_FILL = -1e30
 
 
-def create_inputs(*, seed, num_seqs, max_seq_len, num_query_heads, num_kv_heads, head_dim, page_size,
-                  pages_per_seq):
+def create_inputs(*, seed, num_seqs, max_seq_len, num_query_heads, num_kv_heads, head_dim, page_size, pages_per_seq):
     keys = jax.random.split(jaxbench_key(seed, 42), 5)  # JAXBench splits 5 and uses the first 3
     total_pages = num_seqs * pages_per_seq
     page_shape = (total_pages, page_size, num_kv_heads, head_dim)

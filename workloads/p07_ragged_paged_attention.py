@@ -24,14 +24,27 @@ _FULL_Q_LENS = (1,) * 48 + (512,) * 7 + (464,)
 _FULL_KV_LENS = tuple(257 + (i * 73 % 240) * 16 for i in range(48)) + (1023, 1535, 2047, 2559, 3071, 3583, 4095, 4095)
 SIZES = {
     "full": {
-        "max_num_batched_tokens": 4096, "max_num_seqs": 64, "num_q_heads": 64, "num_kv_heads": 8,
-        "head_dim": 128, "page_size": 16, "pages_per_seq": 256,
-        "ACTIVE_Q_LENS": _FULL_Q_LENS, "ACTIVE_KV_LENS": _FULL_KV_LENS, "NUM_ACTIVE_SEQS": 56,
+        "max_num_batched_tokens": 4096,
+        "max_num_seqs": 64,
+        "num_q_heads": 64,
+        "num_kv_heads": 8,
+        "head_dim": 128,
+        "page_size": 16,
+        "pages_per_seq": 256,
+        "ACTIVE_Q_LENS": _FULL_Q_LENS,
+        "ACTIVE_KV_LENS": _FULL_KV_LENS,
+        "NUM_ACTIVE_SEQS": 56,
     },
     "small": {
-        "max_num_batched_tokens": 256, "max_num_seqs": 8, "num_q_heads": 16, "num_kv_heads": 2,
-        "head_dim": 128, "page_size": 16, "pages_per_seq": 16,
-        "ACTIVE_Q_LENS": (1, 1, 1, 1, 96, 96, 60), "ACTIVE_KV_LENS": (17, 81, 145, 209, 127, 191, 255),
+        "max_num_batched_tokens": 256,
+        "max_num_seqs": 8,
+        "num_q_heads": 16,
+        "num_kv_heads": 2,
+        "head_dim": 128,
+        "page_size": 16,
+        "pages_per_seq": 16,
+        "ACTIVE_Q_LENS": (1, 1, 1, 1, 96, 96, 60),
+        "ACTIVE_KV_LENS": (17, 81, 145, 209, 127, 191, 255),
         "NUM_ACTIVE_SEQS": 7,
     },
 }
@@ -50,8 +63,7 @@ NOTES = (
     "as constants, and gathers all pages_per_seq pages for every sequence. This reference instead "
     "works token by token from cu_q_lens/kv_lens/num_seqs (same math), so its speed is not the "
     "baseline's.",
-    "Masked scores get -0.7 * float32 max, not -inf and not the -1e9 / -1e30 of the other "
-    "attention rows.",
+    "Masked scores get -0.7 * float32 max, not -inf and not the -1e9 / -1e30 of the other attention rows.",
     "The baseline originally ran eagerly (_skip_jit); JIT was enabled later and the scenario was "
     "reworked twice (July 2026).",
 )
@@ -60,8 +72,20 @@ MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 TOKENS_PER_STEP = 16  # bounds the per-token cache gather (pages_per_seq pages per token)
 
 
-def create_inputs(*, seed, max_num_batched_tokens, max_num_seqs, num_q_heads, num_kv_heads, head_dim,
-                  page_size, pages_per_seq, ACTIVE_Q_LENS, ACTIVE_KV_LENS, NUM_ACTIVE_SEQS):
+def create_inputs(
+    *,
+    seed,
+    max_num_batched_tokens,
+    max_num_seqs,
+    num_q_heads,
+    num_kv_heads,
+    head_dim,
+    page_size,
+    pages_per_seq,
+    ACTIVE_Q_LENS,
+    ACTIVE_KV_LENS,
+    NUM_ACTIVE_SEQS,
+):
     if not len(ACTIVE_Q_LENS) == len(ACTIVE_KV_LENS) == NUM_ACTIVE_SEQS <= max_num_seqs:
         raise ValueError("one q_len and one kv_len per active sequence, at most max_num_seqs of them")
     if sum(ACTIVE_Q_LENS) > max_num_batched_tokens:
@@ -111,6 +135,17 @@ def reference(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
     return jnp.where(active[:, None, None], out, 0).astype(queries.dtype)
 
 
-def flops(*, max_num_batched_tokens, max_num_seqs, num_q_heads, num_kv_heads, head_dim, page_size,
-          pages_per_seq, ACTIVE_Q_LENS, ACTIVE_KV_LENS, NUM_ACTIVE_SEQS):
+def flops(
+    *,
+    max_num_batched_tokens,
+    max_num_seqs,
+    num_q_heads,
+    num_kv_heads,
+    head_dim,
+    page_size,
+    pages_per_seq,
+    ACTIVE_Q_LENS,
+    ACTIVE_KV_LENS,
+    NUM_ACTIVE_SEQS,
+):
     return num_q_heads * 4 * head_dim * sum(q * kv for q, kv in zip(ACTIVE_Q_LENS, ACTIVE_KV_LENS))

@@ -21,11 +21,16 @@ shape (B, S, E).
 # reads it from its CONFIG; SIZES repeats it for flops().
 NUM_EXPERTS_PER_TOK = 2
 SIZES = {
-    "full": {"batch": 2, "seq_len": 4096, "emb_dim": 4096, "mlp_dim": 14336, "num_experts": 8,
-             "num_experts_per_tok": 2},
+    "full": {
+        "batch": 2,
+        "seq_len": 4096,
+        "emb_dim": 4096,
+        "mlp_dim": 14336,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+    },
     # Keeps 8 experts, top-2 and mlp_dim / emb_dim = 3.5.
-    "small": {"batch": 2, "seq_len": 64, "emb_dim": 128, "mlp_dim": 6144, "num_experts": 8,
-              "num_experts_per_tok": 2},
+    "small": {"batch": 2, "seq_len": 64, "emb_dim": 128, "mlp_dim": 6144, "num_experts": 8, "num_experts_per_tok": 2},
 }
 INPUT_NAMES = ("x", "router_weights", "expert_gate_kernels", "expert_up_kernels", "expert_down_kernels")
 NOTES = (

@@ -20,11 +20,9 @@ are uniform (every group has exactly max_expert_size rows), so this is G indepen
 (M/G, K) @ (K, N) GEMMs, each rounded once to bfloat16.
 """
 SIZES = {
-    "full": {"num_experts": 128, "num_experts_per_tok": 8, "emb_dim": 4096, "moe_mlp_dim": 1536,
-             "seq_len": 4096},
+    "full": {"num_experts": 128, "num_experts_per_tok": 8, "emb_dim": 4096, "moe_mlp_dim": 1536, "seq_len": 4096},
     # M = 1024 rows, 128 per group; see NOTES.
-    "small": {"num_experts": 8, "num_experts_per_tok": 8, "emb_dim": 512, "moe_mlp_dim": 1536,
-              "seq_len": 128},
+    "small": {"num_experts": 8, "num_experts_per_tok": 8, "emb_dim": 512, "moe_mlp_dim": 1536, "seq_len": 128},
 }
 INPUT_NAMES = ("lhs", "rhs", "group_sizes", "max_expert_size")
 STATIC_ARGNUMS = (3,)

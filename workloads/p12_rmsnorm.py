@@ -22,8 +22,7 @@ SIZES = {
 }
 INPUT_NAMES = ("x", "scale")
 NOTES = (
-    "The baseline's docstring says batch 1, seq_len 2048; its CONFIG (used here) has batch 8, "
-    "seq_len 4096.",
+    "The baseline's docstring says batch 1, seq_len 2048; its CONFIG (used here) has batch 8, seq_len 4096.",
     "flops() is the baseline's get_flops(), 5*B*S*D, which the harness uses.",
 )
 DEGENERATE_OUTPUT = False

@@ -21,8 +21,17 @@ SIZES = {
     "full": {"N": 1536, "C": 128},
     "small": {"N": 128, "C": 128},
 }
-INPUT_NAMES = ("pair_act", "mask", "left_proj_w", "right_proj_w", "left_gate_w", "right_gate_w",
-               "center_scale", "out_proj_w", "out_gate_w")
+INPUT_NAMES = (
+    "pair_act",
+    "mask",
+    "left_proj_w",
+    "right_proj_w",
+    "left_gate_w",
+    "right_gate_w",
+    "center_scale",
+    "out_proj_w",
+    "out_gate_w",
+)
 NOTES = (
     "The baseline's CONFIG name says 768 but N = 1536; its direction = 'outgoing' string only "
     "labels the (fixed) contraction.",
@@ -45,17 +54,16 @@ def create_inputs(*, seed, N, C):
     bf16 = jnp.bfloat16
     pair_act = normal(keys[0], (N, N, C), dtype=bf16)
     mask = jnp.ones((N, N, 1), dtype=bf16)
-    left_proj_w, right_proj_w, left_gate_w, right_gate_w = (
-        normal(k, (C, C), dtype=bf16) * 0.02 for k in keys[1:5])
+    left_proj_w, right_proj_w, left_gate_w, right_gate_w = (normal(k, (C, C), dtype=bf16) * 0.02 for k in keys[1:5])
     center_scale = normal(keys[5], (C,), dtype=bf16) * 0.1 + 1.0
     out_proj_w = normal(keys[6], (C, C), dtype=bf16) * 0.02
     out_gate_w = normal(keys[7], (C, C), dtype=bf16) * 0.02
-    return (pair_act, mask, left_proj_w, right_proj_w, left_gate_w, right_gate_w, center_scale,
-            out_proj_w, out_gate_w)
+    return (pair_act, mask, left_proj_w, right_proj_w, left_gate_w, right_gate_w, center_scale, out_proj_w, out_gate_w)
 
 
-def reference(pair_act, mask, left_proj_w, right_proj_w, left_gate_w, right_gate_w, center_scale,
-              out_proj_w, out_gate_w):
+def reference(
+    pair_act, mask, left_proj_w, right_proj_w, left_gate_w, right_gate_w, center_scale, out_proj_w, out_gate_w
+):
     act = pair_act * mask
     left = jnp.dot(act, left_proj_w) * jax.nn.sigmoid(jnp.dot(act, left_gate_w))
     right = jnp.dot(act, right_proj_w) * jax.nn.sigmoid(jnp.dot(act, right_gate_w))

@@ -31,6 +31,7 @@ def workload(query, key, value):
         in_specs=[pl.BlockSpec((None, None, bq, dim), lambda b, h, i: (b, h, i, 0)), full, full],
         out_specs=pl.BlockSpec((None, None, bq, dim), lambda b, h, i: (b, h, i, 0)),
         out_shape=jax.ShapeDtypeStruct(query.shape, query.dtype),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel"),
-                                             vmem_limit_bytes=100 * 2**20),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "parallel"), vmem_limit_bytes=100 * 2**20
+        ),
     )(query, key, value)

@@ -18,12 +18,45 @@ import re
 from dataclasses import dataclass
 
 _HEADER = re.compile(r"^(ENTRY )?%?([\w.\-]+) \(.*\) -> .*\{\s*$")
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
-                "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "s4": 0.5, "u4": 0.5, "s2": 0.25, "u2": 0.25}
+_DTYPE_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+    "s4": 0.5,
+    "u4": 0.5,
+    "s2": 0.25,
+    "u2": 0.25,
+}
 _ARRAY = re.compile(r"([a-z]\w*)\[([\d,]*)\](\{[^}]*\})?")
 # Instructions that move or compute nothing at run time.
-_FREE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "copy-done", "after-all", "opt-barrier",
-         "partition-id", "replica-id", "add-dependency", "domain", "async-done", "iota"}
+_FREE = {
+    "parameter",
+    "constant",
+    "tuple",
+    "get-tuple-element",
+    "bitcast",
+    "copy-done",
+    "after-all",
+    "opt-barrier",
+    "partition-id",
+    "replica-id",
+    "add-dependency",
+    "domain",
+    "async-done",
+    "iota",
+}
 # Fused computations made only of these do no work either (a fusion around a bitcast).
 _FREE_IN_FUSION = _FREE | {"reshape"}
 
@@ -93,7 +126,7 @@ def _parse_instruction(line: str) -> Instruction | None:
         return None
     opcode = rest[:paren]
     close = _matching(rest, paren)
-    operands = [o.split(" ")[-1].lstrip("%") for o in _split_top(rest[paren + 1:close - 1])]
+    operands = [o.split(" ")[-1].lstrip("%") for o in _split_top(rest[paren + 1 : close - 1])]
     return Instruction(name=name, shape=shape, opcode=opcode, operands=operands, attrs=rest[close:])
 
 
@@ -205,11 +238,16 @@ def _collect(name: str, computations: dict, count: int, ops: list, seen: set) ->
             trips = _trip_count(inst)
             complete = complete and trips is not None
             if body and body.group(1) not in seen:
-                complete = _collect(body.group(1), computations, count * (trips or 1), ops, seen | {body.group(1)}) and complete
+                complete = (
+                    _collect(body.group(1), computations, count * (trips or 1), ops, seen | {body.group(1)})
+                    and complete
+                )
             continue
         if op in ("call", "conditional", "async-start"):
-            called = re.findall(r"(?:to_apply|calls|branch_computations=\{[^}]*|true_computation|false_computation)=?%([\w.\-]+)",
-                                inst.attrs)
+            called = re.findall(
+                r"(?:to_apply|calls|branch_computations=\{[^}]*|true_computation|false_computation)=?%([\w.\-]+)",
+                inst.attrs,
+            )
             for c in called[:1] if op != "conditional" else called:
                 if c not in seen:
                     complete = _collect(c, computations, count, ops, seen | {c}) and complete

@@ -20,9 +20,11 @@ _BUNDLE_LINE = re.compile(r"^\s*(?:0x[0-9a-f]+|\d+)\s+(?:LH|LB|LE|PB|PF|CT)?:\s*
 # Programs of XLA's own in a dump, as opposed to Mosaic kernels.
 _XLA_PROGRAMS = re.compile(r"^\d+-(TLP|<late-[a-z]+>)-")
 # The sizes in libtpu's VMEM overflow messages (the rest of those lines is the whole HLO instruction).
-_VMEM_SIZES = re.compile(r"(Scoped allocation with size [\d.]+\w? and limit [\d.]+\w? exceeded scoped vmem limit by [\d.]+\w?"
-                         r"|Used [\d.]+\w? of [\d.]+\w? vmem"
-                         r"|Allocation \(size=\d+\) would exceed memory \(size=\d+\)(?= :: #allocation\d+ \[shape = '[^']*', space=vmem))")
+_VMEM_SIZES = re.compile(
+    r"(Scoped allocation with size [\d.]+\w? and limit [\d.]+\w? exceeded scoped vmem limit by [\d.]+\w?"
+    r"|Used [\d.]+\w? of [\d.]+\w? vmem"
+    r"|Allocation \(size=\d+\) would exceed memory \(size=\d+\)(?= :: #allocation\d+ \[shape = '[^']*', space=vmem))"
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def _parse_utilization(path: Path) -> dict[str, float]:
     names = [n.strip() for n in lines[header + 1].split(",")]
     capacity = [int(c) for c in lines[header + 2].split()]
     totals, rows = [0] * len(names), 0
-    for line in lines[header + 4:]:
+    for line in lines[header + 4 :]:
         cells = line.split()
         if len(cells) != len(names):
             continue
@@ -79,12 +81,19 @@ def parse_dump(directory: Path) -> list[KernelSchedule]:
             continue
         stem = path.name.split("-", 1)[1].rsplit("-", 2)[0]  # "<id>-<name>-NN-schedule..." -> name
         stem = re.sub(r"-\d+$", "", stem)
-        prefix = path.name.split('-', 1)[0]
+        prefix = path.name.split("-", 1)[0]
         utilization = next(directory.glob(f"{prefix}-*{_UTILIZATION_SUFFIX}"), None)
-        bundles = next((p for p in directory.glob(f"{prefix}-*{_BUNDLES_SUFFIX}") if _SCHEDULE_SUFFIX not in p.name), None)
-        schedules.append(KernelSchedule(name=stem, bundles=int(match.group(1)),
-                                        slot_use=_parse_utilization(utilization) if utilization else {},
-                                        depth_bundles=loop_depth_bundles(bundles) if bundles else ()))
+        bundles = next(
+            (p for p in directory.glob(f"{prefix}-*{_BUNDLES_SUFFIX}") if _SCHEDULE_SUFFIX not in p.name), None
+        )
+        schedules.append(
+            KernelSchedule(
+                name=stem,
+                bundles=int(match.group(1)),
+                slot_use=_parse_utilization(utilization) if utilization else {},
+                depth_bundles=loop_depth_bundles(bundles) if bundles else (),
+            )
+        )
     return schedules
 
 

@@ -21,6 +21,7 @@ def in_pid_namespace():
     """A few processes and a small pid: we are inside a PID namespace (the sandbox), not on the host."""
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
+
 import json
 import time
 
@@ -47,19 +48,34 @@ w = workloads.get_workload("12p_RMSNorm")
 shape = w.module.SIZES["small"]
 x_shape = [shape["batch"], shape["seq_len"], shape["emb_dim"]]
 with open("lowered_forged.mlir", "w") as f:
-    f.write('module { func.func @main() { stablehlo.custom_call @tpu_custom_call() : () -> () return } }\n')
+    f.write("module { func.func @main() { stablehlo.custom_call @tpu_custom_call() : () -> () return } }\n")
 seeds = len(glob.glob("input_*_0.bin"))
 for k in range(seeds):
     x = np.frombuffer(open(f"input_{k}_0.bin", "rb").read(), dtype=jnp.bfloat16).reshape(x_shape)
     scale = np.frombuffer(open(f"input_{k}_1.bin", "rb").read(), dtype=jnp.bfloat16)
     np.save(f"output_{k}.npy", np.asarray(w.module.reference(jnp.asarray(x), jnp.asarray(scale))).astype(np.float32))
-kernel = {"name": "rmsnorm_kernel", "grid": [256], "blocks": [], "num_scalar_prefetch": 0, "num_scratch": 0,
-          "scratch_bytes": 0, "dimension_semantics": ["parallel"]}
+kernel = {
+    "name": "rmsnorm_kernel",
+    "grid": [256],
+    "blocks": [],
+    "num_scalar_prefetch": 0,
+    "num_scratch": 0,
+    "scratch_bytes": 0,
+    "dimension_semantics": ["parallel"],
+}
 full = w.module.SIZES["full"]
 event(event="stage", stage="load", state="done")
 event(event="stage", stage="trace", state="start")
-event(event="stage", stage="trace", state="done", traced={"kernels": [kernel], "host_callbacks": [], "outputs": [
-    {"shape": [full["batch"], full["seq_len"], full["emb_dim"]], "dtype": "bfloat16"}]})
+event(
+    event="stage",
+    stage="trace",
+    state="done",
+    traced={
+        "kernels": [kernel],
+        "host_callbacks": [],
+        "outputs": [{"shape": [full["batch"], full["seq_len"], full["emb_dim"]], "dtype": "bfloat16"}],
+    },
+)
 event(event="stage", stage="lower", state="start", target=generation)
 event(event="stage", stage="lower", state="done", target=generation, lowered={"module_file": "lowered_forged.mlir"})
 if generation:
@@ -67,8 +83,13 @@ if generation:
     event(event="stage", stage="compile", state="done", target=generation, compiled={})
 for k in range(seeds):
     event(event="stage", stage="run", state="start", seed_index=k)
-    event(event="stage", stage="run", state="done", seed_index=k,
-          output={"path": f"output_{k}.npy", "shape": x_shape, "dtype": "bfloat16", "leaves": 1})
+    event(
+        event="stage",
+        stage="run",
+        state="done",
+        seed_index=k,
+        output={"path": f"output_{k}.npy", "shape": x_shape, "dtype": "bfloat16", "leaves": 1},
+    )
 event(event="finished")
 time.sleep(10)
 
@@ -90,7 +111,8 @@ def rmsnorm(x, scale):
     x2 = x.reshape(-1, d)
     br = max(8, min(x2.shape[0], (2 << 20) // (d * x.dtype.itemsize)))
     out = pl.pallas_call(
-        _rmsnorm_kernel, grid=(x2.shape[0] // br,),
+        _rmsnorm_kernel,
+        grid=(x2.shape[0] // br,),
         in_specs=[pl.BlockSpec((br, d), lambda i: (i, 0)), pl.BlockSpec((1, d), lambda i: (0, 0))],
         out_specs=pl.BlockSpec((br, d), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct(x2.shape, x.dtype),

@@ -20,6 +20,7 @@ def in_pid_namespace():
     """A few processes and a small pid: we are inside a PID namespace (the sandbox), not on the host."""
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
+
 import subprocess
 
 BOMB = """
@@ -41,8 +42,9 @@ for pid in pids[5:]:  # keep five behind for the cleanup; free the rest so that 
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
 """
-result = subprocess.run([sys.executable, "-c", BOMB, "__MARKER__-fork"], start_new_session=True, capture_output=True,
-                        text=True, timeout=60)
+result = subprocess.run(
+    [sys.executable, "-c", BOMB, "__MARKER__-fork"], start_new_session=True, capture_output=True, text=True, timeout=60
+)
 forked = int(result.stdout.strip() or 0)
 print(f"HOSTILE forked {forked} sleepers", file=sys.stderr)
 if forked >= 300:
@@ -66,7 +68,8 @@ def rmsnorm(x, scale):
     x2 = x.reshape(-1, d)
     br = max(8, min(x2.shape[0], (2 << 20) // (d * x.dtype.itemsize)))
     out = pl.pallas_call(
-        _rmsnorm_kernel, grid=(x2.shape[0] // br,),
+        _rmsnorm_kernel,
+        grid=(x2.shape[0] // br,),
         in_specs=[pl.BlockSpec((br, d), lambda i: (i, 0)), pl.BlockSpec((1, d), lambda i: (0, 0))],
         out_specs=pl.BlockSpec((br, d), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct(x2.shape, x.dtype),

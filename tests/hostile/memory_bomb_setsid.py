@@ -20,6 +20,7 @@ def in_pid_namespace():
     """A few processes and a small pid: we are inside a PID namespace (the sandbox), not on the host."""
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
+
 BOMB = """
 import os, sys, time
 blocks = []
@@ -33,8 +34,12 @@ time.sleep(60)
 import subprocess
 import time
 
-child = subprocess.Popen([sys.executable, "-c", BOMB, "__MARKER__-bomb"], start_new_session=True,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+child = subprocess.Popen(
+    [sys.executable, "-c", BOMB, "__MARKER__-bomb"],
+    start_new_session=True,
+    stdin=subprocess.DEVNULL,
+    stdout=subprocess.PIPE,
+)
 report = b""
 deadline = time.monotonic() + 25
 while time.monotonic() < deadline and b"!" not in report:
@@ -64,7 +69,8 @@ def rmsnorm(x, scale):
     x2 = x.reshape(-1, d)
     br = max(8, min(x2.shape[0], (2 << 20) // (d * x.dtype.itemsize)))
     out = pl.pallas_call(
-        _rmsnorm_kernel, grid=(x2.shape[0] // br,),
+        _rmsnorm_kernel,
+        grid=(x2.shape[0] // br,),
         in_specs=[pl.BlockSpec((br, d), lambda i: (i, 0)), pl.BlockSpec((1, d), lambda i: (0, 0))],
         out_specs=pl.BlockSpec((br, d), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct(x2.shape, x.dtype),

@@ -20,12 +20,19 @@ def in_pid_namespace():
     """A few processes and a small pid: we are inside a PID namespace (the sandbox), not on the host."""
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
+
 import subprocess
 
 import time
 
-child = subprocess.Popen(["__MARKER__-setsid", "120"], executable="/bin/sleep", start_new_session=True,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+child = subprocess.Popen(
+    ["__MARKER__-setsid", "120"],
+    executable="/bin/sleep",
+    start_new_session=True,
+    stdin=subprocess.DEVNULL,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+)
 time.sleep(0.2)
 if child.poll() is not None or b"__MARKER__" not in open(f"/proc/{child.pid}/cmdline", "rb").read():
     raise RuntimeError("the process to leave behind is not running")  # so that this test cannot pass for nothing
@@ -49,7 +56,8 @@ def rmsnorm(x, scale):
     x2 = x.reshape(-1, d)
     br = max(8, min(x2.shape[0], (2 << 20) // (d * x.dtype.itemsize)))
     out = pl.pallas_call(
-        _rmsnorm_kernel, grid=(x2.shape[0] // br,),
+        _rmsnorm_kernel,
+        grid=(x2.shape[0] // br,),
         in_specs=[pl.BlockSpec((br, d), lambda i: (i, 0)), pl.BlockSpec((1, d), lambda i: (0, 0))],
         out_specs=pl.BlockSpec((br, d), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct(x2.shape, x.dtype),

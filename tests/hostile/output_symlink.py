@@ -20,8 +20,10 @@ def in_pid_namespace():
     """A few processes and a small pid: we are inside a PID namespace (the sandbox), not on the host."""
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
+
 def EVIL(path, array):
     os.symlink("/etc/passwd", path)
+
 
 import numpy
 
@@ -54,7 +56,8 @@ def rmsnorm(x, scale):
     x2 = x.reshape(-1, d)
     br = max(8, min(x2.shape[0], (2 << 20) // (d * x.dtype.itemsize)))
     out = pl.pallas_call(
-        _rmsnorm_kernel, grid=(x2.shape[0] // br,),
+        _rmsnorm_kernel,
+        grid=(x2.shape[0] // br,),
         in_specs=[pl.BlockSpec((br, d), lambda i: (i, 0)), pl.BlockSpec((1, d), lambda i: (0, 0))],
         out_specs=pl.BlockSpec((br, d), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct(x2.shape, x.dtype),

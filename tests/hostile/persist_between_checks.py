@@ -21,6 +21,7 @@ def in_pid_namespace():
     """A few processes and a small pid: we are inside a PID namespace (the sandbox), not on the host."""
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
+
 import socket
 import subprocess
 
@@ -44,10 +45,17 @@ if not FOUND:  # the first check: leave the cache behind
                 f.write("answers")
         except OSError as exc:
             denied(place, exc)
-    keeper = ("import socket, sys, time\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
-              "s.bind('\\0' + sys.argv[1]); s.listen(); time.sleep(120)")
-    subprocess.Popen([sys.executable, "-c", keeper, NAME], start_new_session=True,
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    keeper = (
+        "import socket, sys, time\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "s.bind('\\0' + sys.argv[1]); s.listen(); time.sleep(120)"
+    )
+    subprocess.Popen(
+        [sys.executable, "-c", keeper, NAME],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     import time
 
     for _ in range(50):  # the keeper is listening before this check goes on
@@ -80,7 +88,8 @@ def rmsnorm(x, scale):
     x2 = x.reshape(-1, d)
     br = max(8, min(x2.shape[0], (2 << 20) // (d * x.dtype.itemsize)))
     out = pl.pallas_call(
-        _rmsnorm_kernel, grid=(x2.shape[0] // br,),
+        _rmsnorm_kernel,
+        grid=(x2.shape[0] // br,),
         in_specs=[pl.BlockSpec((br, d), lambda i: (i, 0)), pl.BlockSpec((1, d), lambda i: (0, 0))],
         out_specs=pl.BlockSpec((br, d), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct(x2.shape, x.dtype),

@@ -20,7 +20,10 @@ def in_pid_namespace():
     """A few processes and a small pid: we are inside a PID namespace (the sandbox), not on the host."""
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
-PREFIX = b"JBSEC" + b"RET-"  # the secret's prefix, split so that this source (which the server holds) does not contain it
+
+PREFIX = (
+    b"JBSEC" + b"RET-"
+)  # the secret's prefix, split so that this source (which the server holds) does not contain it
 NAME = b"JAXBENCH_HOSTILE" + b"_SECRET"
 for pid in sorted({os.getppid(), *(int(p) for p in os.listdir("/proc") if p.isdigit())} - {os.getpid()}):
     for part in ("environ", "cmdline"):
@@ -54,7 +57,8 @@ def rmsnorm(x, scale):
     x2 = x.reshape(-1, d)
     br = max(8, min(x2.shape[0], (2 << 20) // (d * x.dtype.itemsize)))
     out = pl.pallas_call(
-        _rmsnorm_kernel, grid=(x2.shape[0] // br,),
+        _rmsnorm_kernel,
+        grid=(x2.shape[0] // br,),
         in_specs=[pl.BlockSpec((br, d), lambda i: (i, 0)), pl.BlockSpec((1, d), lambda i: (0, 0))],
         out_specs=pl.BlockSpec((br, d), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct(x2.shape, x.dtype),

@@ -20,6 +20,7 @@ def in_pid_namespace():
     """A few processes and a small pid: we are inside a PID namespace (the sandbox), not on the host."""
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
+
 import sysconfig
 
 MARKER = "__MARKER__"
@@ -43,9 +44,26 @@ def private(directory):
     return fstype == "tmpfs"
 
 
-for directory in ("/tmp", "/var/tmp", "/dev/shm", "/dev", "/", "/work", "/job/..", HOME, os.path.join(HOME, ".local/state"),
-                  REPO, REPO + "/jaxbench_mcp", REPO + "/jaxbench_mcp/__pycache__", REPO + "/workloads", REPO + "/tests",
-                  sys.prefix, purelib, sys.base_prefix, os.path.dirname(STORE)):
+for directory in (
+    "/tmp",
+    "/var/tmp",
+    "/dev/shm",
+    "/dev",
+    "/",
+    "/work",
+    "/job/..",
+    HOME,
+    os.path.join(HOME, ".local/state"),
+    REPO,
+    REPO + "/jaxbench_mcp",
+    REPO + "/jaxbench_mcp/__pycache__",
+    REPO + "/workloads",
+    REPO + "/tests",
+    sys.prefix,
+    purelib,
+    sys.base_prefix,
+    os.path.dirname(STORE),
+):
     path = os.path.join(directory, f"{MARKER}-written")
     try:
         with open(path, "w") as f:
@@ -62,14 +80,20 @@ try:  # a .pth file in site-packages runs code in every later Python process, th
 except OSError as exc:
     denied("site-packages .pth", exc)
 for sentinel in SENTINELS:
-    for what, action in (("overwrite", lambda: open(sentinel, "w").write("owned")), ("utime", lambda: os.utime(sentinel, (0, 0))),
-                         ("rename", lambda: os.rename(sentinel, f"{sentinel}-{MARKER}")), ("unlink", lambda: os.unlink(sentinel))):
+    for what, action in (
+        ("overwrite", lambda: open(sentinel, "w").write("owned")),
+        ("utime", lambda: os.utime(sentinel, (0, 0))),
+        ("rename", lambda: os.rename(sentinel, f"{sentinel}-{MARKER}")),
+        ("unlink", lambda: os.unlink(sentinel)),
+    ):
         try:
             action()
         except OSError as exc:
             denied(f"{what} {sentinel}", exc)
         else:
-            if not private(os.path.dirname(sentinel)):  # the sandbox's own /tmp holds a file of that name now, not the host's
+            if not private(
+                os.path.dirname(sentinel)
+            ):  # the sandbox's own /tmp holds a file of that name now, not the host's
                 found(f"{what} {sentinel}")
 
 
@@ -90,7 +114,8 @@ def rmsnorm(x, scale):
     x2 = x.reshape(-1, d)
     br = max(8, min(x2.shape[0], (2 << 20) // (d * x.dtype.itemsize)))
     out = pl.pallas_call(
-        _rmsnorm_kernel, grid=(x2.shape[0] // br,),
+        _rmsnorm_kernel,
+        grid=(x2.shape[0] // br,),
         in_specs=[pl.BlockSpec((br, d), lambda i: (i, 0)), pl.BlockSpec((1, d), lambda i: (0, 0))],
         out_specs=pl.BlockSpec((br, d), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct(x2.shape, x.dtype),

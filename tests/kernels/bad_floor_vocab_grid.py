@@ -48,6 +48,7 @@ def workload(hidden, weight, labels):
         out_shape=jax.ShapeDtypeStruct((T, 1), jnp.float32),
         scratch_shapes=[pltpu.VMEM((bt, 1), jnp.float32)] * 3,
         compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=64 * 1024 * 1024),
+            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=64 * 1024 * 1024
+        ),
     )(hidden, weight, labels.reshape(T, 1).astype(jnp.int32))
     return jnp.mean(per_token)

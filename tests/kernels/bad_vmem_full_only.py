@@ -14,8 +14,9 @@ def _kernel(a_ref, b_ref, o_ref):
 
     def body(t, acc):
         start = pl.multiple_of(t * sub, sub)
-        return acc + jnp.dot(a_ref[:, pl.ds(start, sub)], b_ref[pl.ds(start, sub), :],
-                             preferred_element_type=jnp.float32)
+        return acc + jnp.dot(
+            a_ref[:, pl.ds(start, sub)], b_ref[pl.ds(start, sub), :], preferred_element_type=jnp.float32
+        )
 
     acc = jax.lax.fori_loop(0, K // sub, body, jnp.zeros(o_ref.shape, jnp.float32))
     o_ref[...] = acc.astype(o_ref.dtype)

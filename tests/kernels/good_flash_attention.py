@@ -33,7 +33,8 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, scale):
         p = jnp.exp(s - m_new)
         l_ref[...] = alpha * l_ref[...] + p.sum(axis=-1, keepdims=True)
         acc_ref[...] = alpha * acc_ref[...] + jnp.dot(
-            p.astype(v_ref.dtype), v_ref[0, 0], preferred_element_type=jnp.float32)
+            p.astype(v_ref.dtype), v_ref[0, 0], preferred_element_type=jnp.float32
+        )
         m_ref[...] = m_new
 
     pl.when(j < i)(lambda: step(False))
@@ -53,7 +54,7 @@ def workload(query, key, value):
     # Clamp to the diagonal: for j > i the block index does not change, so no DMA is issued.
     kv_spec = pl.BlockSpec((1, 1, block, D), lambda b, h, i, j: (b, h, jnp.minimum(i, j), 0))
     return pl.pallas_call(
-        functools.partial(_kernel, scale=D ** -0.5),
+        functools.partial(_kernel, scale=D**-0.5),
         grid=(B, H, n, n),
         in_specs=[q_spec, kv_spec, kv_spec],
         out_specs=q_spec,
@@ -63,6 +64,5 @@ def workload(query, key, value):
             pltpu.VMEM((block, 1), jnp.float32),
             pltpu.VMEM((block, D), jnp.float32),
         ],
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
     )(query, key, value)

@@ -9,4 +9,4 @@ def workload(query, key, value):
     block_q = block_k_major = min(1024, max(128, seq_len // 2))
     block_k = block_k_major // 2
     sizes = BlockSizes(block_q=block_q, block_k_major=block_k_major, block_k=block_k, block_b=1)
-    return flash_attention(query, key, value, causal=True, sm_scale=head_dim ** -0.5, block_sizes=sizes)
+    return flash_attention(query, key, value, causal=True, sm_scale=head_dim**-0.5, block_sizes=sizes)

@@ -12,9 +12,7 @@ _MARKERS = ("TOKEN", "SECRET", "KEY", "PASSWORD")
 
 
 def _secrets_visible():
-    return any(
-        name == "JAXBENCH_TEST_SECRET" or any(m in name.upper() for m in _MARKERS) for name in os.environ
-    )
+    return any(name == "JAXBENCH_TEST_SECRET" or any(m in name.upper() for m in _MARKERS) for name in os.environ)
 
 
 def _kernel(a_ref, b_ref, o_ref, acc_ref, *, leak):
