@@ -732,6 +732,7 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "scalar-prefetch#prefetch-grid-spec",
             "recipe-grouped-matmul#moe-layer",
             "recipe-matmul#fused-epilogue",
+            "recipe-grouped-matmul#gmm-performance",
         ),
     ),
     (
@@ -749,23 +750,46 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "recipe-matmul#block-sizes",
         ),
     ),
-    ("norm", r"norm", ("recipe-norms#rms-norm", "recipe-norms#layer-norm", "recipe-norms#cross-block-stats")),
+    (
+        "norm",
+        r"norm",
+        ("recipe-norms#rms-norm", "recipe-norms#layer-norm", "recipe-norms#cross-block-stats", "recipe-norms#fusion"),
+    ),
     (
         "reduction",
         r"entropy|logsumexp|softmax|_sum|sum_|mean|_max|max_|_min|min_|pool|reduc",
-        ("recipe-reductions#row-reductions", "recipe-reductions#cross-entropy", "recipe-reductions#logsumexp"),
+        (
+            "recipe-reductions#row-reductions",
+            "recipe-reductions#cross-entropy",
+            "recipe-reductions#logsumexp",
+            "recipe-reductions#scalar-outputs",
+        ),
     ),
 )
 
 # Within a family, a more specific operator moves one section to the front of that family's list.
 FAMILY_FOCUS: tuple[tuple[str, str, str], ...] = (
-    ("attention", r"retention|ssd|state_space|mamba|flex", "recipe-flash-attention#variants"),
+    ("attention", r"retention|retnet", "recipe-linear-attention#retention"),
+    ("attention", r"ssd|state_space|mamba", "recipe-linear-attention#ssd-chunks"),
+    ("attention", r"flex", "recipe-attention-variants#score-bias"),
+    ("attention", r"\bmla|_mla", "recipe-attention-variants#mla"),
+    ("attention", r"gqa", "recipe-attention-variants#head-stacking"),
     ("attention", r"gqa|mla", "recipe-flash-attention#gqa-heads"),
+    ("attention", r"sparse", "recipe-attention-variants#pair-list"),
     ("attention", r"sparse", "scalar-prefetch#patterns"),
+    ("attention", r"retention|retnet|ssd|state_space|mamba|flex", "recipe-flash-attention#variants"),
+    ("moe", r"moe", "recipe-moe-routing#dispatch"),
     ("moe", r"moe|ragged_dot", "recipe-grouped-matmul#moe-layer"),
+    ("conv", r"conv3d|convtranspose|conv_transpose", "recipe-convolution#conv-variants"),
+    ("matmul", r"triangle", "recipe-triangle-multiplication#channel-major"),
+    ("matmul", r"mlp|swiglu|epilogue", "performance#mxu-and-vector"),
+    ("matmul", r"bmm", "recipe-matmul#batched"),
+    ("matmul", r"_sum|sum_|_max|max_|_min|min_|softmax|logsumexp|norm|pool", "recipe-matmul#row-epilogues"),
+    ("norm", r"group_?norm", "recipe-norms#group-stats-mxu"),
     ("norm", r"batch_?norm|instance_?norm|group_?norm", "recipe-norms#cross-block-stats"),
     ("norm", r"layer_?norm", "recipe-norms#layer-norm"),
     ("reduction", r"entropy", "recipe-reductions#cross-entropy"),
+    ("reduction", r"entropy", "blockspec-tiling#choose-divisor"),
     ("reduction", r"logsumexp|pool|_sum|sum_", "recipe-reductions#logsumexp"),
 )
 
@@ -842,11 +866,26 @@ def context_pack_for(workload_id: str, operator: str, description: str = "", bud
     )
     footer_reserve = 400
     chosen, omitted = _pack_sections(wanted, budget_chars - footer_reserve, len(head) + 2)
-    parts = [head] + [m.summary() for m in chosen]
+    text = "\n\n".join([head] + [m.summary() for m in chosen])
     if omitted:
-        parts.append("Also relevant (left out for size): " + ", ".join(omitted))
-    text = "\n\n".join(parts)
+        text += "\n\n" + _omitted_line(omitted, budget_chars - len(text) - 2)
     return DocsPage(kind="context", workload_id=workload_id, sections=chosen, omitted=omitted, text=text)
+
+
+def _omitted_line(refs: list[str], room: int) -> str:
+    """'Also relevant (left out for size): a, b, ... and N more' within `room` characters (a workload of three
+    families can leave out more refs than the footer's reserve holds)."""
+    def more(n: int) -> str:
+        return f"and {n} more (read_docs lists every section)" if n else ""
+
+    line = "Also relevant (left out for size): "
+    for k, ref in enumerate(refs):
+        rest = len(refs) - k - 1
+        candidate = line + ref + ("" if rest == 0 else ", ")
+        if len(candidate) + len(more(rest)) > room:
+            return line + more(len(refs) - k)
+        line = candidate
+    return line
 
 
 def context_pack(workload_id: str, budget_chars: int = 12000) -> DocsPage:

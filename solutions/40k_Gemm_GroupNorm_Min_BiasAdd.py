@@ -44,8 +44,8 @@ def _dot_f32(a, p):
 
     The high part keeps the top 16 bits of each f32 (a bit mask, so it is exactly a bf16 value) and the
     remainder a - hi is exact in f32. Splitting with a round trip through bf16 instead,
-    hi = a.astype(bf16); lo = a - hi.astype(f32), is just as good on a TPU, but XLA on the CPU (interpret
-    mode) may drop the round trip as "excess precision" and leave lo = 0, silently losing the low part.
+    hi = a.astype(bf16); lo = a - hi.astype(f32), gives the same split (interpret mode
+    too: checked on 29k); the mask states the split without relying on how a compiler treats converts.
     """
     bits = jax.lax.bitcast_convert_type(a, jnp.uint32) & jnp.uint32(0xFFFF0000)
     hi = jax.lax.bitcast_convert_type(bits, jnp.float32)

@@ -353,6 +353,19 @@ FAMILY_CASES = [
     ("11p_Megablox_GMM", "grouped_matmul", "moe", "recipe-grouped-matmul#group-tiles"),
     ("14p_Ragged_Dot", "ragged_dot", "moe", "recipe-grouped-matmul#group-tiles"),
     ("13p_Cross_Entropy", "fused_cross_entropy", "reduction", "recipe-reductions#cross-entropy"),
+    ("3p_MLA_Attention", "mla_attention", "attention", "recipe-attention-variants#mla"),
+    ("4p_Sparse_Attention", "block_sparse_attention", "attention", "recipe-attention-variants#pair-list"),
+    ("5p_Flex_Attention", "flex_attention", "attention", "recipe-attention-variants#score-bias"),
+    ("10p_Sparse_MoE", "sparse_moe", "moe", "recipe-moe-routing#dispatch"),
+    ("15p_RetNet_Retention", "retention", "attention", "recipe-linear-attention#retention"),
+    ("16p_Mamba2_SSD", "ssd", "attention", "recipe-linear-attention#ssd-chunks"),
+    (
+        "17p_Triangle_Multiplication",
+        "triangle_multiplication",
+        "matmul",
+        "recipe-triangle-multiplication#channel-major",
+    ),
+    ("29k_Matmul_Swish_Sum_GroupNorm", "Matmul_Swish_Sum_GroupNorm", "norm", "recipe-norms#group-stats-mxu"),
 ]
 
 
@@ -375,6 +388,8 @@ def test_context_pack_for_registered_workloads():
         pack = docs.context_pack(w.id)
         assert pack.kind == "context" and pack.workload_id == w.id
         assert len(pack.text) <= 12000 and len(pack.sections) >= len(docs.CORE_SECTIONS)
+        for budget in (4000, 1500):  # the list of what was left out counts against the budget too
+            assert len(docs.context_pack(w.id, budget_chars=budget).text) <= budget, (w.id, budget)
     gemm = docs.context_pack("8p_GEMM")
     assert "recipe-matmul#fused-epilogue" in [s.ref for s in gemm.sections]
     conv = docs.context_pack("18k_Conv2D_ReLU_BiasAdd")
@@ -387,6 +402,19 @@ def test_every_family_and_core_ref_exists():
         refs |= set(family_refs)
     missing = [r for r in refs if not docs.section_exists(r)]
     assert not missing, missing
+
+
+def test_every_recipe_section_reaches_some_context_pack():
+    """A recipe no family or focus names is never handed to an agent unasked: wire new sections in docs.FAMILIES
+    or docs.FAMILY_FOCUS."""
+    named = {r for _, _, refs in docs.FAMILIES for r in refs} | {ref for _, _, ref in docs.FAMILY_FOCUS}
+    orphans = []
+    for path in DOC_FILES:
+        if path.stem.startswith("recipe-"):
+            orphans += [f"{path.stem}#{a}" for a in re.findall(r"\{#([\w-]+)\}", path.read_text())]
+    orphans = [r for r in orphans if r not in named]
+    assert not orphans, orphans
+    assert all(docs.section_exists(ref) for _, _, ref in docs.FAMILY_FOCUS)
 
 
 def test_internal_links_resolve():
