@@ -63,7 +63,9 @@ def main() -> None:
     inline, warm, cold = [], [], []
     for _ in range(args.repeats):
         inline.append(unavoidable(args.workload, args.kernel, hidden))
-        time.sleep(2)  # let the spare worker finish warming, as it would between an agent's calls
+        # An agent's think time between calls: the spare that the last check's end started gets ready.
+        time.sleep(1)
+        checker.pool.wait_warm()
         t0 = time.perf_counter()
         verdict, outcome = checker.check(args.workload, source)
         warm.append(time.perf_counter() - t0)

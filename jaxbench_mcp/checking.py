@@ -333,13 +333,21 @@ class Checker:
         def in_slot() -> RunOutcome:
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
-            worker = self._ready_worker(dump_schedules)
-            if source is not None:
-                (worker.job_dir / "candidate.py").write_text(source)
-            job = make_job(worker.job_dir)
-            if cancel is not None:
-                worker.cancelled = cancel
-            outcome = worker.run(job, on_event)
+            try:
+                worker = self._ready_worker(dump_schedules)
+                try:
+                    if source is not None:
+                        (worker.job_dir / "candidate.py").write_text(source)
+                    job = make_job(worker.job_dir)
+                except BaseException:
+                    worker.dispose()
+                    raise
+                if cancel is not None:
+                    worker.cancelled = cancel
+                outcome = worker.run(job, on_event)
+            finally:
+                if not dump_schedules:
+                    self.pool.refill()
             if outcome.killed_for == "cancelled":
                 outcome.cleanup()
                 raise Cancelled()

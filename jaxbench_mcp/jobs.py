@@ -98,6 +98,7 @@ class RunOutcome:
     stderr_tail: str = ""
     seconds: float = 0.0
     _root: Path | None = None
+    _reaped: threading.Event | None = None  # set once a finished worker, torn down behind its verdict, is gone
 
     @property
     def finished(self) -> bool:
@@ -116,6 +117,8 @@ class RunOutcome:
         return protocol.cut_text(text, LOG_KEEP_CHARS)
 
     def cleanup(self) -> None:
+        if self._reaped is not None:
+            self._reaped.wait(10)  # nothing may write into the directory while it is removed
         sandbox.remove_tree(self._root or self.job_dir)
 
 
@@ -326,8 +329,9 @@ class Worker:
             found.update(self.cgroup.pids())
         return sorted(found)
 
-    def kill(self) -> None:
-        """Kill the worker and everything it started (its process group, its tree, its cgroup)."""
+    def kill(self, wait: bool = True) -> list[int]:
+        """Kill the worker and everything it started (its process group, its tree, its cgroup); with wait, return
+        once they are gone. The pids it signalled."""
         pids = [self.process.pid, *self.pids()]
         for pid in pids:
             try:
@@ -339,9 +343,16 @@ class Worker:
         except (ProcessLookupError, PermissionError):
             pass
         if self.cgroup is not None:
-            self.cgroup.kill_all()
+            self.cgroup.kill_all(wait)
+        if wait:
+            self._wait_gone(pids)
+        return pids
+
+    def _wait_gone(self, pids: list[int]) -> None:
         self.process.wait()
         sandbox.wait_dead(pids, timeout=2.0)
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
 
     def dispose(self) -> None:
         """Kill, release the cgroup and remove the directory: for a worker that will never report again."""
@@ -351,6 +362,13 @@ class Worker:
         self.kill()
         self._release()
         sandbox.remove_tree(self.root)
+
+    def _reap(self, pids: list[int], done: threading.Event) -> None:
+        try:
+            self._wait_gone(pids)
+            self._release()
+        finally:
+            done.set()
 
     def _release(self) -> None:
         """Release what a dead worker still holds: its cgroup, its pipes and logs, its place in the registry."""
@@ -435,6 +453,14 @@ class Worker:
                 pass
         # A finished worker has said all it will; its teardown is not worth waiting for. Whatever it left running
         # goes with it.
+        if finished and not (outcome.killed_for or outcome.violation):
+            # What it left in its directory is data to judge, not proof, whether or not it still runs, so the
+            # verdict need not wait for the kernel to tear a jax process down (~40 ms): a thread finishes the kill
+            # (late forks included) and the release behind it, and cleanup() waits for that thread.
+            pids = self.kill(wait=False)
+            outcome._reaped = threading.Event()
+            threading.Thread(target=self._reap, args=(pids, outcome._reaped), daemon=True, name="reap").start()
+            return
         self.kill()
         if self.cgroup is not None and outcome.killed_for is None and not finished and self.cgroup.oom_killed():
             outcome.killed_for = "memory"
@@ -443,7 +469,9 @@ class Worker:
 
 @dataclass
 class WorkerPool:
-    """Keeps `spares` warm workers; hands each out once and starts a replacement behind it."""
+    """Keeps `spares` warm workers and hands each out once. A replacement is started when a job ends (`refill`),
+    not when a spare is taken: a warm-up (about a CPU-second) running beside a check slowed it by up to 2x on a
+    2-core host, while an agent's think time between checks easily covers it."""
 
     generation: str | None
     tier: targets.Tier
@@ -460,9 +488,18 @@ class WorkerPool:
 
     def take(self) -> Worker:
         with self._lock:
-            worker = self._warm.pop(0) if self._warm else Worker(self.generation, self.tier, self.limits)
-        self.fill()
-        return worker
+            return self._warm.pop(0) if self._warm else Worker(self.generation, self.tier, self.limits)
+
+    def wait_warm(self) -> bool:
+        """Block until every spare said 'ready' (or failed to); whether all are ready. For a caller that starts no
+        check meanwhile (a benchmark, a test): the spares' pipes are read here."""
+        with self._lock:
+            spares = list(self._warm)
+        return all([worker.wait_ready() for worker in spares])
+
+    def refill(self) -> None:
+        """Top the spares up in the background: the caller (a check that just ended) is not held up by spawning."""
+        threading.Thread(target=self.fill, daemon=True, name="jaxbench-refill").start()
 
     def close(self) -> None:
         with self._lock:

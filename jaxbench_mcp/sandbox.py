@@ -268,10 +268,12 @@ class Cgroup:
         except (OSError, ValueError):
             return False
 
-    def kill_all(self) -> None:
+    def kill_all(self, wait: bool = True) -> None:
+        """SIGKILL every process in the group; with wait, repeat until the group is empty (a fork loop may add
+        processes while we kill; cgroup v2's cgroup.kill reaches those too)."""
         if self.v2 and (self.dirs["pids"] / "cgroup.kill").exists():
             (self.dirs["pids"] / "cgroup.kill").write_text("1")
-        for _ in range(50):  # a fork loop may add processes while we kill: repeat until empty
+        for _ in range(50):
             pids = self.pids()
             if not pids:
                 return
@@ -280,6 +282,8 @@ class Cgroup:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+            if not wait:
+                return
             time.sleep(0.01)
 
     def remove(self) -> None:

@@ -49,7 +49,7 @@ def warm_up(generation: str | None) -> None:
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp import targets, workloads
+    from jaxbench_mcp import coverage, kernel_analysis, targets, workloads
 
     workloads.all_workloads()
 
@@ -73,11 +73,22 @@ def warm_up(generation: str | None) -> None:
         )(a, b)
 
     args = (jnp.ones((256, 256), jnp.bfloat16), jnp.ones((256, 128), jnp.bfloat16))
+    abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
     chip = generation or targets.DEFAULT_CPU_TARGET
     with targets.chip_context(chip):
-        jax.make_jaxpr(f)(*args)
+        closed = jax.make_jaxpr(f)(*args)
+    # The trace stage's analyses cost ~70 ms the first time in a process (their own jit and XLA:CPU compiles).
+    # They are best effort there (a failing one is "not judged"), so here too: a worker must start regardless.
+    try:
+        kernel_analysis.describe_kernels(closed.jaxpr)
+        coverage.full_size_coverage(closed, input_names=["a", "b"])
+        coverage.kernel_work(closed)
+        coverage.outside_work(closed, abstract)
+        coverage.program_structure(closed)
+    except Exception:  # noqa: BLE001
+        pass
     if generation is not None:
-        targets.deviceless_compile(f, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args], generation)
+        targets.deviceless_compile(f, abstract, generation)
     if os.environ.get("JAX_PLATFORMS") == "cpu":  # on a TPU host, touching the device now would hold it
         params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=0)
         targets.interpret_on_cpu(f, args, (), chip, params)

@@ -466,7 +466,7 @@ def _run_case(case: Case, server: Server, store: StoreWatch, watch: Watch, liste
         evidence += [line[:200] for line in log.splitlines() if line.startswith("HOSTILE")][:12]
         evidence.append(f"verdict message: {verdict.get('message', '')[:400]}")
     roots = [r for a in answers for r in a.get("roots", [])]
-    for _ in range(30):  # the kill is synchronous, but give zombies a moment to be reaped
+    for _ in range(30):  # a finished worker is torn down behind its verdict; give that and zombies a moment
         survivors = _marker_processes([marker], roots)
         if not survivors:
             break

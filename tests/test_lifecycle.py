@@ -45,6 +45,30 @@ def test_a_spare_that_idled_past_its_warm_up_budget_still_takes_the_next_check()
         checker.close()
 
 
+def test_no_spare_warms_up_beside_a_running_check_and_one_is_ready_after_it():
+    checker = Checker(spares=1, slots=1)
+    checker.start()
+    warming_during_check = []
+    try:
+        assert checker.pool.wait_warm(), "the first spare never got ready"
+        verdict, outcome = checker.check(
+            "12p_RMSNorm",
+            GOOD,
+            on_progress=lambda m: (
+                warming_during_check.append(len(jobs.REGISTRY.live()) - 1) if m.startswith("load: done") else None
+            ),
+        )
+        outcome.cleanup()
+        assert verdict.status == "correct", verdict.summary()
+        assert warming_during_check == [0], "a replacement worker started while the check ran"
+        deadline = time.monotonic() + 10
+        while not checker.pool._warm and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert checker.pool.wait_warm() and len(checker.pool._warm) == 1, "no spare after the check ended"
+    finally:
+        checker.close()
+
+
 def test_cancel_kills_the_worker_within_a_second_and_records_the_attempt_as_cancelled(tmp_path):
     bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
     loaded = threading.Event()
