@@ -682,6 +682,13 @@ class Checker:
                 "its job directory and was killed",
                 None,
             )
+        if killed_for == "files":
+            return (
+                ErrorClass.PROTOCOL_VIOLATION,
+                f"the candidate created more than {self.limits.max_job_dir_entries:,} files and folders in "
+                "its job directory and was killed",
+                None,
+            )
         stage = killed_for.split(":", 1)[1]
         if stage == "overall":
             return (ErrorClass.STAGE_TIMEOUT, "the job ran past its overall time limit; the worker was killed", None)

@@ -65,6 +65,8 @@ class Limits:
     max_file_bytes: int = 512 * 2**20
     # All the files of one job together (the job directory is polled; a writer is killed past this).
     max_job_dir_bytes: int = 2 * 2**30
+    # Files and folders in it: empty files cost the host's inodes, not bytes (a job writes a few hundred at most).
+    max_job_dir_entries: int = 20_000
     max_processes: int = 512
 
     def for_stage(self, stage: Stage) -> float:
@@ -91,7 +93,7 @@ class RunOutcome:
     events: list  # the accepted protocol events, in order
     job_dir: Path
     isolation: sandbox.Isolation
-    killed_for: str | None = None  # "timeout:<stage>", "timeout:overall", "memory", "disk", "cancelled"
+    killed_for: str | None = None  # "timeout:<stage>", "timeout:overall", "memory", "disk", "files", "cancelled"
     violation: str | None = None  # why the event stream broke the protocol
     returncode: int | None = None
     stdout_tail: str = ""
@@ -133,15 +135,20 @@ def _scrubbed_env(home: str, tier: targets.Tier) -> dict[str, str]:
     return env
 
 
-def _dir_bytes(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
+def _dir_usage(path: Path, max_entries: int) -> tuple[int, int]:
+    """Bytes in files and number of entries under `path`; the walk stops once past max_entries (its cost grows
+    with the count)."""
+    total = entries = 0
+    for root, dirs, files in os.walk(path):
+        entries += len(dirs) + len(files)
+        if entries > max_entries:
+            break
         for name in files:
             try:
                 total += os.lstat(os.path.join(root, name)).st_size
             except OSError:
                 pass
-    return total
+    return total, entries
 
 
 class WorkerStartFailed(RuntimeError):
@@ -441,8 +448,12 @@ class Worker:
                 next_check = now + 0.2
                 if sandbox.rss_bytes(self.pids()) > self.limits.memory_bytes:
                     outcome.killed_for = "memory"
-                elif _dir_bytes(self.job_dir) > self.limits.max_job_dir_bytes:
-                    outcome.killed_for = "disk"
+                else:
+                    size, entries = _dir_usage(self.job_dir, self.limits.max_job_dir_entries)
+                    if size > self.limits.max_job_dir_bytes:
+                        outcome.killed_for = "disk"
+                    elif entries > self.limits.max_job_dir_entries:
+                        outcome.killed_for = "files"
 
     def _end(self, outcome: RunOutcome, finished: bool) -> None:
         """Kill what is left, read the cgroup's OOM record, release the cgroup and the pipes."""

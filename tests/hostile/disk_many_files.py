@@ -1,5 +1,5 @@
-# expect: workload=12p_RMSNorm status=correct
-# attack: fill the disk's inodes: 50,000 empty files and 200 small trees in the job directory, left for the cleanup
+# expect: workload=12p_RMSNorm status=crashed error_class=protocol_violation
+# attack: fill the disk's inodes: 50,000 empty files and 200 small trees in the job directory (killed past 20,000)
 # Placeholders (__NAME__) are filled in by tests/test_hostile.py.
 import os
 import sys
