@@ -68,8 +68,9 @@ OPS = {
     ),
 }
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jaxbench-mcp" / "fidelity"
-# Source files whose change invalidates a cached compile (the trace part is recomputed on every run).
-_COMPILE_SOURCES = ["jaxbench_mcp/internals/libtpu.py", "jaxbench_mcp/internals/hlo.py"]
+# Source files whose change invalidates a cached compile (the trace part is recomputed on every run): what reads
+# the compile, and what lowers the program for the chip (targets.chip_context: the device's cores).
+_COMPILE_SOURCES = ["jaxbench_mcp/internals/libtpu.py", "jaxbench_mcp/internals/hlo.py", "jaxbench_mcp/targets.py"]
 
 
 @dataclasses.dataclass
@@ -182,12 +183,10 @@ def _nbytes(sds) -> float:
 def build_call(c: Config):
     """(fn, args) of one config: tokamax's op with the config, called on the spec's arguments."""
     import jax
+    from tokamax import config as tokamax_config
     from tokamax._src import benchmarking, numerics
 
-    cls = _op_class(c.op)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    op = cls(config=c.config, **({"bypass_device_check": True} if "bypass_device_check" in fields else {}))
-    f, x = benchmarking.standardize_function(op, kwargs=dict(c.spec), seed=None)
+    f, x = benchmarking.standardize_function(_op_class(c.op)(config=c.config), kwargs=dict(c.spec), seed=None)
     import numpy as np
 
     # Arrays stay abstract; what tokamax gives as values (group sizes) stays concrete, as it was when timed.
@@ -195,14 +194,20 @@ def build_call(c: Config):
         a if isinstance(a, (jax.ShapeDtypeStruct, np.ndarray)) else np.asarray(numerics.random_initialize(a, seed=0))
         for a in x
     ]
-    return (lambda *arrays: f(arrays)), args
+
+    def call(*arrays):
+        # cross_compile: tokamax otherwise refuses this CPU host when the estimate traces and compiles the call.
+        with tokamax_config.cross_compile(True):
+            return f(arrays)
+
+    return call, args
 
 
 def roofline_us(c: Config) -> float:
     """The plain roofline of one config: the op's own FLOPs and its inputs' and outputs' bytes."""
     import numpy as np
 
-    from jaxbench_mcp import cost_model, targets
+    from jaxbench_mcp import targets
 
     s = dict(c.spec)
     if c.op in ("flash_attention", "splash_attention"):
@@ -242,8 +247,8 @@ def roofline_us(c: Config) -> float:
         x, w, labels = s["x"], s["w"], s["labels"]
         flops = 2.0 * x.shape[0] * x.shape[1] * w.shape[1]
         moved = _nbytes(x) + _nbytes(w) + _nbytes(labels) + x.shape[0] * 4
-    # The device's roofline: a megacore chip (v5p) drives two TensorCores' compute and bandwidth.
-    return targets.roofline_seconds(flops, moved, c.generation)[0] * 1e6 / cost_model.megacore_cores(c.generation)
+    # The device's roofline (a megacore v5p drives two TensorCores' compute and bandwidth).
+    return targets.roofline_seconds(flops, moved, c.generation)[0] * 1e6
 
 
 # ---- raw estimates (the compile cached) -------------------------------------------------------------------
@@ -394,8 +399,8 @@ def report(title: str, configs: list[Config], calibration_for) -> None:
 
 
 def fit(configs: list[Config], generation: str):
-    """Per-generation constants chosen on `configs` (a coarse grid over compute scale, HBM efficiency and overlap
-    loss; step and XLA-op overheads stay at the raw model's). The objective is the goal itself: the share of
+    """Per-generation constants chosen on `configs` (a coarse grid over compute scale, HBM efficiency, MXU efficiency
+    and overlap loss; step and XLA-op overheads stay at the raw model's). The objective is the goal itself: the share of
     configs within 1.5x, averaged over the ops so that each op counts alike; ties go to the smaller mean squared
     log error. The raw model is kept unless a grid point beats it."""
     from jaxbench_mcp import cost_model
@@ -418,15 +423,17 @@ def fit(configs: list[Config], generation: str):
     for scale in [0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.35, 1.5, 1.7, 2.0]:
         for eff in [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]:
             for loss in [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]:
-                cal = cost_model.Calibration(
-                    compute_scale=scale,
-                    hbm_efficiency=eff,
-                    overlap_loss=loss,
-                    fitted_on=f"fit on {len(chosen)} tokamax {generation} configs",
-                )
-                found = score(cal)
-                if found > best_score:
-                    best, best_score = cal, found
+                for mxu in [0.6, 0.7, 0.8, 0.9, 1.0]:
+                    cal = cost_model.Calibration(
+                        compute_scale=scale,
+                        hbm_efficiency=eff,
+                        mxu_efficiency=mxu,
+                        overlap_loss=loss,
+                        fitted_on=f"fit on {len(chosen)} tokamax {generation} configs",
+                    )
+                    found = score(cal)
+                    if found > best_score:
+                        best, best_score = cal, found
     return best
 
 

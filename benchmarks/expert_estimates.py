@@ -1,7 +1,7 @@
 """Static estimates of every expert reference, next to XLA's own estimate and the roofline, side by side.
 
-A sanity sweep of the estimate over real kernels: an expert kernel estimated below its roofline (flagged)
-or far above XLA would point at a gap in the model. Ratios are to the roofline bound of the workload at
+A sanity sweep of the estimate over real kernels: an expert kernel estimated below its memory bound (the time
+its workload's inputs and outputs take to move once; flagged) or far above XLA would point at a gap in the model. Ratios are to the roofline bound of the workload at
 full size, all measured in this one run for one generation.
 Usage: python benchmarks/expert_estimates.py [--target v6e]
 """
@@ -47,7 +47,7 @@ def main() -> None:
         )
         notes = (
             [main_kernel.bottleneck, outside]
-            + (["below roofline"] if us < roof else [])
+            + (["below memory bound"] if us < cost_model.workload_memory_bound_us(w, g) else [])
             + (["dynamic grid"] if not all(k.grid_steps_exact for k in kernels) else [])
             + (["HBM approx."] if not all(k.hbm_bytes_exact for k in kernels) else [])
             + (["run ratio approx."] if not all(k.run_ratio_exact for k in kernels) else [])

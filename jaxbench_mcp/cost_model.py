@@ -1,10 +1,11 @@
 """The static cost model: pure functions from counts (bundles, grid steps, bytes) to seconds, per TPU generation.
 
-  compute  = the bundles a run executes x seconds per bundle. From the loop structure of libtpu's final
-             schedule: the code outside the grid loop runs once; per grid step, the straight-line body runs
-             `body_ratio` of its code (pl.when skips) and the in-kernel loops run `loop_ratio` times their
-             code (trips; kernel_replay). Seconds per bundle is calibrated per generation so that a large,
-             ideal bf16 matmul tile runs at the chip's peak (from pltpu.get_tpu_info_for_chip).
+  compute  = the bundles a run executes x seconds per bundle, never less than its matmuls take at the MXUs.
+             From the loop structure of libtpu's final schedule: the code outside the grid loop runs once; per
+             grid step, the straight-line body runs `body_ratio` of its code (pl.when skips) and the in-kernel
+             loops run `loop_ratio` times their code (trips; kernel_replay). Seconds per bundle is calibrated per
+             generation so that a large, ideal bf16 matmul tile runs at the chip's peak (from
+             pltpu.get_tpu_info_for_chip). A megacore device's cores share its parallel work (parallel_split).
   memory   = the HBM bytes its BlockSpecs and DMAs move (a block is re-fetched whenever its block index
              changes between consecutive grid steps) / HBM bandwidth
   overhead = grid steps x the pipeline's fixed cost per step
@@ -19,13 +20,13 @@ XLA work around a candidate's kernels is costed per instruction of the compiled 
 
 from __future__ import annotations
 
-import functools
+import math
 from dataclasses import dataclass
 
 from jaxbench_mcp import targets
 
 # Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
-MODEL_VERSION = 3
+MODEL_VERSION = 4
 # A widely quoted figure for the fixed cost of one Pallas TPU grid step (DMA issue/wait, bookkeeping).
 STEP_OVERHEAD_S = 0.35e-6
 # Where to read about each bottleneck (context_docs/ refs).
@@ -76,8 +77,9 @@ def block_traffic(block_indices, block_bytes: int) -> int:
 class Calibration:
     """Per-generation corrections to the raw model, fit on measured kernels (identity = raw model)."""
 
-    compute_scale: float = 1.0  # measured seconds per modelled compute second
+    compute_scale: float = 1.0  # measured seconds per modelled second of bundle issue
     hbm_efficiency: float = 1.0  # the share of peak HBM bandwidth a kernel's DMAs reach
+    mxu_efficiency: float = 1.0  # the share of the MXUs' peak a kernel's matmuls reach (at most 1: the peak)
     overlap_loss: float = 0.0  # the share of min(compute, memory) that is not hidden under the other
     step_overhead_s: float = STEP_OVERHEAD_S
     xla_op_overhead_s: float = 0.0  # fixed cost per XLA op around the kernels (launch, pipeline fill)
@@ -87,15 +89,25 @@ class Calibration:
 RAW = Calibration()
 # Chosen by `benchmarks/estimate_fidelity.py --per-op 12 --fit` on the fit half of tokamax's measured configs
 # (the objective: the share within 1.5x, each op weighing alike), kept only where that half holds at least 10
-# configs (v5e's 6 are too few: it keeps the raw model). Both fits prefer no DMA/compute overlap credit
-# (overlap_loss 1.0): an empirical correction, not a statement about the hardware. Generations without usable
-# measurements (v4; v6e, whose tokamax data is held out for acceptance) keep the raw model.
+# configs (v5e's 6 are too few: it keeps the raw model). compute_scale scales the bundles' issue rate only:
+# below 1, code that does not wait on the MXUs issues faster than the calibration matmul's bundles, which do.
+# mxu_efficiency is the share of the MXUs' peak real matmul loops reach (the floor of compute). With those two,
+# neither fit wants an overlap correction: the pipeline's own overlap stands (overlap_loss 0). Generations
+# without usable measurements (v4; v6e, whose tokamax data is held out for acceptance) keep the raw model.
 CALIBRATION: dict[str, Calibration] = {
     "7x": Calibration(
-        compute_scale=0.8, hbm_efficiency=0.6, overlap_loss=1.0, fitted_on="calibrated on 30 tokamax 7x configs"
+        compute_scale=0.7,
+        hbm_efficiency=0.7,
+        mxu_efficiency=0.7,
+        overlap_loss=0.0,
+        fitted_on="calibrated on 30 tokamax 7x configs",
     ),
     "v5p": Calibration(
-        compute_scale=0.6, hbm_efficiency=1.0, overlap_loss=1.0, fitted_on="calibrated on 24 tokamax v5p configs"
+        compute_scale=0.8,
+        hbm_efficiency=1.0,
+        mxu_efficiency=0.9,
+        overlap_loss=0.0,
+        fitted_on="calibrated on 24 tokamax v5p configs",
     ),
 }
 
@@ -127,14 +139,14 @@ def kernel_cost(
     )
 
 
-@functools.lru_cache(maxsize=None)
-def megacore_cores(generation: str) -> int:
-    """TensorCores one device drives (jax's table): 2 on megacore chips (v4, v5p), whose compiler splits a kernel's
-    "parallel" grid dimensions across both cores; 1 elsewhere (7x exposes each core as its own device)."""
-    from jax.experimental.pallas import tpu as pltpu
-
-    version, _ = targets._GENERATIONS[targets.check_generation(generation)]
-    return 2 if pltpu.ChipVersion(version).supports_megacore else 1
+def parallel_split(parallel_steps: int, generation: str) -> float:
+    """How many cores' worth of speed a kernel with `parallel_steps` grid steps along "parallel" dimensions gets on
+    one device: a megacore device (targets.cores_per_device) deals them out evenly, so the busiest core runs
+    ceil(steps / cores) of them (3 steps on 2 cores: 2 on one, a 1.5x speedup, not 2x)."""
+    cores = targets.cores_per_device(generation)
+    if parallel_steps < 2 or cores < 2:
+        return 1.0
+    return parallel_steps / math.ceil(parallel_steps / cores)
 
 
 def executed_bundles(
@@ -180,17 +192,24 @@ def pipelined_cost(
     spb: float,
     calibration: Calibration = RAW,
     pipeline_stages: float | None = None,
-    cores: int = 1,
+    cores: float = 1.0,
     mxu_pushes: float = 0.0,
 ) -> KernelCost:
-    """Seconds from executed bundles and moved bytes (chip facts are per TensorCore). Compute is never below the
-    executed matmul work at the MXUs' peak (the bundle count can undercount it: a loop body whose branches hold
-    differently sized matmuls). A pipeline of n stages hides all but about 1/n of the smaller of compute and
-    memory (the first fetch, the last write-back); the calibration may say it hides less. `cores` TensorCores
-    share the work (a megacore chip's parallel grid)."""
+    """Seconds from executed bundles and moved bytes (chip facts are per TensorCore). The bundles issue at the
+    calibrated rate; the matmuls take at least their time at the share of the MXUs' peak kernels reach, which no
+    issue rate shortens (the bundle count can undercount them: a loop body whose branches hold differently sized
+    matmuls; and the rate per bundle is taken from a matmul whose bundles wait on the MXUs, so code that does not
+    wait issues faster). A
+    pipeline of n stages hides all but about 1/n of the smaller of compute and memory (the first fetch, the last
+    write-back); the calibration may say it hides less. `cores`: the cores' worth of speed the work gets (a
+    megacore device's parallel grid, a TensorCore mesh; parallel_split)."""
     chip = targets.chip_facts(generation)
     compute = (
-        max(executed * spb, mxu_pushes * MXU_PUSH_FLOPS / chip.peak_bf16_flops) * calibration.compute_scale / cores
+        max(
+            executed * spb * calibration.compute_scale,
+            mxu_pushes * MXU_PUSH_FLOPS / (chip.peak_bf16_flops * calibration.mxu_efficiency),
+        )
+        / cores
     )
     memory = hbm_bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency * cores)
     stages = max(1.0, pipeline_stages if pipeline_stages is not None else float(steps))
@@ -249,6 +268,20 @@ def bottleneck(cost: KernelCost, slot_use: dict[str, float]) -> str:
 def workload_roofline_us(w, generation: str) -> float:
     """The roofline bound of a workload at full size: its FLOPs and the bytes of its inputs and outputs."""
     return targets.roofline_seconds(w.flops("full"), w.io_bytes("full"), generation)[0] * 1e6
+
+
+def workload_memory_bound_us(w, generation: str) -> float:
+    """The least time any correct program of a workload takes at full size: reading its inputs (but those it declares
+    sparse: a paged cache is read only where its block table points) and writing its outputs, once each, at the
+    device's HBM bandwidth. A kernel may do fewer FLOPs than the workload's nominal count (an algebraic fold), so
+    this bound, not the FLOP roofline, is the one no estimate or measurement can beat."""
+    return targets.roofline_seconds(0.0, workload_must_move_bytes(w), generation)[0] * 1e6
+
+
+def workload_must_move_bytes(w) -> int:
+    """Bytes a workload must read and write at full size: its dense inputs and its outputs."""
+    dense = sum(a.tensor.nbytes for a in w.input_specs("full") if a.tensor and a.name not in w.sparse_inputs)
+    return dense + sum(t.nbytes for t in w.output_specs("full"))
 
 
 def xla_baseline_s(reference: dict, generation: str) -> float:

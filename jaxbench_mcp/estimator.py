@@ -147,7 +147,7 @@ def trace_kernels(
     static = tuple(static_argnums)
     dynamic_args = [a for i, a in enumerate(args) if i not in static]
     abstract = [a if i in static else _abstract(a) for i, a in enumerate(args)]
-    with targets.chip_context(generation):
+    with targets.chip_context(generation, targets.cores_per_device(generation)):  # as compile_kernels lowers it
         closed = jax.make_jaxpr(fn, static_argnums=static)(*abstract)
     known = kernel_replay.known_kernel_operands(closed, dynamic_args)
     traffic = kernel_analysis.kernel_traffic(closed.jaxpr, known)
@@ -193,7 +193,13 @@ def compile_kernels(
         outside = None
     return protocol.ProfileCompile(
         schedules=[
-            protocol.Schedule(name=k.name, bundles=k.bundles, slot_use=k.slot_use, depth_bundles=list(k.depth_bundles))
+            protocol.Schedule(
+                name=k.name,
+                bundles=k.bundles,
+                slot_use=k.slot_use,
+                depth_bundles=list(k.depth_bundles),
+                kernel=k.kernel,
+            )
             for k in schedules
         ],
         outside=outside,
@@ -232,14 +238,13 @@ def assemble(
     traffic, schedules = trace.traffic, compiled.schedules
     if not schedules:
         return "no Pallas kernel schedule found in the compile dump"
-    if len(schedules) != len(traffic):
-        return (
-            f"no estimate: libtpu's dump holds {len(schedules)} kernel schedule(s) for the {len(traffic)} kernel(s) "
-            "of the trace, so they cannot be paired"
-        )
-    kernels = []
-    for k, (schedule, flow) in enumerate(zip(schedules, traffic, strict=True)):
-        kernels.append(kernel_estimate(f"{k}:{schedule.name}", schedule, flow, generation, spb, calibration))
+    pairs = pair_kernels(schedules, traffic)
+    if isinstance(pairs, str):
+        return pairs
+    kernels = [
+        kernel_estimate(f"{k}:{flow.kernel or schedule.name}", schedule, flow, generation, spb, calibration)
+        for k, (schedule, flow) in enumerate(pairs)
+    ]
     outside_us, ops = None, []
     if compiled.outside is not None:
         seconds = cost_model.outside_seconds(compiled.outside.ops, generation, calibration)
@@ -275,6 +280,40 @@ def assemble(
     return estimate
 
 
+def pair_kernels(
+    schedules: Sequence[protocol.Schedule], traffic: Sequence[protocol.KernelTraffic]
+) -> list[tuple[protocol.Schedule, protocol.KernelTraffic]] | str:
+    """Each traced kernel (trace order) with its schedule, or a string saying why they cannot be paired.
+
+    libtpu dumps schedules in compile order, which need not be the trace's (XLA schedules independent kernels
+    as it likes), so they pair by the kernel's name; kernels sharing a name pair in order. A lone kernel needs no
+    name."""
+    if len(schedules) != len(traffic):
+        return (
+            f"no estimate: libtpu's dump holds {len(schedules)} kernel schedule(s) for the {len(traffic)} kernel(s) "
+            "of the trace, so they cannot be paired"
+        )
+    if len(traffic) == 1:
+        return [(schedules[0], traffic[0])]
+    compiled: dict[str | None, list[protocol.Schedule]] = {}
+    for schedule in schedules:
+        compiled.setdefault(schedule.kernel, []).append(schedule)
+    traced: dict[str | None, list[protocol.KernelTraffic]] = {}
+    for flow in traffic:
+        traced.setdefault(flow.kernel, []).append(flow)
+    counts = {n: len(v) for n, v in compiled.items()}
+    if None in compiled or None in traced or counts != {n: len(v) for n, v in traced.items()}:
+
+        def names(groups):
+            return ", ".join(f"{n or '(unnamed)'} x{len(v)}" for n, v in groups.items())
+
+        return (
+            f"no estimate: the kernels libtpu compiled ({names(compiled)}) are not the kernels of the trace "
+            f"({names(traced)}), so their schedules cannot be paired with them"
+        )
+    return [(compiled[flow.kernel].pop(0), flow) for flow in traffic]
+
+
 def kernel_estimate(
     name: str,
     schedule: protocol.Schedule,
@@ -296,7 +335,12 @@ def kernel_estimate(
     )
     # A kernel that pipelines its own DMAs inside a loop overlaps them across the loop's trips.
     stages = flow.steps * (max(1.0, flow.loop_ratio) if flow.in_kernel_loops and flow.dma_bytes else 1.0)
-    cores = cost_model.megacore_cores(generation) if flow.parallel_steps >= 2 else 1
+    if flow.cores > 1:
+        # A TensorCore mesh kernel: `executed` is one core's average; the busiest core's share sets the time.
+        executed *= flow.cores
+        cores = 1.0 / flow.core_share
+    else:
+        cores = cost_model.parallel_split(flow.parallel_steps, generation)
     cost = cost_model.pipelined_cost(
         executed, flow.steps, flow.hbm_bytes, generation, spb, calibration, stages, cores, flow.mxu_pushes
     )

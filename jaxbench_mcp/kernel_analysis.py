@@ -7,34 +7,26 @@ Everything here reads a jaxpr; nothing runs the kernel.
 
 from __future__ import annotations
 
+from jaxbench_mcp.internals import jaxpr as jx
+from jaxbench_mcp.internals.pallas import (
+    Block,
+    PallasCallInfo,
+    grid_axis,
+    mesh_kernel_body,
+    pallas_call_info,
+    tensorcore_mesh,
+)
+
 _HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
 # pl.kernel (and core_map) kernels trace to these primitives instead of pallas_call.
 _MESH_KERNELS = {"mpmd_map", "core_map"}
-# Calls whose body runs exactly once where they stand: replays inline them, and a kernel inside one can be
-# cut out in place.
-_CALLS_WITH_BODY = {
-    "jit": "jaxpr",
-    "pjit": "jaxpr",
-    "closed_call": "jaxpr",
-    "custom_jvp_call": "call_jaxpr",
-    "custom_vjp_call": "call_jaxpr",
-    "custom_vmap_call": "call",
-}
 _KERNELS = {"pallas_call"} | _MESH_KERNELS
-
-
-def _sub_jaxprs(eqn):
-    for param in eqn.params.values():
-        for sub in param if isinstance(param, (list, tuple)) else [param]:
-            inner = sub if hasattr(sub, "eqns") else getattr(sub, "jaxpr", None)
-            if hasattr(inner, "eqns"):
-                yield inner
 
 
 def _walk_eqns(jaxpr):
     for eqn in jaxpr.eqns:
         yield eqn
-        for sub in _sub_jaxprs(eqn):
+        for sub in jx.sub_jaxprs(eqn):
             yield from _walk_eqns(sub)
 
 
@@ -53,13 +45,12 @@ def _run_eqns(eqns, env: dict, grid_index=(), grid=(), on_kernel=None) -> None:
         inputs = [_read(env, v) for v in eqn.invars]
         name = eqn.primitive.name
         if name == "program_id":
-            outs = [grid_index[eqn.params["axis"]]]
+            outs = [grid_index[grid_axis(eqn)]]
         elif name == "num_programs":
-            outs = [grid[eqn.params["axis"]]]
+            outs = [grid[grid_axis(eqn)]]
         elif on_kernel is not None and name in _KERNELS:
             outs = on_kernel(eqn, inputs)
-        elif name in _CALLS_WITH_BODY:
-            body = eqn.params[_CALLS_WITH_BODY[name]]
+        elif (body := jx.call_body(eqn)) is not None:  # a plain call: inlined
             inner = dict(zip(body.jaxpr.constvars, body.consts)) | dict(zip(body.jaxpr.invars, inputs))
             _run_eqns(body.jaxpr.eqns, inner, grid_index, grid, on_kernel)
             outs = [_read(inner, v) for v in body.jaxpr.outvars]
@@ -73,17 +64,6 @@ def _evaluate_index_map(closed, grid_index) -> list:
     env = dict(zip(closed.jaxpr.constvars, closed.consts)) | dict(zip(closed.jaxpr.invars, grid_index))
     _run_eqns(closed.jaxpr.eqns, env)
     return [_read(env, v) for v in closed.jaxpr.outvars]
-
-
-def _block_dim(dim) -> int | None:
-    """A block dimension's size; None for a squeezed dimension."""
-    return dim if isinstance(dim, int) else getattr(dim, "block_size", None)
-
-
-def _stays_in_hbm(block_mapping) -> bool:
-    """A block with memory_space=pl.ANY (or HBM) is not pipelined into VMEM: the kernel DMAs it by hand."""
-    space = str(getattr(block_mapping.transformed_block_aval, "memory_space", "")).upper()
-    return "ANY" in space or "HBM" in space
 
 
 def _nbytes(aval) -> int:
@@ -118,29 +98,26 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
             continue
         if name != "pallas_call":
             continue
-        mapping = eqn.params["grid_mapping"]
-        kernel_jaxpr = eqn.params.get("jaxpr")
-        debug = getattr(kernel_jaxpr, "debug_info", None)
-        scratch_avals = [v.aval for v in kernel_jaxpr.invars[len(kernel_jaxpr.invars) - mapping.num_scratch_operands :]]
+        info = pallas_call_info(eqn)
+        kernel_jaxpr = info.kernel
+        scratch_avals = [v.aval for v in kernel_jaxpr.invars[len(kernel_jaxpr.invars) - info.num_scratch :]]
         kernels.append(
             {
-                "name": eqn.params.get("name") or getattr(debug, "func_name", None) or "kernel",
-                "grid": [g if isinstance(g, int) else str(g) for g in mapping.grid],
+                "name": info.name,
+                "grid": list(info.grid),
                 "blocks": [
                     {
-                        "block_shape": [_block_dim(d) for d in bm.block_shape],
-                        "array_shape": list(bm.array_aval.shape),
-                        "dtype": str(bm.array_aval.dtype),
-                        "in_hbm": _stays_in_hbm(bm),
+                        "block_shape": [d.size for d in block.block_shape],
+                        "array_shape": list(block.array_shape),
+                        "dtype": str(block.dtype),
+                        "in_hbm": block.in_hbm,
                     }
-                    for bm in mapping.block_mappings
+                    for block in info.blocks
                 ],
-                "num_scalar_prefetch": int(mapping.num_index_operands),
-                "num_scratch": int(mapping.num_scratch_operands),
+                "num_scalar_prefetch": info.num_scalar_prefetch,
+                "num_scratch": info.num_scratch,
                 "scratch_bytes": sum(_nbytes(a) for a in scratch_avals),
-                "dimension_semantics": [
-                    str(d) for d in (getattr(eqn.params.get("compiler_params"), "dimension_semantics", None) or [])
-                ],
+                "dimension_semantics": list(info.dimension_semantics),
             }
         )
     return kernels, callbacks
@@ -157,35 +134,47 @@ def kernel_traffic(jaxpr, known: dict[int, list] | None = None) -> list[dict]:
     consecutive steps; manual DMAs count the bytes each executed dma_start moves. What cannot be followed
     is said: `steps_exact` (a run-time grid dimension is bounded by the blocks its index maps address, or
     counted as 1 without such a bound), `exact` (traffic), `run_ratio_exact` (branches and loop trips).
+    `kernel` is the name of the Mosaic module the kernel compiles to, which names its schedule in libtpu's dump.
     """
     results = []
     for eqn in _walk_eqns(jaxpr):
         if eqn.primitive.name in _MESH_KERNELS or eqn.primitive.name == "pallas_call":
-            results.append(_kernel_traffic(eqn, (known or {}).get(id(eqn))))
+            results.append({**_kernel_traffic(eqn, (known or {}).get(id(eqn))), "kernel": _mosaic_name(eqn)})
     return results
 
 
-def _dynamic_grid_bound(mapping, axis: int) -> int | None:
+def _mosaic_name(eqn) -> str | None:
+    """The name jax gives the kernel's Mosaic module: its traced body's (pallas_call's name=, else the kernel
+    function's). (A mesh kernel of several bodies shares one module named after its last body, not the first read
+    here: it then pairs only when alone.)"""
+    from jaxbench_mcp.internals.libtpu import mosaic_kernel_name
+
+    body = mesh_kernel_body(eqn) if eqn.primitive.name in _MESH_KERNELS else pallas_call_info(eqn).kernel
+    func_name = getattr(getattr(body, "debug_info", None), "func_name", None)
+    return mosaic_kernel_name(func_name) if func_name else None
+
+
+def _dynamic_grid_bound(info: PallasCallInfo, axis: int) -> int | None:
     """An upper bound on a grid dimension known only at run time: the number of blocks an index map that
     passes that grid index straight through addresses (more steps would read out of bounds)."""
     bounds = []
-    for bm in mapping.block_mappings:
-        closed = bm.index_map_jaxpr
+    for bm in info.blocks:
+        closed = bm.index_map
         invar = closed.jaxpr.invars[axis]
         for k, out in enumerate(closed.jaxpr.outvars):
-            block = _block_dim(bm.block_shape[k]) or 1
-            if out is invar and k < len(bm.array_aval.shape):
-                bounds.append(-(-bm.array_aval.shape[k] // block))
+            block = bm.block_shape[k].size or 1
+            if out is invar and k < len(bm.array_shape):
+                bounds.append(-(-bm.array_shape[k] // block))
     return min(bounds) if bounds else None
 
 
-def _index_map_blocks(bm, points, grid, prefetch):
+def _index_map_blocks(bm: Block, points, grid, prefetch):
     """The block index of `bm` at every grid point, shape (P, ndim), or None when it depends on unknowns."""
     import numpy as np
 
     from jaxbench_mcp import kernel_replay as kr
 
-    closed = bm.index_map_jaxpr
+    closed = bm.index_map
     replay = kr.KernelReplay(grid, points)
     env = {v: kr._const(c) for v, c in zip(closed.jaxpr.constvars, closed.consts)}
     n_grid = len(grid)
@@ -206,9 +195,10 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     from jaxbench_mcp.cost_model import block_traffic
 
     if eqn.primitive.name in _MESH_KERNELS:
-        body = eqn.params["jaxprs"][0] if "jaxprs" in eqn.params else eqn.params["jaxpr"]
-        body = getattr(body, "jaxpr", body)
-        replay = kr.KernelReplay([], np.zeros((0, 1), np.int32))
+        body = mesh_kernel_body(eqn)
+        # A TensorCore mesh's cores run the body at once, each on its own share (axis_index): one lane per core.
+        core_axis, cores = tensorcore_mesh(eqn) or (None, 1)
+        replay = kr.KernelReplay([], np.zeros((0, cores), np.int32), core_axis=core_axis)
         env = {}
         n_operands = len(eqn.invars) + len(eqn.outvars)
         for i, v in enumerate(body.invars):
@@ -218,10 +208,13 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
                 env[v] = kr.scratch_box(v.aval)
             else:
                 env[v] = kr.RefBox(space, kr.Known(value) if value is not None and "smem" in space else None)
-        replay.run(body, env, np.arange(1))
+        replay.run(body, env, np.arange(cores))
         summary = kr.summarise(replay, kr.scheduled_work(body, replay.removed))
         dma = float(replay.dma.sum())
         moved = dma if dma > 0 else sum(_nbytes(v.aval) for v in (*eqn.invars, *eqn.outvars))
+        # The busiest core sets the time: its share of the matmul pushes (else of the vector ops, else of the bytes).
+        loads = (replay.mxu[False] + replay.mxu[True], replay.vec[False] + replay.vec[True], replay.dma)
+        load = next((w for w in loads if w.sum() > 0), None)
         return {
             "steps": 1,
             "steps_exact": True,
@@ -229,17 +222,19 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
             "exact": dma > 0 and replay.trips_exact,
             "run_ratio_exact": replay.exact,
             "dma_bytes": int(dma),
+            "cores": cores,
+            "core_share": float(load.max() / load.sum()) if load is not None else 1.0 / cores,
             **summary,
         }
 
-    mapping = eqn.params["grid_mapping"]
+    info = pallas_call_info(eqn)
     n_refs = sum(1 for v in eqn.invars if hasattr(v.aval, "inner_aval"))
-    n_dynamic = sum(1 for g in mapping.grid if not isinstance(g, int))
+    n_dynamic = sum(1 for g in info.grid if not isinstance(g, int))
     operands = operands if operands is not None else [None] * len(eqn.invars)
     dynamic = operands[n_refs : n_refs + n_dynamic]
-    prefetch = operands[n_refs + n_dynamic : n_refs + n_dynamic + mapping.num_index_operands]
+    prefetch = operands[n_refs + n_dynamic : n_refs + n_dynamic + info.num_scalar_prefetch]
     grid, steps_exact, dynamic_values = [], True, iter(dynamic)
-    for axis, g in enumerate(mapping.grid):
+    for axis, g in enumerate(info.grid):
         if isinstance(g, int):
             grid.append(g)
             continue
@@ -248,11 +243,9 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
             grid.append(int(np.asarray(value).reshape(-1)[0]))
             continue
         steps_exact = False
-        grid.append(_dynamic_grid_bound(mapping, axis) or 1)
+        grid.append(_dynamic_grid_bound(info, axis) or 1)
     steps = int(np.prod(grid, dtype=np.int64)) if grid else 1
-    semantics = [
-        str(d).lower() for d in (getattr(eqn.params.get("compiler_params"), "dimension_semantics", None) or [])
-    ]
+    semantics = [d.lower() for d in info.dimension_semantics]
     parallel_steps = int(
         np.prod([g for g, d in zip(grid, semantics) if "parallel" in d and "core" not in d], dtype=np.int64)
     )
@@ -261,11 +254,11 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     else:
         points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
     total, exact = 0, True
-    for bm in mapping.block_mappings:
-        shape = [_block_dim(d) or 1 for d in bm.block_shape]
-        block_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
-        whole = int(np.prod(bm.array_aval.shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
-        if _stays_in_hbm(bm):
+    for bm in info.blocks:
+        shape = [d.size or 1 for d in bm.block_shape]
+        block_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize
+        whole = int(np.prod(bm.array_shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize
+        if bm.in_hbm:
             continue  # moved by the kernel's own DMAs, counted below
         indices = _index_map_blocks(bm, points, grid, prefetch) if points is not None and grid else None
         if indices is None:
@@ -273,7 +266,7 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
             exact = exact and not grid
             continue
         total += block_traffic(indices, block_bytes)
-    kernel_jaxpr = eqn.params["jaxpr"]
+    kernel_jaxpr = info.kernel
     if points is None:
         return {
             "steps": steps,
@@ -292,9 +285,9 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
         }
     replay = kr.KernelReplay(grid, points)
     env = {}
-    n_prefetch = mapping.num_index_operands
+    n_prefetch = info.num_scalar_prefetch
     kernel_operands = operands[n_refs + n_dynamic :]  # scalar prefetch, then inputs
-    n_scratch = mapping.num_scratch_operands
+    n_scratch = info.num_scratch
     for i, v in enumerate(kernel_jaxpr.invars):
         space = "smem" if i < n_prefetch else kr._space(v.aval)
         if i >= len(kernel_jaxpr.invars) - n_scratch:
@@ -305,12 +298,9 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     replay.run(kernel_jaxpr, env, np.arange(replay.P))
     summary = kr.summarise(replay, kr.scheduled_work(kernel_jaxpr, replay.removed))
     dma = float(replay.dma.sum())
-    hbm_blocks = [bm for bm in mapping.block_mappings if _stays_in_hbm(bm)]
+    hbm_blocks = [bm for bm in info.blocks if bm.in_hbm]
     if hbm_blocks and dma <= 0:  # manual copies we could not follow: each such operand once (a lower bound)
-        total += sum(
-            int(np.prod(bm.array_aval.shape, dtype=np.int64)) * np.dtype(bm.array_aval.dtype).itemsize
-            for bm in hbm_blocks
-        )
+        total += sum(int(np.prod(bm.array_shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize for bm in hbm_blocks)
         exact = False
     total += dma
     exact = exact and replay.trips_exact
@@ -358,10 +348,11 @@ def scheduled_work(jaxpr, unit=_mxu_pushes) -> float:
     total = 0.0
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "scan":
-            copies = max(1, min(int(eqn.params["unroll"]), eqn.params["length"]))
-            total += copies * scheduled_work(eqn.params["jaxpr"].jaxpr, unit)
+            scan = jx.scan_info(eqn)
+            copies = max(1, min(int(scan.unroll), scan.length))
+            total += copies * scheduled_work(scan.body.jaxpr, unit)
             continue
-        subs = list(_sub_jaxprs(eqn))
+        subs = list(jx.sub_jaxprs(eqn))
         total += sum(scheduled_work(s, unit) for s in subs) if subs else unit(eqn)
     return total
 
@@ -380,12 +371,13 @@ def _eqn_executed_work(eqn, unit) -> tuple[float, bool]:
     unless all weigh the same); a while loop runs an unknown number of times (once is counted: inexact)."""
     name = eqn.primitive.name
     if name == "scan":
-        work, exact = executed_work(eqn.params["jaxpr"].jaxpr, unit)
-        return eqn.params["length"] * work, exact
+        scan = jx.scan_info(eqn)
+        work, exact = executed_work(scan.body.jaxpr, unit)
+        return scan.length * work, exact
     if name == "cond":
-        branches = [executed_work(b.jaxpr, unit) for b in eqn.params["branches"]]
+        branches = [executed_work(b.jaxpr, unit) for b in jx.cond_branches(eqn)]
         return max(w for w, _ in branches), len({w for w, _ in branches}) == 1 and all(e for _, e in branches)
-    subs = [executed_work(sub, unit) for sub in _sub_jaxprs(eqn)]
+    subs = [executed_work(sub, unit) for sub in jx.sub_jaxprs(eqn)]
     if not subs:
         return unit(eqn), True
     return sum(w for w, _ in subs), name != "while" and all(e for _, e in subs)
@@ -446,7 +438,7 @@ def run_ratio(kernel_jaxpr, grid: list[int], points) -> tuple[float, bool]:
             work, eqn_exact = _eqn_executed_work(eqn, unit)
             per_step, exact = per_step + work, exact and eqn_exact
             continue
-        branches = [executed_work(b.jaxpr, unit) for b in eqn.params["branches"]]
+        branches = [executed_work(b.jaxpr, unit) for b in jx.cond_branches(eqn)]
         works = np.array([w for w, _ in branches])
         exact = exact and all(e for _, e in branches)
         taken = _branch_index_at(kernel_jaxpr, position, grid, points)
@@ -465,12 +457,12 @@ def _kernels_in_place(jaxpr) -> list | None:
         name = eqn.primitive.name
         if name in _KERNELS:
             found.append(eqn)
-        elif name in _CALLS_WITH_BODY:
-            inner = _kernels_in_place(eqn.params[_CALLS_WITH_BODY[name]].jaxpr)
+        elif (body := jx.call_body(eqn)) is not None:  # a plain call runs once: its kernels are in place
+            inner = _kernels_in_place(body.jaxpr)
             if inner is None:
                 return None
             found += inner
-        elif any(e.primitive.name in _KERNELS for sub in _sub_jaxprs(eqn) for e in _walk_eqns(sub)):
+        elif any(e.primitive.name in _KERNELS for sub in jx.sub_jaxprs(eqn) for e in _walk_eqns(sub)):
             return None
     return found
 

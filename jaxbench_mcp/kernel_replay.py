@@ -24,6 +24,9 @@ import math
 
 import numpy as np
 
+from jaxbench_mcp.internals import jaxpr as jx
+from jaxbench_mcp.internals.pallas import axis_index_name, dma_source_and_target, grid_axis, run_scoped_body
+
 # Values up to this many elements are computed when their inputs are known (group sizes, block tables).
 SMALL_ELEMENTS = 1 << 16
 # A loop is replayed trip by trip up to this many trips per lane; beyond, the mean work of the later replayed
@@ -52,17 +55,6 @@ _IDENTITY = {
     "multiple_of",
     "stop_gradient",
     "with_memory_space_constraint",
-}
-_CALLS = {
-    "jit": "jaxpr",
-    "pjit": "jaxpr",
-    "closed_call": "jaxpr",
-    "core_call": "call_jaxpr",
-    "custom_jvp_call": "call_jaxpr",
-    "custom_vjp_call": "call_jaxpr",
-    "custom_vmap_call": "call",
-    "remat": "jaxpr",
-    "checkpoint": "jaxpr",
 }
 _KERNELS = {"pallas_call", "mpmd_map", "core_map"}
 
@@ -113,9 +105,7 @@ def _info(eqn) -> tuple:
     """(eqn, small outputs, MXU pushes, vector ops, sub-jaxprs) of an equation, computed once."""
     found = _INFO.get(id(eqn))
     if found is None or found[0] is not eqn:
-        from jaxbench_mcp.kernel_analysis import _sub_jaxprs
-
-        subs = list(_sub_jaxprs(eqn))
+        subs = list(jx.sub_jaxprs(eqn))
         mxu, vec = _leaf_work(eqn) if not subs else (0.0, 0.0)
         found = (eqn, all(_elements(o.aval) <= 64 for o in eqn.outvars), mxu, vec, subs)
         if len(_INFO) > 200_000:
@@ -139,9 +129,9 @@ def _concrete(x):
 
 
 def _contains_kernel(eqn) -> bool:
-    from jaxbench_mcp.kernel_analysis import _sub_jaxprs, _walk_eqns
+    from jaxbench_mcp.kernel_analysis import _walk_eqns
 
-    return any(e.primitive.name in _KERNELS for sub in _sub_jaxprs(eqn) for e in _walk_eqns(sub))
+    return any(e.primitive.name in _KERNELS for sub in jx.sub_jaxprs(eqn) for e in _walk_eqns(sub))
 
 
 def known_kernel_operands(closed, args) -> dict[int, list]:
@@ -164,7 +154,7 @@ def _numpy_program_op(eqn, ins):
     if name in _NUMPY:
         out = _NUMPY[name](*[np.asarray(i) for i in ins])
     elif name == "convert_element_type":
-        out = np.asarray(ins[0]).astype(p["new_dtype"])
+        out = np.asarray(ins[0]).astype(jx.convert_dtype(eqn))
     elif name == "select_n":
         out = np.choose(np.asarray(ins[0]).astype(np.int32), [np.asarray(i) for i in ins[1:]])
     elif name == "broadcast_in_dim":
@@ -228,11 +218,6 @@ def _numpy_program_op(eqn, ins):
     return [np.asarray(out).astype(dtype) if dtype is not None else np.asarray(out)]
 
 
-def _unsharded(params: dict) -> dict:
-    """An equation's parameters without the shardings it was traced with (the replay runs on one CPU)."""
-    return {k: None if k in ("sharding", "out_sharding") else v for k, v in params.items()}
-
-
 def _replay_program(eqns, env: dict, found: dict) -> None:
     for eqn in eqns:
         ins = [v.val if _literal(v) else env.get(v) for v in eqn.invars]
@@ -240,8 +225,7 @@ def _replay_program(eqns, env: dict, found: dict) -> None:
         outs = [None] * len(eqn.outvars)
         if name in _KERNELS:
             found[id(eqn)] = list(ins)
-        elif name in _CALLS and _CALLS[name] in eqn.params:
-            body = eqn.params[_CALLS[name]]
+        elif (body := jx.call_body(eqn)) is not None:
             inner_jaxpr = getattr(body, "jaxpr", body)
             inner = {v: _concrete(c) for v, c in zip(inner_jaxpr.constvars, getattr(body, "consts", []))}
             inner.update(zip(inner_jaxpr.invars, ins))
@@ -257,7 +241,7 @@ def _replay_program(eqns, env: dict, found: dict) -> None:
             try:
                 outs = _numpy_program_op(eqn, ins)
                 if outs is None:
-                    out = eqn.primitive.bind(*ins, **_unsharded(eqn.params))
+                    out = eqn.primitive.bind(*ins, **jx.unsharded_params(eqn))  # the replay runs on one CPU
                     outs = [np.asarray(o) for o in (out if eqn.primitive.multiple_results else [out])]
             except Exception:  # noqa: BLE001 -- a value we cannot compute here is simply unknown
                 pass
@@ -325,11 +309,13 @@ _NUMPY = {
 
 
 class KernelReplay:
-    """Replays one kernel body over `points` (grid indices, one column per lane)."""
+    """Replays one kernel body over `points` (grid indices, one column per lane), or, for a TensorCore mesh kernel,
+    over its cores (lane i is core i: axis_index on `core_axis` reads it)."""
 
-    def __init__(self, grid: list[int], points, max_trips: int = MAX_TRIPS):
+    def __init__(self, grid: list[int], points, max_trips: int = MAX_TRIPS, core_axis=None):
         self.grid = grid
         self.points = points  # (len(grid), P) int32
+        self.core_axis = core_axis
         self.P = points.shape[1] if points.ndim == 2 else 1
         self.max_trips = max_trips
         self.evals = 0  # equations evaluated so far (bounds the replay of long loops)
@@ -362,9 +348,11 @@ class KernelReplay:
         if not _info(eqn)[1]:
             return [None] * len(outs)
         if name == "program_id":
-            return [Known(self.points[eqn.params["axis"]][self._lane_ids], True)]
+            return [Known(self.points[grid_axis(eqn)][self._lane_ids], True)]
+        if name == "axis_index" and self.core_axis is not None and axis_index_name(eqn) == self.core_axis:
+            return [Known(np.asarray(self._lane_ids, np.int32), True)]
         if name == "num_programs":
-            return [Known(np.int32(self.grid[eqn.params["axis"]]))]
+            return [Known(np.int32(self.grid[grid_axis(eqn)]))]
         if name in _IDENTITY and len(ins) >= 1 and len(outs) == 1:
             return [ins[0]]
         if any(i is None or isinstance(i, RefBox) for i in ins):
@@ -378,7 +366,7 @@ class KernelReplay:
                 out = np.asarray(_NUMPY[name](*vals))
                 return [Known(out.astype(dtype) if dtype is not None else out, lanes, static)]
             if name == "convert_element_type" and ins[0].v.ndim == (1 if lanes else 0):
-                return [Known(ins[0].v.astype(eqn.params["new_dtype"]), lanes, static)]
+                return [Known(ins[0].v.astype(jx.convert_dtype(eqn)), lanes, static)]
             if name == "select_n" and all(i.v.ndim == (1 if i.lanes else 0) for i in ins):
                 which = ins[0].v.astype(np.int32)
                 cases = [np.broadcast_to(i.v, (n,)) if lanes else i.v for i in ins[1:]]
@@ -450,7 +438,7 @@ class KernelReplay:
 
     def _dma_bytes(self, env, eqn, n: int):
         """HBM bytes one dma_start moves, per lane (0 for a copy that touches no HBM)."""
-        src, dst, *_ = eqn.params["tree"].unflatten(list(eqn.invars))
+        src, dst = dma_source_and_target(eqn)
         boxes = [env.get(getattr(r, "ref", r)) for r in (src, dst)]
         if not any(isinstance(b, RefBox) and in_hbm(b.space) for b in boxes):
             return 0.0
@@ -497,13 +485,12 @@ class KernelReplay:
             elif name == "while":
                 outs = self._while(eqn, ins, lane_ids)
             elif name == "run_scoped":
-                body = eqn.params["jaxpr"]
+                body = run_scoped_body(eqn)
                 inner = dict(zip(body.constvars, ins))
                 inner.update({v: scratch_box(v.aval) for v in body.invars})
                 self.run(body, inner, lane_ids, in_loop)
                 outs = [None] * len(eqn.outvars)
-            elif name in _CALLS and _CALLS[name] in eqn.params:
-                body = eqn.params[_CALLS[name]]
+            elif (body := jx.call_body(eqn)) is not None:
                 inner_jaxpr = getattr(body, "jaxpr", body)
                 inner = {v: _const(c) for v, c in zip(inner_jaxpr.constvars, getattr(body, "consts", []))}
                 inner.update(zip(inner_jaxpr.invars, ins))
@@ -536,7 +523,7 @@ class KernelReplay:
         box = ins[0]
         if not isinstance(box, RefBox) or box.content is None:
             return None
-        transforms = jax.tree_util.tree_unflatten(eqn.params["tree"], eqn.invars[first_index:])
+        transforms = jax.tree_util.tree_unflatten(jx.ref_transforms_tree(eqn), eqn.invars[first_index:])
         value = box.content
         for t in transforms:
             if not hasattr(t, "indices"):
@@ -564,7 +551,7 @@ class KernelReplay:
             return value
 
         try:
-            transforms = jax.tree_util.tree_unflatten(eqn.params["tree"], eqn.invars[2:])
+            transforms = jax.tree_util.tree_unflatten(jx.ref_transforms_tree(eqn), eqn.invars[2:])
             new = single(new)
             if new is None or new.lanes or box.content.lanes or len(transforms) > 1 or n != self.P:
                 raise ValueError("not tracked")
@@ -592,7 +579,7 @@ class KernelReplay:
 
     def _cond(self, eqn, env, ins, lane_ids, in_loop):
         """Run the branch each lane takes; returns the work charged when the predicate is unknown (else None)."""
-        branches = eqn.params["branches"]
+        branches = jx.cond_branches(eqn)
         index, operands = ins[0], ins[1:]
         if index is not None and index.static and not index.lanes:
             taken = int(np.clip(index.v, 0, len(branches) - 1))
@@ -671,13 +658,12 @@ class KernelReplay:
                     credited.add(lighter)
 
     def _scan(self, eqn, ins, lane_ids, in_loop):
-        p = eqn.params
-        body = p["jaxpr"]
-        length = p["length"]
-        consts, carry, _xs = scan_parts(p, ins)
+        scan = jx.scan_info(eqn)
+        body, length = scan.body, scan.length
+        consts, carry, _xs = jx.scan_parts(eqn, ins)
         n_consts, n_carry = len(consts), len(carry)
         carry = [_dynamic(c) for c in carry]
-        unrolled = _fully_unrolled(p)
+        unrolled = _fully_unrolled(scan)
         if not unrolled:
             self.loop_ids.add(id(eqn))
         diffs = []
@@ -698,11 +684,11 @@ class KernelReplay:
         return carry + [None] * (len(eqn.outvars) - n_carry)
 
     def _while(self, eqn, ins, lane_ids):
-        p = eqn.params
-        cond, body = p["cond_jaxpr"], p["body_jaxpr"]
-        cond_consts = ins[: p["cond_nconsts"]]
-        body_consts = ins[p["cond_nconsts"] : p["cond_nconsts"] + p["body_nconsts"]]
-        carry = list(ins[p["cond_nconsts"] + p["body_nconsts"] :])
+        loop = jx.while_info(eqn)
+        cond, body = loop.cond, loop.body
+        cond_consts = ins[: loop.cond_nconsts]
+        body_consts = ins[loop.cond_nconsts : loop.cond_nconsts + loop.body_nconsts]
+        carry = list(ins[loop.cond_nconsts + loop.body_nconsts :])
         self.loop_ids.add(id(eqn))
         active = np.arange(len(lane_ids))
         carry_lanes = [self._lanes(c, len(lane_ids)) for c in carry]
@@ -771,16 +757,6 @@ class KernelReplay:
         return Known(merged, True, False)
 
 
-def scan_parts(params, values) -> tuple[list, list, list]:
-    """A scan's operands split into (consts, carry, xs), whichever way this jax version records the split."""
-    values = list(values)
-    if "ft_in" in params:
-        consts, carry, xs = params["ft_in"].update(values).unpack()
-        return list(consts), list(carry), list(xs)
-    n_consts, n_carry = params["num_consts"], params["num_carry"]
-    return values[:n_consts], values[n_consts : n_consts + n_carry], values[n_consts + n_carry :]
-
-
 def _mean(diffs: list[dict]) -> dict:
     n = len(diffs)
     return {
@@ -813,14 +789,14 @@ def _const(c):
     return Known(np.asarray(c), static=True) if size <= SMALL_ELEMENTS else None
 
 
-def _fully_unrolled(params) -> bool:
-    unroll, length = params.get("unroll", 1), params["length"]
+def _fully_unrolled(scan: jx.Scan) -> bool:
+    unroll, length = scan.unroll, scan.length
     return length > 0 and (unroll is True or (not isinstance(unroll, bool) and unroll >= length))
 
 
 def _one_live_branch(eqn) -> int | None:
     """The one branch of a cond that does any work (pl.when: the other is empty), or None."""
-    live = [b for b, branch in enumerate(eqn.params["branches"]) if branch.jaxpr.eqns]
+    live = [b for b, branch in enumerate(jx.cond_branches(eqn)) if branch.jaxpr.eqns]
     return live[0] if len(live) == 1 else None
 
 
@@ -836,7 +812,11 @@ def _sample_live(jaxpr, env, positions, samples: int = EXCLUSIVITY_SAMPLES):
         if not any(v in needed for v in eqn.outvars):
             continue
         if eqn.primitive.name == "get" and all(_literal(v) for v in eqn.invars[1:]):
-            reads[eqn.outvars[0]] = (eqn.invars[0], tuple(v.val for v in eqn.invars[1:]), str(eqn.params.get("tree")))
+            reads[eqn.outvars[0]] = (
+                eqn.invars[0],
+                tuple(v.val for v in eqn.invars[1:]),
+                str(jx.ref_transforms_tree(eqn)),
+            )
             continue
         if (
             eqn.primitive.name not in _NUMPY
@@ -880,7 +860,7 @@ def _sample_live(jaxpr, env, positions, samples: int = EXCLUSIVITY_SAMPLES):
             if name in _IDENTITY:
                 out = ins[0]
             elif name == "convert_element_type":
-                out = ins[0].astype(eqn.params["new_dtype"])
+                out = ins[0].astype(jx.convert_dtype(eqn))
             elif name == "select_n":
                 out = np.choose(ins[0].astype(np.int32), ins[1:])
             else:
@@ -889,7 +869,7 @@ def _sample_live(jaxpr, env, positions, samples: int = EXCLUSIVITY_SAMPLES):
         live = []
         for p in positions:
             index = read(jaxpr.eqns[p].invars[0])
-            branches = len(jaxpr.eqns[p].params["branches"])
+            branches = len(jx.cond_branches(jaxpr.eqns[p]))
             live.append(np.clip(index.astype(np.int64), 0, branches - 1) == _one_live_branch(jaxpr.eqns[p]))
         return np.array(live)
     except Exception:  # noqa: BLE001 -- undecidable here: no credit
@@ -950,29 +930,28 @@ def _leaf_work(eqn) -> tuple[float, float]:
 def scheduled_work(jaxpr, removed: dict[int, int], in_loop: bool = False, acc: dict | None = None) -> dict:
     """The work in the compiled schedule: every branch the compiler kept, once; a loop body once per unrolled
     copy (a fully unrolled loop is straight-line code). {"mxu": {in_loop: pushes}, "vec": {in_loop: ops}}."""
-    from jaxbench_mcp.kernel_analysis import _sub_jaxprs
-
     acc = acc if acc is not None else {"mxu": {False: 0.0, True: 0.0}, "vec": {False: 0.0, True: 0.0}}
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         if name == "cond":
-            branches = eqn.params["branches"]
+            branches = jx.cond_branches(eqn)
             kept = [removed[id(eqn)]] if id(eqn) in removed else range(len(branches))
             for b in kept:
                 scheduled_work(branches[b].jaxpr, removed, in_loop, acc)
         elif name == "scan":
-            p = eqn.params
-            unrolled = _fully_unrolled(p)
-            copies = p["length"] if unrolled else max(1, min(int(p.get("unroll", 1)), p["length"]))
-            inner = scheduled_work(p["jaxpr"].jaxpr, removed, in_loop or not unrolled)
+            scan = jx.scan_info(eqn)
+            unrolled = _fully_unrolled(scan)
+            copies = scan.length if unrolled else max(1, min(int(scan.unroll), scan.length))
+            inner = scheduled_work(scan.body.jaxpr, removed, in_loop or not unrolled)
             for unit in ("mxu", "vec"):
                 for k in (False, True):
                     acc[unit][k] += copies * inner[unit][k]
         elif name == "while":
-            scheduled_work(eqn.params["cond_jaxpr"].jaxpr, removed, True, acc)
-            scheduled_work(eqn.params["body_jaxpr"].jaxpr, removed, True, acc)
+            loop = jx.while_info(eqn)
+            scheduled_work(loop.cond.jaxpr, removed, True, acc)
+            scheduled_work(loop.body.jaxpr, removed, True, acc)
         else:
-            subs = list(_sub_jaxprs(eqn))
+            subs = list(jx.sub_jaxprs(eqn))
             for sub in subs:
                 scheduled_work(sub, removed, in_loop, acc)
             if not subs:

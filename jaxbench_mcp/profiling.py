@@ -69,6 +69,17 @@ def compile_failure(text: str) -> str:
 FAR_FROM_ROOFLINE = 2.5
 
 
+def memory_bound(w, generation: str) -> tuple[float, str]:
+    """The time no correct program of the workload beats on `generation` (cost_model.workload_memory_bound_us: a
+    fold may skip FLOPs, not moving its inputs and outputs) and a phrase saying what it is."""
+    bound = cost_model.workload_memory_bound_us(w, generation)
+    moved = cost_model.workload_must_move_bytes(w)
+    return bound, (
+        f"{bound:,.1f} us, the time the workload's inputs and outputs ({moved / 2**20:,.1f} MiB) take to move once at "
+        f"{generation}'s HBM bandwidth"
+    )
+
+
 @dataclass(frozen=True)
 class SourceEstimate:
     estimate: object  # estimator.Estimate
@@ -249,12 +260,13 @@ class Profiler:
         if isinstance(candidate, str):
             entry.error = candidate
             return entry
-        if candidate.median_us < roofline_us:
-            # No chip does the workload's FLOPs and bytes faster than its roofline: the timed program skips work.
+        bound, bound_text = memory_bound(w, generation)
+        if candidate.median_us < bound:
+            # A fold may skip FLOPs, but no correct program skips reading its inputs or writing its outputs.
             info = ERROR_CLASSES[ErrorClass.IMPLAUSIBLE_TIME]
             entry.error = (
                 f"rejected ({ErrorClass.IMPLAUSIBLE_TIME}): the measured median {candidate.median_us:,.1f} us is "
-                f"below the roofline bound {roofline_us:,.1f} us, which is physically impossible. {info.hint}"
+                f"below {bound_text}: no correct program is that fast. {info.hint}"
             )
             entry.docs = list(info.docs)
             return entry
@@ -362,7 +374,13 @@ class Profiler:
                 )
             if isinstance(expert.get(g), SourceEstimate) and expert[g].kernels:
                 entry.expert_us = expert[g].total_us
-                if entry.expert_us < entry.roofline_us or entry.expert_us > FAR_FROM_ROOFLINE * entry.roofline_us:
+                bound, bound_text = memory_bound(w, g)
+                if entry.expert_us < bound:
+                    entry.flags.append(
+                        f"the expert kernel's estimate ({entry.expert_us:,.1f} us) is below {bound_text}, which no "
+                        "correct kernel beats: a gap in the model for that kernel, so no speedup against it is claimed"
+                    )
+                elif entry.expert_us > FAR_FROM_ROOFLINE * entry.roofline_us:
                     entry.flags.append(
                         f"the expert kernel's estimate ({entry.expert_us:,.1f} us) is "
                         f"{entry.expert_us / entry.roofline_us:.2f}x its roofline: more likely a gap in the "
@@ -435,10 +453,10 @@ class Profiler:
                 entry.tflops_per_s = flops / entry.candidate_us / 1e6
                 entry.hbm_gb_per_s = io_bytes / entry.candidate_us / 1e3
                 entry.roofline_pct = 100.0 * entry.roofline_us / entry.candidate_us
-                if entry.candidate_us < entry.roofline_us:
+                bound, bound_text = memory_bound(w, entry.target)
+                if entry.candidate_us < bound:
                     entry.flags.append(
-                        f"the estimate ({entry.candidate_us:,.1f} us) is below the roofline bound "
-                        f"({entry.roofline_us:,.1f} us): implausible, so the model missed work here; "
-                        "do not read it as a win"
+                        f"the estimate ({entry.candidate_us:,.1f} us) is below {bound_text}, which no correct "
+                        "kernel beats: the model missed work here; do not read it as a win"
                     )
         return result

@@ -165,7 +165,7 @@ class Aval(_Strict):
 
 
 class CoverageFinding(_Strict):
-    kind: Literal["unwritten_output", "unread_input"]
+    kind: Literal["unwritten_output", "unread_input", "parallel_revisit"]
     operand: str = Field(description="The workload input or output, as named by the workload")
     message: str
 
@@ -232,6 +232,11 @@ class KernelTraffic(_Strict):
     dma_bytes: int = 0
     parallel_steps: int = 1  # grid steps along "parallel" dimensions (a megacore chip splits them across its cores)
     mxu_pushes: float = 0.0  # 8 x 128 x 128-MAC matmul pushes the whole run executes
+    kernel: str | None = None  # the name jax gives its Mosaic module (pairs it with its schedule in the dump)
+    # A TensorCore mesh kernel: the cores that run its body at once (the ratios above are their average) and the
+    # busiest one's share of the work (1 / cores when they split it evenly).
+    cores: int = 1
+    core_share: float = 1.0
 
 
 class Schedule(_Strict):
@@ -239,6 +244,7 @@ class Schedule(_Strict):
     bundles: int
     slot_use: dict[str, float]
     depth_bundles: list[int] = Field(default_factory=list, description="Bundles per loop depth in the final schedule")
+    kernel: str | None = Field(None, description="The compiled Mosaic module's name (the kernel's own)")
 
 
 class OutsideOp(_Strict):

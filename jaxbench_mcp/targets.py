@@ -58,7 +58,7 @@ def parse_targets(spec: str | Sequence[str] | None) -> list[str]:
 @dataclass(frozen=True)
 class ChipFacts:
     generation: str
-    peak_bf16_flops: float  # per second, per chip
+    peak_bf16_flops: float  # per second, per TensorCore (as all of jax's chip facts)
     hbm_bytes_per_second: float
     vmem_bytes: int
     smem_bytes: int
@@ -85,10 +85,22 @@ def chip_facts(generation: str) -> ChipFacts:
     )
 
 
+@functools.lru_cache(maxsize=None)
+def cores_per_device(generation: str) -> int:
+    """TensorCores one jax device of `generation` drives (jax's table): both of a megacore chip's (v4, v5p), whose
+    device splits a kernel's "parallel" grid steps, and a TensorCore mesh, across its cores; 1 elsewhere (7x
+    exposes each of its cores as a device of its own)."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    version = pltpu.ChipVersion(_GENERATIONS[check_generation(generation)][0])
+    return version.num_physical_tensor_cores_per_chip if version.supports_megacore else 1
+
+
 def roofline_seconds(flops: float, hbm_bytes: float, generation: str) -> tuple[float, str]:
-    """The lower bound on time from peak bf16 compute and HBM bandwidth, and which one binds."""
-    chip = chip_facts(generation)
-    compute, memory = flops / chip.peak_bf16_flops, hbm_bytes / chip.hbm_bytes_per_second
+    """The lower bound on one device's time from peak bf16 compute and HBM bandwidth (chip facts are per TensorCore:
+    a megacore device has two), and which one binds."""
+    chip, cores = chip_facts(generation), cores_per_device(generation)
+    compute, memory = flops / (chip.peak_bf16_flops * cores), hbm_bytes / (chip.hbm_bytes_per_second * cores)
     return (compute, "compute") if compute >= memory else (memory, "memory")
 
 
@@ -159,13 +171,15 @@ def _topology_device(generation: str):
 _CHIP_DEVICE_KIND = {"v4": "TPU v4", "v5e": "TPU v5 lite", "v5p": "TPU v5", "v6e": "TPU v6 lite", "7x": "TPU7x"}
 
 
-def chip_context(generation: str):
+def chip_context(generation: str, cores: int = 1):
     """Trace as if on `generation`: kernels that ask for chip facts while tracing (emit_pipeline,
-    rank-1 blocks, gathers) otherwise fail on a CPU host with "Unsupported TPU device kind: cpu"."""
+    rank-1 blocks, gathers) otherwise fail on a CPU host with "Unsupported TPU device kind: cpu".
+    `cores`: the TensorCores of the device (cores_per_device for a compile; interpret mode runs one), which
+    kernels read (pltpu.get_tpu_info().num_cores, the default TensorCore mesh)."""
     import jax
 
     device = jax.sharding.AbstractDevice(
-        device_kind=_CHIP_DEVICE_KIND[check_generation(generation)], num_cores=1, platform="tpu"
+        device_kind=_CHIP_DEVICE_KIND[check_generation(generation)], num_cores=cores, platform="tpu"
     )
     return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device))
 
@@ -228,7 +242,7 @@ def lower_for_tpu(
         jitted = jax.jit(fn, static_argnums=tuple(static_argnums), out_shardings=sharding)
         if not kernel_facts:
             return jitted.lower(*args)
-        with chip_context(generation):
+        with chip_context(generation, cores_per_device(generation)):
             return jitted.lower(*args)
     traced = jax.jit(fn, static_argnums=tuple(static_argnums)).trace(*args)
     return traced.lower(lowering_platforms=("tpu",))

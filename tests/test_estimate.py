@@ -1,5 +1,6 @@
 """The estimator's counting (kernel_replay, cost_model.executed_bundles, internals.hlo) and its public API."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -231,6 +232,26 @@ def test_outside_work_is_read_from_the_compiled_program(twice):
         assert sum(o.bytes for o in big) >= 8 * 1024 * 4096 * 2
 
 
+def test_an_attribute_over_several_lines_does_not_end_its_computation():
+    from jaxbench_mcp.internals import hlo
+
+    # tokamax's kernels carry JSON metadata with a newline in it: the instructions after it are still the entry's
+    # (here the copy XLA makes to return the kernel's result twice).
+    text = (
+        "HloModule m\n\n"
+        "ENTRY %main.1 (p: bf16[1024,1024]) -> (bf16[1024,1024], bf16[1024,1024]) {\n"
+        "  %p = bf16[1024,1024]{1,0} parameter(0)\n"
+        '  %k = bf16[1024,1024]{1,0} custom-call(%p), custom_call_target="tpu_custom_call", '
+        'frontend_attributes={kernel_metadata={"xprof_metadata":"{\\"tiling\\": {\\"tile_m\\": 512},\n'
+        '}}, metadata={op_name="jit(f)/pallas_call"}\n'
+        "  %copy.1 = bf16[1024,1024]{1,0} copy(%k)\n"
+        "  ROOT %t = (bf16[1024,1024]{1,0}, bf16[1024,1024]{1,0}) tuple(%k, %copy.1)\n"
+        "}\n"
+    )
+    ops, complete = hlo.outside_ops(text)
+    assert complete and [(o.name, o.bytes) for o in ops] == [("copy.1", 2 * 1024 * 1024 * 2)]
+
+
 @pytest.mark.slow
 def test_the_public_estimate_of_a_tiled_gemm_runs_in_a_fresh_process(tmp_path):
     # A fresh process: libtpu must load after estimate() sets the dump folder.
@@ -275,7 +296,7 @@ def test_cli_estimate_of_a_file_function(tmp_path):
         env={**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)},
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert out.stdout.startswith("v6e: ~") and "kernel 0:workload" in out.stdout
+    assert out.stdout.startswith("v6e: ~") and "kernel 0:_matmul_kernel" in out.stdout
     bad = subprocess.run(
         [
             sys.executable,
@@ -340,11 +361,197 @@ def test_tune_kernel_on_the_tiled_gemm_finds_blocks_no_worse_and_reports_vmem_mi
 def test_a_megacore_chip_splits_parallel_grids_and_matmuls_never_beat_the_mxu_peak():
     from jaxbench_mcp import targets
 
-    assert cost_model.megacore_cores("v5p") == 2 and cost_model.megacore_cores("v4") == 2
-    assert cost_model.megacore_cores("7x") == cost_model.megacore_cores("v6e") == cost_model.megacore_cores("v5e") == 1
+    assert targets.cores_per_device("v5p") == 2 and targets.cores_per_device("v4") == 2
+    assert targets.cores_per_device("7x") == targets.cores_per_device("v6e") == targets.cores_per_device("v5e") == 1
+    # The device's roofline counts both cores of a megacore chip.
+    chip = targets.chip_facts("v5p")
+    assert targets.roofline_seconds(chip.peak_bf16_flops, 0, "v5p")[0] == pytest.approx(0.5)
     one = cost_model.pipelined_cost(1e6, 8, 1e9, "v5p", 1e-9)
     two = cost_model.pipelined_cost(1e6, 8, 1e9, "v5p", 1e-9, cores=2)
     assert two.compute_s == pytest.approx(one.compute_s / 2) and two.memory_s == pytest.approx(one.memory_s / 2)
-    # A schedule that claims less time than the matmuls need at peak is floored at the peak.
+    # Parallel steps are dealt out whole: 3 on 2 cores take 2 steps' time; one step, or a one-core chip, no split.
+    assert cost_model.parallel_split(3, "v5p") == pytest.approx(1.5) and cost_model.parallel_split(64, "v5p") == 2
+    assert cost_model.parallel_split(1, "v5p") == cost_model.parallel_split(64, "v6e") == 1
+    # A schedule that claims less time than the matmuls need at peak is floored at the peak, and so is a calibration
+    # that scales the bundles' issue rate down: no constant makes the MXUs faster than their peak.
+    peak = 1e6 * cost_model.MXU_PUSH_FLOPS / targets.chip_facts("v6e").peak_bf16_flops
     floor = cost_model.pipelined_cost(1, 1, 0, "v6e", 1e-12, mxu_pushes=1e6)
-    assert floor.compute_s == pytest.approx(1e6 * cost_model.MXU_PUSH_FLOPS / targets.chip_facts("v6e").peak_bf16_flops)
+    assert floor.compute_s == pytest.approx(peak)
+    fast = cost_model.Calibration(compute_scale=0.5)
+    assert cost_model.pipelined_cost(1.5 * peak / 1e-9, 1, 0, "v6e", 1e-9, fast, mxu_pushes=1e6).compute_s == (
+        pytest.approx(peak)
+    )
+    assert cost_model.pipelined_cost(4 * peak / 1e-9, 1, 0, "v6e", 1e-9, fast, mxu_pushes=1e6).compute_s == (
+        pytest.approx(2 * peak)
+    )
+
+
+def test_a_tensorcore_mesh_kernel_is_replayed_per_core_and_the_busiest_core_counts():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    from jaxbench_mcp import targets
+
+    def call(blocks):
+        def fn(x):
+            @pl.kernel(out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), mesh=pltpu.TensorCoreMesh(axis_name="core"))
+            def k(x_hbm, o_hbm):
+                def body(x_ref, o_ref):
+                    o_ref[...] = x_ref[...] * 2.0
+
+                spec = pl.BlockSpec((128, 128), lambda i: (i, 0))
+                pipeline = pltpu.emit_pipeline(
+                    body,
+                    grid=(blocks,),
+                    in_specs=[spec],
+                    out_specs=[spec],
+                    core_axis_name="core",
+                    dimension_semantics=(pltpu.PARALLEL,),
+                )
+                pipeline(x_hbm, o_hbm)
+
+            return k(x)
+
+        with targets.chip_context("v5p", targets.cores_per_device("v5p")):
+            closed = jax.make_jaxpr(fn)(jax.ShapeDtypeStruct((128 * blocks, 128), jnp.float32))
+        (kernel,) = kernel_analysis.kernel_traffic(closed.jaxpr)
+        return kernel
+
+    # Each of the two cores pipelines its half of the 8 blocks; one block leaves the second core idle.
+    even, alone = call(8), call(1)
+    assert even["cores"] == alone["cores"] == 2
+    assert even["core_share"] == pytest.approx(0.5) and alone["core_share"] == pytest.approx(1.0)
+    assert even["run_ratio_exact"] and even["exact"] and even["hbm_bytes"] == 2 * 8 * 128 * 128 * 4
+    # The ratios are the cores' average: 4 trips each, against 1 trip on one core and none on the other.
+    assert even["loop_ratio"] == pytest.approx(4.0) and alone["loop_ratio"] == pytest.approx(0.5)
+    # Priced: the two cores' halves run at once; the single block takes the one busy core as long as one core alone.
+    from jaxbench_mcp import estimator, protocol
+
+    schedule = protocol.Schedule(name="k", bundles=110, slot_use={}, depth_bundles=[10, 100])
+
+    def compute_us(flow):
+        return estimator.kernel_estimate(
+            "k", schedule, protocol.KernelTraffic(**flow), "v5p", 1e-9, cost_model.RAW
+        ).compute_us
+
+    one_core = {**even, "cores": 1, "core_share": 1.0, "loop_ratio": 8.0}
+    assert compute_us(even) == pytest.approx(compute_us(one_core) / 2, rel=0.02)
+    assert compute_us(alone) == pytest.approx(compute_us({**one_core, "loop_ratio": 1.0}), rel=0.1)
+
+
+def _schedule(name, kernel, bundles):
+    from jaxbench_mcp import protocol
+
+    return protocol.Schedule(name=name, bundles=bundles, slot_use={}, kernel=kernel)
+
+
+def _flow(kernel, steps):
+    from jaxbench_mcp import protocol
+
+    return protocol.KernelTraffic(
+        steps=steps, steps_exact=True, hbm_bytes=0, exact=True, run_ratio=1.0, run_ratio_exact=True, kernel=kernel
+    )
+
+
+def test_kernel_schedules_pair_with_traced_kernels_by_name_not_by_position():
+    from jaxbench_mcp.estimator import pair_kernels
+
+    # libtpu dumps in compile order: here the second traced kernel first, and two kernels sharing a name.
+    schedules = [_schedule("f.4", "_norm", 10), _schedule("f.2", "_gemm", 20), _schedule("f.3", "_gemm", 30)]
+    traffic = [_flow("_gemm", 1), _flow("_gemm", 2), _flow("_norm", 3)]
+    pairs = pair_kernels(schedules, traffic)
+    assert [(s.bundles, f.steps) for s, f in pairs] == [(20, 1), (30, 2), (10, 3)]
+    # A kernel the dump does not name, or names differently, is reported rather than paired by position.
+    unnamed = pair_kernels(
+        [_schedule("f.2", None, 20), _schedule("f.3", "_norm", 10)], [_flow("_gemm", 1), _flow("_norm", 3)]
+    )
+    assert isinstance(unnamed, str) and "(unnamed) x1" in unnamed and "_gemm x1" in unnamed
+    other = pair_kernels([_schedule("f.2", "_gemm", 20), _schedule("f.3", "_gemm", 10)], traffic[1:])
+    assert isinstance(other, str) and "_gemm x2" in other and "_norm x1" in other
+    assert isinstance(pair_kernels(schedules[:2], traffic), str)  # as many schedules as traced kernels, or none
+    # A lone kernel has nothing to be confused with.
+    assert pair_kernels([_schedule("f.2", None, 20)], [_flow("_gemm", 1)])[0][0].bundles == 20
+
+
+def test_the_dump_and_the_trace_name_a_kernel_alike():
+    import functools
+    import re
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    from jaxbench_mcp import targets
+    from jaxbench_mcp.internals import libtpu
+
+    def _scale_kernel(x_ref, o_ref, factor):
+        o_ref[...] = x_ref[...] * factor
+
+    spec = pl.BlockSpec((128, 128), lambda i: (i, 0))
+
+    def fn(x):
+        out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+        call = functools.partial(pl.pallas_call, grid=(4,), in_specs=[spec], out_specs=spec, out_shape=out)
+        y = call(functools.partial(_scale_kernel, factor=2.0))(x)
+        y = call(functools.partial(_scale_kernel, factor=3.0), name="renamed")(y)  # a name= names the module
+        return call(lambda x_ref, o_ref: _scale_kernel(x_ref, o_ref, 3.0))(y)  # "<lambda>" is not a symbol name
+
+    x = jax.ShapeDtypeStruct((512, 128), jnp.float32)
+    traced = [k["kernel"] for k in kernel_analysis.kernel_traffic(jax.make_jaxpr(fn)(x).jaxpr)]
+    assert traced == ["_scale_kernel", "renamed", "_lambda_"]
+    # The Mosaic modules of the lowered program, each in the form a schedule file of libtpu's dump shows its
+    # custom call (the slow test below reads a real dump).
+    bodies = re.findall(r"\\22body\\22: \\22([A-Za-z0-9+/=]+)\\22", targets.lower_for_tpu(fn, [x]).as_text())
+    dumped = [
+        libtpu._kernel_name(
+            f'%k = f32[512,128] custom-call(%x), custom_call_target="tpu_custom_call", '
+            f'backend_config={{"custom_call_config":{{"body":"{body}","needs_layout_passes":true}}}}'
+        )
+        for body in bodies
+    ]
+    assert dumped == traced
+    assert libtpu._kernel_name('custom_call_target="tpu_custom_call", {"custom_call_config":{"body":"AAAA"}}') is None
+
+
+@pytest.mark.slow
+def test_kernels_compiled_out_of_trace_order_are_estimated_with_their_own_schedules():
+    # A big matmul kernel, then a small elementwise one on its result: libtpu finishes (and dumps) the small one
+    # first. A fresh process: libtpu must load after estimate() sets the dump folder.
+    code = (
+        "import jax, jax.numpy as jnp, jaxbench_mcp\n"
+        "from jax.experimental import pallas as pl\n"
+        "from jaxbench_mcp import estimator\n"
+        "def _matmul_kernel(a_ref, b_ref, o_ref):\n"
+        "    o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)\n"
+        "def _scale_kernel(x_ref, o_ref):\n"
+        "    o_ref[...] = x_ref[...] * 2.0\n"
+        "def fn(a, b):\n"
+        "    c = pl.pallas_call(_matmul_kernel, out_shape=jax.ShapeDtypeStruct((1024, 1024), jnp.float32))(a, b)\n"
+        "    spec = pl.BlockSpec((128, 1024), lambda i: (i, 0))\n"
+        "    return pl.pallas_call(_scale_kernel, grid=(8,), in_specs=[spec], out_specs=spec,\n"
+        "                          out_shape=jax.ShapeDtypeStruct((1024, 1024), jnp.float32))(c)\n"
+        "a = jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16)\n"
+        "est = jaxbench_mcp.estimate(fn, a, a, target='v6e')\n"
+        "compiled = estimator.compile_kernels(jax.jit(lambda a, b: fn(a, b) + 0), [a, a], (), 'v6e',\n"
+        "                                     estimator._process_dump_root())\n"
+        "dumped = [(s.kernel, s.bundles) for s in compiled.schedules]\n"
+        "print('RESULT', (dumped, [(k.name, k.grid_steps, k.bundles_per_step) for k in est.kernels]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert "RESULT" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+    dumped, estimated = ast.literal_eval(out.stdout.split("RESULT ", 1)[1].strip())
+    bundles = dict(dumped)
+    assert [k for k, _ in dumped] == ["_scale_kernel", "_matmul_kernel"], "compiled in trace order: not a test"
+    assert bundles["_matmul_kernel"] > 10 * bundles["_scale_kernel"]
+    assert estimated == [
+        ("0:_matmul_kernel", 1, bundles["_matmul_kernel"]),
+        ("1:_scale_kernel", 8, bundles["_scale_kernel"]),
+    ]

@@ -338,3 +338,52 @@ def test_cli_profile_of_our_gemm_reports_estimate_baseline_expert_and_bottleneck
     assert v6e["candidate_us"] >= v6e["roofline_us"] or v6e["flags"]
     (kernel,) = v6e["kernels"]
     assert kernel["bundles_per_step"] > 0 and kernel["grid_steps"] == (8192 // 512) * (28672 // 1024) * (8192 // 1024)
+
+
+def _static_profile(workload_id: str, candidate_us: float, expert_us: float):
+    """profile() on a CPU host with libtpu whose compiles are replaced by these totals (no worker runs)."""
+    from types import SimpleNamespace
+
+    from jaxbench_mcp import targets
+    from jaxbench_mcp.estimator import Estimate
+    from jaxbench_mcp.models import KernelEstimate, Verdict
+
+    def estimate(us):
+        kernel = KernelEstimate(
+            name="0:k", grid_steps=1, bundles_per_step=1, slot_use={}, hbm_bytes=0, hbm_bytes_exact=True,
+            run_ratio=1.0, run_ratio_exact=True, compute_us=us, memory_us=0.0, overhead_us=0.0, estimate_us=us,
+            bottleneck="MXU-bound",
+        )  # fmt: skip
+        return profiling.SourceEstimate(Estimate(target="v6e", total_us=us, kernels=[kernel]))
+
+    profiler = profiling.Profiler(SimpleNamespace(tier=targets.Tier.CPU_LIBTPU))
+    profiler.reference_estimates = lambda w, gens: {
+        g: {"calibration_bundles": 1000, "xla_flops": 0.0, "xla_bytes": 0.0, "xla_optimal_seconds": None} for g in gens
+    }
+    profiler.estimate_source = lambda w, source, gens, spb, cancel=None, checked_programs=None: {
+        g: estimate(candidate_us) for g in gens
+    }
+    profiler.expert_estimates = lambda w, source, gens, spb, cancel=None: {g: estimate(expert_us) for g in gens}
+    verdict = Verdict(
+        status="correct", message="", workload_id=workload_id, size="small", targets=["v6e"], tier="cpu_libtpu"
+    )
+    (entry,) = profiler.profile(workload_id, "source", ["v6e"], verdict).targets
+    return entry
+
+
+def test_estimates_are_flagged_below_the_memory_bound_not_below_the_flop_roofline():
+    from jaxbench_mcp import workloads
+
+    # Totals between 13p's memory bound and its FLOP roofline, as a kernel that folds FLOPs away gets them, are no
+    # fault; below the bytes it must move they are, for the candidate and the expert alike (13p has an expert).
+    w = workloads.get_workload("13p_Cross_Entropy")
+    roofline, bound = cost_model.workload_roofline_us(w, "v6e"), cost_model.workload_memory_bound_us(w, "v6e")
+    assert bound < roofline / 2
+    fold = _static_profile(w.id, candidate_us=bound * 1.5, expert_us=bound * 1.2)
+    assert fold.candidate_us < roofline and fold.flags == []
+    assert fold.speedup_vs_expert == pytest.approx(1.2 / 1.5)
+    missed = _static_profile(w.id, candidate_us=bound * 0.9, expert_us=bound * 0.8)
+    expected = f"{bound:,.1f} us, the time the workload's inputs and outputs"
+    assert [f for f in missed.flags if f.startswith("the estimate (") and expected in f]
+    assert [f for f in missed.flags if f.startswith("the expert kernel's estimate (") and expected in f]
+    assert missed.speedup_vs_expert is None

@@ -42,13 +42,14 @@ def _blocks_for(tokens: int, hidden: int, vocab: int) -> Blocks:
 
 
 def workload(hidden, weight, labels):
+    from tokamax import config as tokamax_config
     from tokamax._src.ops.linear_softmax_cross_entropy_loss import pallas_mosaic_tpu
 
     b = _blocks_for(hidden.shape[0], hidden.shape[1], weight.shape[1])
     config = pallas_mosaic_tpu.Config(
         b_block_size=b.b_block_size, h_block_size=b.h_block_size, v_block_size=b.v_block_size
     )
-    # bypass_device_check: tokamax refuses a CPU default device (deviceless compiles, interpret runs).
-    op = pallas_mosaic_tpu.PallasMosaicTpuLinearSoftmaxCrossEntropyLoss(config=config, bypass_device_check=True)
-    with chip_facts_visible():
+    op = pallas_mosaic_tpu.PallasMosaicTpuLinearSoftmaxCrossEntropyLoss(config=config)
+    # cross_compile: tokamax otherwise refuses a CPU default device (deviceless compiles, interpret runs).
+    with chip_facts_visible(), tokamax_config.cross_compile(True):
         return op(hidden, labels, weight, reduction="mean")

@@ -41,15 +41,16 @@ def _blocks_for(rows_per_group: int, k: int, n: int) -> Blocks:
 
 def workload(x, weights):
     import jax.numpy as jnp
+    from tokamax import config as tokamax_config
     from tokamax._src.ops.ragged_dot import pallas_mosaic_tpu
 
     groups, rows, k = x.shape
     n = weights.shape[2]
     b = _blocks_for(rows, k, n)
     config = pallas_mosaic_tpu.Config(tile_m=b.tile_m, tile_k=b.tile_k, tile_n=b.tile_n)
-    # bypass_device_check: tokamax refuses a CPU default device (deviceless compiles, interpret runs).
-    op = pallas_mosaic_tpu.PallasMosaicTpuRaggedDot(config=config, bypass_device_check=True)
+    op = pallas_mosaic_tpu.PallasMosaicTpuRaggedDot(config=config)
     group_sizes = jnp.full((groups,), rows, dtype=jnp.int32)
-    with chip_facts_visible():
+    # cross_compile: tokamax otherwise refuses a CPU default device (deviceless compiles, interpret runs).
+    with chip_facts_visible(), tokamax_config.cross_compile(True):
         out = op(x.reshape(groups * rows, k), weights, group_sizes=group_sizes, preferred_element_type=x.dtype)
     return out.reshape(groups, rows, n)

@@ -1,7 +1,12 @@
 """The one place that knows private jax, libtpu and tokamax internals.
 
-  libtpu     its dump flag, the formats of its schedule dumps, the sizes in its VMEM messages
-  interpret  patches to jax's TPU interpreter (loads through ref views, masked stores), all-or-nothing
+  pallas      what a traced pallas_call keeps (grid, BlockSpecs, scalar prefetch, scratch, compiler params,
+              body, name), and the parameters of pl.kernel, DMA, run_scoped and program_id equations
+  jaxpr       jax's names for primitive parameters: call, loop and branch bodies, scan trips, ref transforms
+  tracebacks  what jax's own lines in a traceback look like
+  libtpu      its dump flag, the formats of its schedule dumps, the sizes in its VMEM messages
+  interpret   patches to jax's TPU interpreter (loads through ref views, masked stores), all-or-nothing
+  hlo         XLA's optimised HLO text, for the work around the kernels
 
 Every assumption has a canary test (tests/test_internals_*.py) that fails with "jax X changed Y: update Z"
 when an upgrade breaks it.

@@ -133,22 +133,30 @@ def _parse_instruction(line: str) -> Instruction | None:
 def parse_module(text: str) -> tuple[dict[str, list[Instruction]], str | None]:
     """{computation name: its instructions} and the entry computation's name."""
     computations: dict[str, list[Instruction]] = {}
-    entry, current = None, None
-    for line in text.splitlines():
-        header = _HEADER.match(line)
-        if header:
-            current = header.group(2)
-            computations[current] = []
-            if header.group(1):
-                entry = current
-            continue
-        if line.startswith("}"):
-            current = None
-            continue
+    entry: str | None = None
+    current: str | None = None
+    lines: list[str] = []  # the current computation's instructions, one string each
+
+    def close() -> None:
         if current is not None:
-            inst = _parse_instruction(line)
-            if inst is not None:
-                computations[current].append(inst)
+            computations[current] += [i for i in map(_parse_instruction, lines) if i is not None]
+
+    for line in text.splitlines():
+        if current is None:
+            header = _HEADER.match(line)
+            if header:
+                current, lines = header.group(2), []
+                computations[current] = []
+                if header.group(1):
+                    entry = current
+        elif line.rstrip() == "}":
+            close()
+            current = None
+        elif line.lstrip().startswith(("%", "ROOT ")) or not lines:
+            lines.append(line)
+        else:  # an attribute that spans lines (a kernel's metadata may hold newlines): same instruction
+            lines[-1] += "\n" + line
+    close()
     return computations, entry
 
 

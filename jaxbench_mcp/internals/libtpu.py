@@ -1,6 +1,6 @@
 """libtpu's own files and messages, read in one place: the dump flag, the layout and formats of its
---xla_jf_dump_to folder (final bundle schedules and per-bundle slot use of each Mosaic kernel), and the sizes
-in its VMEM overflow messages. Formats checked against libtpu 0.0.52 (tests/test_internals.py holds a canary
+--xla_jf_dump_to folder (final bundle schedules and per-bundle slot use of each Mosaic kernel, and the kernel's
+own name in the custom call it compiled), and the sizes in its VMEM overflow messages. Formats checked against libtpu 0.0.52 (tests/test_internals.py holds a canary
 per assumption, on dumps it makes)."""
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ _BUNDLES_SUFFIX = "-final_bundles.txt"
 _DUMP_PASSES = "final_"
 # A bundle line of a final_bundles file: "<address> [LH|LB|LE|PB|PF|CT]: <'>' per enclosing loop> { ... }".
 _BUNDLE_LINE = re.compile(r"^\s*(?:0x[0-9a-f]+|\d+)\s+(?:LH|LB|LE|PB|PF|CT)?:\s*(>*)\s*\{")
+# The Mosaic module a kernel's custom call carries (base64 MLIR bytecode) in its schedule file's HLO text.
+_MOSAIC_BODY = re.compile(r'custom_call_target="tpu_custom_call".*?"custom_call_config":\{"body":"([A-Za-z0-9+/=]+)"')
+# Characters jax replaces by "_" when it names a Mosaic module after the kernel function (mlir.sanitize_name).
+_UNSAFE_IN_NAME = re.compile(r"[^\w.-]")
 # Programs of XLA's own in a dump, as opposed to Mosaic kernels.
 _XLA_PROGRAMS = re.compile(r"^\d+-(TLP|<late-[a-z]+>)-")
 # The sizes in libtpu's VMEM overflow messages (the rest of those lines is the whole HLO instruction).
@@ -35,6 +39,35 @@ class KernelSchedule:
     # Bundles by loop depth: [outside any loop, inside one loop, inside two, ...]. A gridded kernel's grid is
     # one loop; the loops inside it are the kernel body's own (those the compiler did not unroll).
     depth_bundles: tuple[int, ...] = ()
+    # The kernel's own name (its Mosaic module's: pallas_call's name=, else the kernel function's): what pairs
+    # the schedule with the traced kernel. None when the dump does not show it.
+    kernel: str | None = None
+
+
+def mosaic_kernel_name(func_name: str) -> str:
+    """The name jax gives the Mosaic module of a kernel whose traced body is called `func_name`."""
+    return _UNSAFE_IN_NAME.sub("_", func_name)
+
+
+def _kernel_name(schedule_text: str) -> str | None:
+    """The name of the Mosaic module in a kernel's schedule file (None if it has none or it cannot be read)."""
+    import base64
+    import binascii
+
+    from jax.extend.mlir import ir
+
+    found = _MOSAIC_BODY.search(schedule_text)
+    if not found:
+        return None
+    try:
+        body = base64.b64decode(found.group(1), validate=True)
+        context = ir.Context()
+        context.allow_unregistered_dialects = True  # Mosaic's own dialects: only the module's name is read
+        with context:
+            name = ir.Module.parse(body).operation.attributes["sym_name"]
+    except (binascii.Error, ValueError, KeyError, ir.MLIRError):
+        return None
+    return ir.StringAttr(name).value
 
 
 def loop_depth_bundles(path: Path) -> tuple[int, ...]:
@@ -92,6 +125,7 @@ def parse_dump(directory: Path) -> list[KernelSchedule]:
                 bundles=int(match.group(1)),
                 slot_use=_parse_utilization(utilization) if utilization else {},
                 depth_bundles=loop_depth_bundles(bundles) if bundles else (),
+                kernel=_kernel_name(text),
             )
         )
     return schedules
