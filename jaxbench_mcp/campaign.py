@@ -3,7 +3,8 @@
 A run directory holds one file per attempt: RUN_DIR/<workload_id>.py, or several as RUN_DIR/<workload_id>/*.py.
 `evaluate` checks each (and profiles the correct ones, through JaxBench.profile_kernel, which checks first),
 keeps each result in the attempts store under a key of the candidate's content hash, workload, targets, tier
-and the jax/libtpu versions (so an interrupted campaign resumes and an unchanged kernel costs nothing), and
+the jax/libtpu versions and a hash of the judging code (so an interrupted campaign resumes and an unchanged kernel
+costs nothing, while a changed checker or estimator recomputes), and
 writes RUN_DIR/results.json and RUN_DIR/summary.json. `report` turns them into a self-contained report.html
 with charts; `compare` puts two runs side by side.
 
@@ -20,6 +21,7 @@ Estimated and measured speeds are never mixed: each speed metric is computed per
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -173,11 +175,25 @@ def discover(run_dir: Path) -> tuple[list[tuple[str, Path]], list[str]]:
 # ---- scoring ------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
+def _judge_digest() -> str:
+    """A hash of what decides a result besides the candidate: this package (the check, the estimate), the
+    workloads and the expert kernels. A result cached by other code is not this code's result."""
+    from jaxbench_mcp import assets
+
+    h = hashlib.sha256()
+    for root in (Path(__file__).resolve().parent, assets.asset_dir("workloads"), assets.asset_dir("tokamax_refs")):
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _cache_key(source: str, workload_id: str, target: str | None, tier: str) -> str:
     import jax
 
     digest = hashlib.sha256(source.encode()).hexdigest()
-    return f"campaign/{digest}/{workload_id}/{target}/{tier}/jax-{jax.__version__}/libtpu-{targets.libtpu_version()}"
+    versions = f"jax-{jax.__version__}/libtpu-{targets.libtpu_version()}/judge-{_judge_digest()}"
+    return f"campaign/{digest}/{workload_id}/{target}/{tier}/{versions}"
 
 
 def score(bench, workload_id: str, source: str, target: str | None, cancel: threading.Event | None = None) -> dict:

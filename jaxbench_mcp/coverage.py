@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jaxbench_mcp import kernel_analysis as ka
+from jaxbench_mcp.internals import jaxpr as jx
+from jaxbench_mcp.internals.pallas import Block, mesh_kernel_body, pallas_call_info
 
 # ---- full-size coverage -------------------------------------------------------------------------
 
@@ -119,6 +121,8 @@ class _Use:
     lo: list | None = None  # per array dim: start of each grid step's block (element index), clipped
     hi: list | None = None
     unknown: str | None = None  # why the blocks could not be followed
+    # Outputs only: grid axes marked "parallel" (more than one step) along which the block never changes.
+    parallel_revisits: list = field(default_factory=list)
 
 
 @dataclass
@@ -154,8 +158,9 @@ class _Flat:
     def _inline(self, jaxpr):
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
-            if name in ka._CALLS_WITH_BODY:
-                body = eqn.params[ka._CALLS_WITH_BODY[name]].jaxpr
+            call = jx.call_body(eqn)
+            if call is not None:
+                body = call.jaxpr
                 for inner, outer in zip(body.invars, eqn.invars):
                     outer = self.canon(outer)
                     if not hasattr(outer, "val"):  # a Literal operand has nothing to alias
@@ -167,7 +172,7 @@ class _Flat:
                         self.alias[outer] = inner
                 continue
             if name not in ka._KERNELS and any(
-                e.primitive.name in ka._KERNELS for sub in ka._sub_jaxprs(eqn) for e in ka._walk_eqns(sub)
+                e.primitive.name in ka._KERNELS for sub in jx.sub_jaxprs(eqn) for e in ka._walk_eqns(sub)
             ):
                 self.in_loop_kernels += 1
             self.eqns.append((eqn, [self.canon(v) for v in eqn.invars], [self.canon(v) for v in eqn.outvars]))
@@ -177,9 +182,9 @@ def _is_var(v) -> bool:
     return not hasattr(v, "val")
 
 
-def _index_map_reads_prefetch(bm, num_grid: int) -> bool:
+def _index_map_reads_prefetch(block: Block, num_grid: int) -> bool:
     """Whether an index map uses its scalar-prefetch arguments (then it cannot be evaluated without data)."""
-    jaxpr = bm.index_map_jaxpr.jaxpr
+    jaxpr = block.index_map.jaxpr
     prefetch = set(jaxpr.invars[num_grid:])
     if not prefetch:
         return False
@@ -188,79 +193,91 @@ def _index_map_reads_prefetch(bm, num_grid: int) -> bool:
     )
 
 
-def _block_starts(bm, grid: list, points) -> list:
+def _block_starts(block: Block, grid: list, points) -> list:
     """The index map's outputs at every grid point, as int64 arrays of length n_steps."""
     import jax
 
-    closed = bm.index_map_jaxpr
+    closed = block.index_map
     n = points.shape[1]
-    if grid:
+    if not closed.jaxpr.eqns:  # (i, 0)-style maps, most of them: read off the jaxpr, no jax dispatch (~2 ms each)
+        values = dict(zip(closed.jaxpr.constvars, closed.consts)) | dict(zip(closed.jaxpr.invars, points))
+        outs = [v.val if not _is_var(v) else values[v] for v in closed.jaxpr.outvars]
+    elif grid:
         outs = jax.vmap(lambda *idx: ka._evaluate_index_map(closed, idx))(*points)
     else:
         outs = ka._evaluate_index_map(closed, ())
     return [np.broadcast_to(np.asarray(o, dtype=np.int64).reshape(-1), (n,)) for o in outs]
 
 
-def _element_ranges(bm, indices: list) -> tuple[list, list] | str:
+def _element_ranges(block: Block, indices: list) -> tuple[list, list] | str:
     """Per array dimension, the [lo, hi) element range each grid step's block covers (clipped to the
     array: a block hanging over the end of a pl.cdiv grid covers up to the end), or why it cannot be
     said."""
-    from jax._src.pallas import core as pallas_core
-
     lo, hi = [], []
-    for dim, bd, idx in zip(bm.array_aval.shape, bm.block_shape, indices):
-        if isinstance(bd, pallas_core.Blocked):
-            start, size = idx * int(bd.block_size), int(bd.block_size)
-        elif isinstance(bd, pallas_core.Squeezed):
+    for dim, bd, idx in zip(block.array_shape, block.block_shape, indices):
+        if bd.kind == "Blocked":
+            start, size = idx * bd.size, bd.size
+        elif bd.kind == "Squeezed":
             start, size = idx, 1  # the index map returns the element index of a squeezed dimension
-        elif isinstance(bd, pallas_core.Element):
+        elif bd.kind == "Element":
             # pl.Element indexes elements of the array padded by `padding` on each side.
-            start, size = idx - int(bd.padding[0]), int(bd.block_size)
+            start, size = idx - bd.padding, bd.size
         else:
-            return f"{type(bd).__name__} block dimensions are not followed"
+            return f"{bd.kind} block dimensions are not followed"
         lo.append(np.clip(start, 0, dim))
         hi.append(np.clip(start + size, 0, dim))
     return lo, hi
 
 
-def _kernel_name(eqn) -> str:
-    debug = getattr(eqn.params.get("jaxpr"), "debug_info", None)
-    return eqn.params.get("name") or getattr(debug, "func_name", None) or "kernel"
-
-
 def _uses_of_kernel(eqn, kernel_index: int) -> tuple[list[_Use], list[_Use]]:
     """The BlockSpec'd inputs and outputs of one pallas_call, with their blocks over the whole grid."""
-    mapping = eqn.params["grid_mapping"]
-    name = _kernel_name(eqn)
-    grid = [g if isinstance(g, int) else None for g in mapping.grid]
-    nin = mapping.num_inputs
+    info = pallas_call_info(eqn)
+    grid = [g if isinstance(g, int) else None for g in info.grid]
+    nin = info.num_inputs
     ins, outs = [], []
     dynamic = any(g is None for g in grid)
     points = None
     if not dynamic:
         points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
-    for k, bm in enumerate(mapping.block_mappings):
+    for k, block in enumerate(info.blocks):
         use = _Use(
-            kernel=name,
+            kernel=info.name,
             kernel_index=kernel_index,
             operand_index=k if k < nin else k - nin,
             grid=[g if g is not None else "dynamic" for g in grid],
-            block_shape=[ka._block_dim(d) for d in bm.block_shape],
+            block_shape=[d.size for d in block.block_shape],
         )
         (ins if k < nin else outs).append(use)
-        if ka._stays_in_hbm(bm):
+        if block.in_hbm:
             use.unknown = "stays in HBM (memory_space=ANY): the kernel copies it by hand"
         elif dynamic:
             use.unknown = "the grid's size is known only at run time"
-        elif _index_map_reads_prefetch(bm, len(grid)):
+        elif _index_map_reads_prefetch(block, len(grid)):
             use.unknown = "its index map reads scalar-prefetch data"
         else:
-            ranges = _element_ranges(bm, _block_starts(bm, grid, points))
+            starts = _block_starts(block, grid, points)
+            if k >= nin:
+                use.parallel_revisits = _parallel_revisits(starts, grid, info.dimension_semantics)
+            ranges = _element_ranges(block, starts)
             if isinstance(ranges, str):
                 use.unknown = ranges
             else:
                 use.lo, use.hi = ranges
     return ins, outs
+
+
+def _parallel_revisits(starts: list, grid: list, semantics: tuple[str, ...]) -> list[int]:
+    """Grid axes marked "parallel" (or core-parallel) with more than one step along which an output's block index
+    never changes: its steps write one block in turn, a reduction, which a chip that splits parallel axes across
+    TensorCores (v4, v5p megacore) computes in halves that overwrite each other."""
+    axes = []
+    for axis, label in enumerate(semantics):
+        if "parallel" not in label.lower() or axis >= len(grid) or grid[axis] < 2:
+            continue
+        on_grid = [np.asarray(s).reshape(grid) for s in starts]
+        if all(np.array_equal(a, np.broadcast_to(np.take(a, [0], axis=axis), a.shape)) for a in on_grid):
+            axes.append(axis)
+    return axes
 
 
 def _coverage(shape: tuple, uses: list[_Use]):
@@ -398,6 +415,8 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
     (scalar-prefetch index maps, memory_space=ANY with manual DMA, dynamic grids); they are never
     findings. "not_judged" lists {"operand", "reason"} for kernel operands that are not judged by design
     (an input also read outside its kernels, a kernel output that is sliced or aliased).
+    "parallel_revisits" lists {"kernel", "output_index", "axis", "steps"} for every kernel output whose block stays
+    the same along a grid axis marked "parallel" (see _parallel_revisits).
 
     What counts:
     - An input is judged only when every reader of it (through reshapes and dtype converts) is a
@@ -477,8 +496,7 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
         for position, var in reads_of(v):
             eqn, ins, outs = flat.eqns[position]
             if eqn.primitive.name == "pallas_call" and position in kernel_uses:
-                mapping = eqn.params["grid_mapping"]
-                first = len(ins) - mapping.num_inputs  # dynamic grid sizes and scalar prefetch come first
+                first = len(ins) - pallas_call_info(eqn).num_inputs  # dynamic grid sizes and scalar prefetch come first
                 for slot, operand in enumerate(ins[first:]):
                     if operand is not var:
                         continue
@@ -551,7 +569,7 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
 
     for position, (in_uses, out_uses) in kernel_uses.items():
         eqn, ins, outs = flat.eqns[position]
-        aliased = {o for _, o in eqn.params.get("input_output_aliases", ())}
+        aliased = {o for _, o in pallas_call_info(eqn).input_output_aliases}
         for k, (var, use) in enumerate(zip(outs, out_uses)):
             if var not in needed or k in aliased:
                 not_judged.append(
@@ -578,7 +596,28 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
             elif result[1]:
                 findings.append(_finding("unwritten_output", name, tuple(var.aval.shape), [use], result))
     findings.sort(key=lambda f: f["kind"] != "unwritten_output")  # the more direct error first
-    return {"findings": findings, "unknown": unknown, "not_judged": not_judged, "kernels": kernel_count}
+    revisits = [
+        {"kernel": use.kernel, "output_index": use.operand_index, "axis": axis, "steps": use.grid[axis]}
+        for _, out_uses in kernel_uses.values()
+        for use in out_uses
+        for axis in use.parallel_revisits
+    ]
+    return {
+        "findings": findings,
+        "unknown": unknown,
+        "not_judged": not_judged,
+        "kernels": kernel_count,
+        "parallel_revisits": revisits,
+    }
+
+
+def describe_revisit(r: dict) -> str:
+    """One sentence for a parallel_revisits entry of full_size_coverage."""
+    return (
+        f'kernel {r["kernel"]} marks grid axis {r["axis"]} "parallel" ({r["steps"]} steps at full size), but the '
+        f"block of its output {r['output_index']} does not change along that axis: its steps accumulate into one "
+        "block, so they are not independent"
+    )
 
 
 def describe_finding(f: dict) -> str:
@@ -608,8 +647,6 @@ _LAYOUT_ONLY = {
     "reshard",
     "transpose",
 }
-# Wrappers whose bodies count, not the wrapper itself (jnp helpers trace as jit calls of their own).
-_TRANSPARENT = set(ka._CALLS_WITH_BODY)
 
 
 def program_structure(closed) -> list[str]:
@@ -628,15 +665,15 @@ def program_structure(closed) -> list[str]:
         for eqn in j.eqns:
             name = eqn.primitive.name
             if name == "pallas_call":
-                tokens.append(f"pallas_call:{_kernel_name(eqn)}")
+                tokens.append(f"pallas_call:{pallas_call_info(eqn).name}")
             elif name in ka._MESH_KERNELS:
                 tokens.append(name)
-            elif name in _TRANSPARENT:
-                walk(eqn.params[ka._CALLS_WITH_BODY[name]].jaxpr)
+            elif (body := jx.call_body(eqn)) is not None:  # jnp helpers trace as jit calls of their own
+                walk(body.jaxpr)
             else:
                 if name not in _LAYOUT_ONLY:
                     tokens.append(name)
-                for sub in ka._sub_jaxprs(eqn):
+                for sub in jx.sub_jaxprs(eqn):
                     walk(sub)
                     if name in ("cond", "while", "scan"):
                         tokens.append(f"end {name}")
@@ -747,13 +784,12 @@ def kernel_work(closed) -> dict:
     for eqn in ka._walk_eqns(jaxpr):
         name = eqn.primitive.name
         if name == "pallas_call":
-            grid = eqn.params["grid_mapping"].grid
-            steps = math.prod(g if isinstance(g, int) else 1 for g in grid)
-            body = eqn.params["jaxpr"]
+            info = pallas_call_info(eqn)
+            steps = math.prod(g if isinstance(g, int) else 1 for g in info.grid)
+            body = info.kernel
         elif name in ka._MESH_KERNELS:
             steps = 1
-            body = eqn.params["jaxprs"][0] if "jaxprs" in eqn.params else eqn.params["jaxpr"]
-            body = getattr(body, "jaxpr", body)
+            body = mesh_kernel_body(eqn)
         else:
             continue
         work, body_exact = ka.executed_work(body, _flops)
@@ -768,6 +804,9 @@ def kernel_work(closed) -> dict:
         "kernels": len(bodies),
         "exact": exact,
     }
+
+
+_FREE_RELABEL = {"reshape", "squeeze", "expand_dims"}
 
 
 def outside_work(closed, args, generation: str | None = None) -> dict | None:
@@ -787,7 +826,10 @@ def outside_work(closed, args, generation: str | None = None) -> dict | None:
         return None
     fn, kernel_outputs = outside
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args] + list(kernel_outputs)
-    if not jax.eval_shape(fn, *structs):
+    around = jax.make_jaxpr(fn)(*structs).jaxpr
+    # Nothing around the kernels but relabelling (the reshapes a wrapper does): bitcasts in the real program, but
+    # the cut-out one returns their results, a copy XLA would charge (a 2 GiB "outside" read for 12p's RMSNorm).
+    if not around.outvars or all(e.primitive.name in _FREE_RELABEL for e in around.eqns):
         return {"flops": 0.0, "bytes": 0.0}
     if generation is not None:
         compiled = targets.deviceless_compile(fn, structs, generation, kernel_facts=False)

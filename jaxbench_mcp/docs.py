@@ -875,6 +875,7 @@ def context_pack_for(workload_id: str, operator: str, description: str = "", bud
 def _omitted_line(refs: list[str], room: int) -> str:
     """'Also relevant (left out for size): a, b, ... and N more' within `room` characters (a workload of three
     families can leave out more refs than the footer's reserve holds)."""
+
     def more(n: int) -> str:
         return f"and {n} more (read_docs lists every section)" if n else ""
 

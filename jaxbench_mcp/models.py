@@ -364,7 +364,8 @@ class Verdict(BaseModel):
     full_size_findings: list[str] = Field(
         default_factory=list,
         description="Regions of outputs no grid step writes and "
-        "of inputs no grid step reads at full size (from the kernels' index maps)",
+        "of inputs no grid step reads at full size, and outputs a 'parallel' grid axis revisits (from the kernels' "
+        "index maps)",
     )
     pallas_work: str | None = Field(
         None, description="The Pallas kernels' share of the program's FLOPs and bytes at full size"

@@ -67,6 +67,7 @@ class ErrorClass(StrEnum):
     WRONG_VALUES = "wrong_values"
     UNWRITTEN_OUTPUT = "unwritten_output"
     UNREAD_INPUT = "unread_input"
+    PARALLEL_REDUCTION_AXIS = "parallel_reduction_axis"
     IMPLAUSIBLE_TIME = "implausible_time"
     # policy
     NO_PALLAS_CALL = "no_pallas_call"
@@ -214,9 +215,15 @@ ERROR_CLASSES: dict[ErrorClass, ClassInfo] = {
         "dimension; use a pl.cdiv grid with masking or a block size that divides it.",
         ("errors#unread-input", "blockspec-tiling#edge-blocks"),
     ),
+    E.PARALLEL_REDUCTION_AXIS: ClassInfo(
+        S.INCORRECT,
+        'A grid axis marked "parallel" revisits an output block (a reduction): mark it "arbitrary". Megacore '
+        "chips (v4, v5p) split it across two TensorCores that overwrite each other's partial results.",
+        ("errors#parallel-reduction-axis", "dimension-semantics#parallel-arbitrary", "dimension-semantics#megacore"),
+    ),
     E.IMPLAUSIBLE_TIME: ClassInfo(
         S.INCORRECT,
-        "The measured time is below what the chip can do for this workload's FLOPs and bytes: the kernel skips work.",
+        "The measured time is below what moving the workload's inputs and outputs once takes: the kernel skips work.",
         ("errors#implausible-time", "performance#roofline"),
     ),
     E.NO_PALLAS_CALL: ClassInfo(

@@ -92,6 +92,21 @@ def test_corpus_kernel_gets_its_expected_verdict(verdicts, name, workload_id, st
         assert verdict.pallas_calls >= 1 and verdict.compiles and all(c.ok for c in verdict.compiles)
 
 
+def test_a_k_axis_labelled_parallel_fails_when_a_megacore_chip_is_targeted():
+    """The small run has one K step (K = 512), so only the full-size index maps show the label is wrong."""
+    source = (Path(__file__).parent.parent / "solutions" / "8p_GEMM.py").read_text()
+    source = source.replace('("parallel", "parallel", "arbitrary")', '("parallel", "parallel", "parallel")')
+    checker = Checker(limits=TEST_LIMITS, spares=0, slots=1)
+    try:
+        verdict, outcome = checker.check("8p_GEMM", source, targets_=["v5p"])
+        outcome.cleanup()
+    finally:
+        checker.close()
+    assert (verdict.status, verdict.error_class) == ("incorrect", "parallel_reduction_axis"), verdict.summary()
+    assert 'grid axis 2 "parallel" (16 steps at full size)' in verdict.message and "v5p" in verdict.message
+    assert all(s.passed for s in verdict.seeds)  # the values were right: no run can see it
+
+
 def test_checker_answers_correctly_after_hangs_and_crashes(verdicts):
     assert verdicts["after-failures"].status == "correct", verdicts["after-failures"].summary()
 

@@ -349,3 +349,69 @@ def test_unknown_outside_work_is_never_judged():
     share = coverage.work_share({"flops": 0.0, "bytes": 0.0, "exact": True}, None)
     assert share["flops_share"] is None
     assert coverage.judge_work_share(share, 1e12, 1e9)["error_class"] is None
+
+
+# ---- "parallel" labels on axes that revisit an output -------------------------------------------
+
+
+def _gemm_labelled(semantics):
+    """The solutions' tiled 8p GEMM (K the last grid axis) with its dimension_semantics replaced."""
+    source = (Path(__file__).parent.parent / "solutions" / "8p_GEMM.py").read_text()
+    assert '("parallel", "parallel", "arbitrary")' in source
+    namespace: dict = {}
+    exec(
+        compile(source.replace('("parallel", "parallel", "arbitrary")', repr(semantics)), "8p_GEMM.py", "exec"),
+        namespace,
+    )
+    return namespace["workload"]
+
+
+def test_a_reduction_axis_labelled_parallel_is_found_with_its_full_size_steps():
+    report = coverage.full_size_coverage(_trace(_gemm_labelled(("parallel", "parallel", "parallel")), "8p_GEMM"))
+    # At full size K = 8192 runs in 16 steps of 512; at the small size (K = 512) it is one step, so no run shows it.
+    assert report["parallel_revisits"] == [{"kernel": "_matmul_kernel", "output_index": 0, "axis": 2, "steps": 16}]
+    assert report["findings"] == []
+    assert 'grid axis 2 "parallel" (16 steps at full size)' in coverage.describe_revisit(report["parallel_revisits"][0])
+    small = coverage.full_size_coverage(
+        _trace(_gemm_labelled(("parallel", "parallel", "parallel")), "8p_GEMM", "small")
+    )
+    assert small["parallel_revisits"] == []
+
+
+def test_independent_parallel_axes_and_arbitrary_reductions_are_not_revisits():
+    for semantics in (("parallel", "parallel", "arbitrary"), ("arbitrary", "arbitrary", "arbitrary")):
+        report = coverage.full_size_coverage(_trace(_gemm_labelled(semantics), "8p_GEMM"))
+        assert report["parallel_revisits"] == [], semantics
+
+
+def test_a_parallel_axis_every_step_of_which_writes_one_row_block_is_a_revisit():
+    def row_max(x):
+        def kernel(x_ref, o_ref):
+            @pl.when(pl.program_id(1) == 0)
+            def _():
+                o_ref[...] = jnp.full_like(o_ref, -jnp.inf)
+
+            o_ref[...] = jnp.maximum(o_ref[...], jnp.max(x_ref[...], axis=1, keepdims=True))
+
+        return pl.pallas_call(
+            kernel,
+            grid=(x.shape[0] // 64, x.shape[1] // 128),
+            in_specs=[pl.BlockSpec((64, 128), lambda i, j: (i, j))],
+            out_specs=pl.BlockSpec((64, 1), lambda i, j: (i, 0)),
+            out_shape=jax.ShapeDtypeStruct((x.shape[0], 1), x.dtype),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
+        )(x)
+
+    closed = jax.make_jaxpr(row_max)(jax.ShapeDtypeStruct((256, 512), jnp.float32))
+    assert coverage.full_size_coverage(closed)["parallel_revisits"] == [
+        {"kernel": "kernel", "output_index": 0, "axis": 1, "steps": 4}
+    ]
+
+
+def test_reshapes_around_a_kernel_are_not_outside_work():
+    """12p's RMSNorm flattens (batch, seq, emb) to rows for its kernel and back: bitcasts, not HBM traffic."""
+    path = KERNELS / "good_rmsnorm.py"
+    closed = _trace(_load(path).workload, "12p_RMSNorm")
+    assert [e.primitive.name for e in closed.jaxpr.eqns].count("reshape") >= 2
+    args = workloads.abstract_inputs(workloads.get_workload("12p_RMSNorm"), "full")
+    assert coverage.outside_work(closed, args) == {"flops": 0.0, "bytes": 0.0}

@@ -1,8 +1,10 @@
-"""Rules that hold at full size, decided without a TPU run: a measured time under the roofline is rejected,
+"""Rules that hold at full size, decided without a TPU run: a measured time under the memory bound is rejected,
 and the verdict's full-size judgments (coverage, same program, Pallas doing the work) in their order.
 The corpus in tests/kernels exercises each rule through real workers (tests/test_checking.py)."""
 
 from types import SimpleNamespace
+
+import pytest
 
 from jaxbench_mcp import profiling, protocol, workloads
 from jaxbench_mcp.checking import Checker
@@ -17,12 +19,23 @@ def _profiler_measuring(median_us: float) -> profiling.Profiler:
     return profiler
 
 
-def test_a_measured_time_below_the_roofline_is_rejected_not_reported():
-    w = workloads.get_workload("8p_GEMM")
-    roofline = 4000.0
-    entry = _profiler_measuring(roofline / 2).measured_target(w, "source", "v6e", roofline, lambda _m: None)
+def test_a_measured_time_below_the_memory_bound_is_rejected_and_a_fold_below_the_flop_roofline_is_not():
+    from jaxbench_mcp import cost_model, targets
+
+    # 21k folds its GEMM away (it needs only row sums of x): fewer FLOPs than the nominal count, the same bytes.
+    w = workloads.get_workload("21k_Gemm_Divide_Sum_Scaling")
+    roofline, bound = cost_model.workload_roofline_us(w, "v6e"), cost_model.workload_memory_bound_us(w, "v6e")
+    moved = cost_model.workload_must_move_bytes(w)
+    assert moved == w.io_bytes("full") and bound < roofline / 4
+    assert bound == pytest.approx(moved / targets.chip_facts("v6e").hbm_bytes_per_second * 1e6)
+    entry = _profiler_measuring(bound * 0.9).measured_target(w, "source", "v6e", roofline, lambda _m: None)
     assert entry.error.startswith("rejected (implausible_time)") and entry.candidate_us is None
+    assert (
+        f"below {bound:,.1f} us, the time the workload's inputs and outputs ({moved / 2**20:,.1f} MiB)" in entry.error
+    )
     assert entry.speedup_vs_xla is None and "errors#implausible-time" in entry.docs
+    fold = _profiler_measuring(bound * 1.5).measured_target(w, "source", "v6e", roofline, lambda _m: None)
+    assert fold.error is None and fold.candidate_us == pytest.approx(bound * 1.5) and fold.candidate_us < roofline
 
 
 def _verdict() -> Verdict:
@@ -88,3 +101,23 @@ def test_the_pallas_share_is_said_in_the_verdict_and_a_sliver_fails():
     )
     verdict = _verdict()
     assert Checker._work_share(w, whole, verdict) is None and "100.00%" in verdict.pallas_work
+
+
+def test_a_parallel_reduction_axis_fails_on_megacore_targets_and_is_a_warning_elsewhere():
+    finding = protocol.CoverageFinding(
+        kind="parallel_revisit", operand="k output 0", message='kernel k marks grid axis 2 "parallel" (16 steps ...)'
+    )
+    w = workloads.get_workload("8p_GEMM")
+    single = _verdict()
+    assert Checker._full_size(w, _traced(["x"], ["x"], [finding]), single) == []
+    assert single.warnings and "wrong on megacore chips" in single.warnings[0]
+    assert single.full_size_findings == [finding.message]
+    for targets in (["v5p"], ["v6e", "v4"]):
+        verdict = _verdict().model_copy(update={"targets": targets})
+        [failure] = Checker._full_size(w, _traced(["x"], ["x"], [finding]), verdict)
+        assert failure[0] == "parallel_reduction_axis" and targets[-1] in failure[1]
+    # An unwritten output is the more direct fault and decides first.
+    unwritten = protocol.CoverageFinding(kind="unwritten_output", operand="output", message="output tail unwritten")
+    verdict = _verdict().model_copy(update={"targets": ["v5p"]})
+    failures = Checker._full_size(w, _traced(["x"], ["x"], [finding, unwritten]), verdict)
+    assert [f[0] for f in failures] == ["unwritten_output"]
