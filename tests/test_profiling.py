@@ -340,7 +340,7 @@ def test_cli_profile_of_our_gemm_reports_estimate_baseline_expert_and_bottleneck
     assert kernel["bundles_per_step"] > 0 and kernel["grid_steps"] == (8192 // 512) * (28672 // 1024) * (8192 // 1024)
 
 
-def _static_profile(workload_id: str, candidate_us: float, expert_us: float):
+def _static_profile(workload_id: str, candidate_us: float, expert_us: float, xla_bytes: float = 0.0):
     """profile() on a CPU host with libtpu whose compiles are replaced by these totals (no worker runs)."""
     from types import SimpleNamespace
 
@@ -358,7 +358,8 @@ def _static_profile(workload_id: str, candidate_us: float, expert_us: float):
 
     profiler = profiling.Profiler(SimpleNamespace(tier=targets.Tier.CPU_LIBTPU))
     profiler.reference_estimates = lambda w, gens: {
-        g: {"calibration_bundles": 1000, "xla_flops": 0.0, "xla_bytes": 0.0, "xla_optimal_seconds": None} for g in gens
+        g: {"calibration_bundles": 1000, "xla_flops": 0.0, "xla_bytes": xla_bytes, "xla_optimal_seconds": None}
+        for g in gens
     }
     profiler.estimate_source = lambda w, source, gens, spb, cancel=None, checked_programs=None: {
         g: estimate(candidate_us) for g in gens
@@ -379,11 +380,25 @@ def test_estimates_are_flagged_below_the_memory_bound_not_below_the_flop_rooflin
     w = workloads.get_workload("13p_Cross_Entropy")
     roofline, bound = cost_model.workload_roofline_us(w, "v6e"), cost_model.workload_memory_bound_us(w, "v6e")
     assert bound < roofline / 2
-    fold = _static_profile(w.id, candidate_us=bound * 1.5, expert_us=bound * 1.2)
+    xla = w.io_bytes("full") * 3  # an XLA baseline above the bound, so that only the flags under test appear
+    fold = _static_profile(w.id, candidate_us=bound * 1.5, expert_us=bound * 1.2, xla_bytes=xla)
     assert fold.candidate_us < roofline and fold.flags == []
     assert fold.speedup_vs_expert == pytest.approx(1.2 / 1.5)
-    missed = _static_profile(w.id, candidate_us=bound * 0.9, expert_us=bound * 0.8)
+    missed = _static_profile(w.id, candidate_us=bound * 0.9, expert_us=bound * 0.8, xla_bytes=xla)
     expected = f"{bound:,.1f} us, the time the workload's inputs and outputs"
     assert [f for f in missed.flags if f.startswith("the estimate (") and expected in f]
     assert [f for f in missed.flags if f.startswith("the expert kernel's estimate (") and expected in f]
     assert missed.speedup_vs_expert is None
+
+
+def test_an_xla_baseline_estimate_below_the_memory_bound_is_flagged_and_not_compared():
+    from jaxbench_mcp import workloads
+
+    # 11p's XLA cost analysis counts its scan body once: an estimate under the bytes the reference must move.
+    w = workloads.get_workload("13p_Cross_Entropy")
+    bound = cost_model.workload_memory_bound_us(w, "v6e")
+    low = _static_profile(w.id, candidate_us=bound * 2, expert_us=bound * 2, xla_bytes=w.io_bytes("full") / 4)
+    assert low.xla_baseline_us < bound and low.speedup_vs_xla is None
+    assert [f for f in low.flags if f.startswith("XLA's own estimate of the baseline") and "no speedup" in f]
+    fair = _static_profile(w.id, candidate_us=bound * 2, expert_us=bound * 2, xla_bytes=w.io_bytes("full") * 3)
+    assert fair.xla_baseline_us >= bound and fair.speedup_vs_xla == pytest.approx(fair.xla_baseline_us / (bound * 2))
