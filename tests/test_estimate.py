@@ -252,6 +252,17 @@ def test_an_attribute_over_several_lines_does_not_end_its_computation():
     assert complete and [(o.name, o.bytes) for o in ops] == [("copy.1", 2 * 1024 * 1024 * 2)]
 
 
+def _in_fresh_process(code: str) -> subprocess.CompletedProcess:
+    """Run `code` in a new Python (libtpu must load after estimate() sets its dump folder)."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+
+
 @pytest.mark.slow
 def test_the_public_estimate_of_a_tiled_gemm_runs_in_a_fresh_process(tmp_path):
     # A fresh process: libtpu must load after estimate() sets the dump folder.
@@ -266,13 +277,7 @@ def test_the_public_estimate_of_a_tiled_gemm_runs_in_a_fresh_process(tmp_path):
         "assert est.outside_us is not None and est.outside_us < 1.0\n"
         "print('OK', est.total_us)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-    )
+    out = _in_fresh_process(code)
     assert "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
 
 
@@ -539,13 +544,7 @@ def test_kernels_compiled_out_of_trace_order_are_estimated_with_their_own_schedu
         "dumped = [(s.kernel, s.bundles) for s in compiled.schedules]\n"
         "print('RESULT', (dumped, [(k.name, k.grid_steps, k.bundles_per_step) for k in est.kernels]))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-    )
+    out = _in_fresh_process(code)
     assert "RESULT" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
     dumped, estimated = ast.literal_eval(out.stdout.split("RESULT ", 1)[1].strip())
     bundles = dict(dumped)
