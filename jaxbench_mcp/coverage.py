@@ -270,14 +270,19 @@ def _parallel_revisits(starts: list, grid: list, semantics: tuple[str, ...]) -> 
     """Grid axes marked "parallel" (or core-parallel) with more than one step along which an output's block index
     never changes: its steps write one block in turn, a reduction, which a chip that splits parallel axes across
     TensorCores (v4, v5p megacore) computes in halves that overwrite each other."""
-    axes = []
-    for axis, label in enumerate(semantics):
-        if "parallel" not in label.lower() or axis >= len(grid) or grid[axis] < 2:
-            continue
-        on_grid = [np.asarray(s).reshape(grid) for s in starts]
-        if all(np.array_equal(a, np.broadcast_to(np.take(a, [0], axis=axis), a.shape)) for a in on_grid):
-            axes.append(axis)
-    return axes
+    parallel = [
+        axis
+        for axis, label in enumerate(semantics)
+        if "parallel" in label.lower() and axis < len(grid) and grid[axis] >= 2
+    ]
+    if not parallel:
+        return []
+    on_grid = [np.asarray(s).reshape(grid) for s in starts]
+    return [
+        axis
+        for axis in parallel
+        if all(np.array_equal(a, np.broadcast_to(np.take(a, [0], axis=axis), a.shape)) for a in on_grid)
+    ]
 
 
 def _coverage(shape: tuple, uses: list[_Use]):

@@ -350,12 +350,13 @@ class Worker:
         except (ProcessLookupError, PermissionError):
             pass
         if self.cgroup is not None:
-            self.cgroup.kill_all(wait)
+            self.cgroup.kill_all(wait=False)
         if wait:
             self._wait_gone(pids)
         return pids
 
     def _wait_gone(self, pids: list[int]) -> None:
+        """Wait for the signalled pids, then empty the cgroup (killing what forked meanwhile) until it is."""
         self.process.wait()
         sandbox.wait_dead(pids, timeout=2.0)
         if self.cgroup is not None:

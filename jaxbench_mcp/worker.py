@@ -51,7 +51,7 @@ def warm_up(generation: str | None) -> None:
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp import coverage, kernel_analysis, targets, workloads
+    from jaxbench_mcp import kernel_analysis, targets, workloads
 
     workloads.all_workloads()
 
@@ -88,15 +88,8 @@ def warm_up(generation: str | None) -> None:
     with targets.chip_context(chip):
         closed = jax.make_jaxpr(f)(*args)
     # The trace stage's analyses cost ~70 ms the first time in a process (their own jit and XLA:CPU compiles).
-    # They are best effort there (a failing one is "not judged"), so here too: a worker must start regardless.
-    try:
-        kernel_analysis.describe_kernels(closed.jaxpr)
-        coverage.full_size_coverage(closed, input_names=["a", "b"])
-        coverage.kernel_work(closed)
-        coverage.outside_work(closed, abstract)
-        coverage.program_structure(closed)
-    except Exception:  # noqa: BLE001
-        pass
+    kernel_analysis.describe_kernels(closed.jaxpr)
+    _static_analyses(closed, ["a", "b"], abstract)
     if generation is not None:
         targets.deviceless_compile(f, abstract, generation)
     if os.environ.get("JAX_PLATFORMS") == "cpu":  # on a TPU host, touching the device now would hold it
@@ -269,17 +262,37 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
 
 
 def _full_size_analyses(fn, closed, w, run_size: str, chip: str) -> dict:
-    """What the parent judges about the full-size program without running it (jaxbench_mcp.coverage): which
-    elements the kernels' index maps leave unwritten or unread, the share of the work inside the kernels, and
-    the program's outline at full size and at the run size. An analysis that fails is left out (not judged)."""
+    """What the parent judges about the full-size program without running it: _static_analyses, and the outline
+    of the same candidate traced at the run size (left out when it fails to trace there: the run stage says why)."""
     import jax
 
     from jaxbench_mcp import coverage, targets
 
     names = [n for i, n in enumerate(w.input_names) if i not in w.static_argnums]
+    args = [a for i, a in enumerate(_full_args(w, "full")) if i not in w.static_argnums]
+    found = _static_analyses(closed, names, args)
+    if "outline" in found:
+        try:
+            if run_size == "full":
+                found["run_outline"] = found["outline"]
+            else:
+                with targets.chip_context(chip):
+                    small = jax.make_jaxpr(fn, static_argnums=tuple(w.static_argnums))(*_full_args(w, run_size))
+                found["run_outline"] = coverage.program_structure(small)
+        except Exception:  # noqa: BLE001 - a candidate that fails to trace at the run size fails in the run stage
+            pass
+    return found
+
+
+def _static_analyses(closed, input_names: list[str], args: list) -> dict:
+    """From a full-size trace (jaxbench_mcp.coverage): which elements the kernels' index maps leave unwritten or
+    unread and which outputs a "parallel" axis revisits, the share of the work inside the kernels, and the
+    program's outline. `args` are the non-static arguments. An analysis that fails is left out (not judged)."""
+    from jaxbench_mcp import coverage
+
     found: dict = {}
     try:
-        result = coverage.full_size_coverage(closed, input_names=names)
+        result = coverage.full_size_coverage(closed, input_names=input_names)
         found["coverage"] = protocol.Coverage(
             findings=[
                 protocol.CoverageFinding(kind=f["kind"], operand=f["operand"], message=coverage.describe_finding(f))
@@ -299,7 +312,6 @@ def _full_size_analyses(fn, closed, w, run_size: str, chip: str) -> dict:
         pass
     try:
         inside = coverage.kernel_work(closed)
-        args = [a for i, a in enumerate(_full_args(w, "full")) if i not in w.static_argnums]
         outside = coverage.outside_work(closed, args)
         found["work"] = protocol.Work(
             kernel_flops=inside["flops"],
@@ -312,14 +324,8 @@ def _full_size_analyses(fn, closed, w, run_size: str, chip: str) -> dict:
         pass
     try:
         found["outline"] = coverage.program_structure(closed)
-        if run_size == "full":
-            found["run_outline"] = found["outline"]
-        else:
-            with targets.chip_context(chip):
-                small = jax.make_jaxpr(fn, static_argnums=tuple(w.static_argnums))(*_full_args(w, run_size))
-            found["run_outline"] = coverage.program_structure(small)
-    except Exception:  # noqa: BLE001 - a candidate that fails to trace at the run size fails in the run stage
-        found.pop("run_outline", None)
+    except Exception:  # noqa: BLE001 - not judged
+        pass
     return found
 
 
