@@ -279,6 +279,16 @@ def inspect_module(job_dir: Path, module_file: str) -> tuple[int, str]:
     return text.count(_MOSAIC_OP.encode()), hashlib.sha256(text).hexdigest()
 
 
+# What a check on a host without a TPU cannot see; every verdict of such a host lists it (README, Threat model).
+NOT_COVERED_WITHOUT_TPU = (
+    "platform-keyed code beyond the queries answered as on a TPU (jax.default_backend(), jax.devices(), the TPU_* "
+    "variables): jax's config, backend objects and /dev still show a CPU host",
+    "numerics at the full size: the run uses a smaller size (full-size coverage, program and work are judged "
+    "without running)",
+    "the worker's account of the program it traced and lowered: it is produced beside the candidate's own code",
+)
+
+
 class Checker:
     """Owns the warm worker pool and the device slots of this host; `check` is safe from many threads."""
 
@@ -427,6 +437,7 @@ class Checker:
             targets=chosen,
             tier=str(self.tier),
             isolation=str(self.isolation),
+            not_covered=list(NOT_COVERED_WITHOUT_TPU) if self.tier is not targets.Tier.TPU else [],
         )
         try:
             outcome = self.run_job(make_job, source, on_event, cancel)
@@ -493,6 +504,12 @@ class Checker:
                 ]
                 verdict.pallas_calls = len(kernels)
                 vmem = max((_vmem_estimate(k) for k in kernels), default=None)
+                if e.traced.platform_queries:
+                    verdict.warnings.append(
+                        f"workload() asked which platform it runs on ({', '.join(e.traced.platform_queries)}) while it "
+                        f"was imported and traced; it was answered as on a TPU {verdict.targets[0] if verdict.targets else ''}"
+                        ": a kernel computes the same thing on every platform".replace(" :", ":")
+                    )
                 if e.traced.host_callbacks:
                     failures.append(
                         (
@@ -585,17 +602,23 @@ class Checker:
             if failure:
                 failures.append(failure)
 
-        if not failures and require_pallas and not any(mosaic_kernels.values()):
+        # Both accounts must show a kernel: the recorded program's (the trace) and the lowered module's.
+        if not failures and require_pallas and not (any(mosaic_kernels.values()) and verdict.pallas_calls):
             failures.append(
                 (
                     ErrorClass.NO_PALLAS_CALL,
-                    "no Pallas kernel in workload(): the lowered program holds no Mosaic "
-                    "kernel (tpu_custom_call); this benchmark asks for a Pallas kernel"
-                    + (
-                        f" (the trace listed {verdict.pallas_calls} pallas_call(s) that did not reach the program)"
-                        if verdict.pallas_calls
-                        else ""
-                    ),
+                    (
+                        "no Pallas kernel in workload(): the lowered program holds no Mosaic "
+                        "kernel (tpu_custom_call); this benchmark asks for a Pallas kernel"
+                        + (
+                            f" (the trace listed {verdict.pallas_calls} pallas_call(s) that did not reach the program)"
+                            if verdict.pallas_calls
+                            else ""
+                        )
+                    )
+                    if not any(mosaic_kernels.values())
+                    else "no Pallas kernel in workload(): its recorded program holds no pallas_call, although the "
+                    "lowered module the worker wrote names one; this benchmark asks for a Pallas kernel",
                     None,
                 )
             )
@@ -730,6 +753,27 @@ class Checker:
             None,
         )
 
+    @staticmethod
+    def _probe_failure(outcome: RunOutcome, info: protocol.Output, index: int) -> tuple[ErrorClass, str, None] | None:
+        """Interpret mode's strictness was in force in this seed's run: the probe kernel, run in the same program
+        under the same parameters, read memory it never wrote, which must come out NaN."""
+        failure = (
+            ErrorClass.PROTOCOL_VIOLATION,
+            f"seed {index}: interpret mode's strictness was not in force during the run (a probe kernel that reads "
+            "uninitialised memory did not read NaN): the candidate's process changed jax's interpreter",
+            None,
+        )
+        if info.probe_path is None:
+            return failure
+        try:
+            data = read_job_file(outcome.job_dir, info.probe_path, 8 * 1024 * 8 + 4096)
+            probe = np.load(io.BytesIO(data), allow_pickle=False)
+        except (protocol.ProtocolViolation, ValueError, OSError, EOFError):
+            return failure
+        if probe.dtype.kind != "f" or probe.size == 0 or not np.isnan(probe).all():
+            return failure
+        return None
+
     def _compare(self, truths: list[Truth], outcome: RunOutcome, outputs: dict[int, protocol.Output], verdict: Verdict):
         for index, t in enumerate(truths):
             info = outputs.get(index)
@@ -776,6 +820,10 @@ class Checker:
                     f"not the {info.shape} its report claims",
                     None,
                 )
+            if self.tier is not targets.Tier.TPU:
+                tampered = self._probe_failure(outcome, info, index)
+                if tampered:
+                    return tampered
             t0 = time.monotonic()
             report, cls, message = compare(candidate, info.dtype, t, index)
             if report:

@@ -655,15 +655,18 @@ _LAYOUT_ONLY = {
 
 
 def program_structure(closed) -> list[str]:
-    """The outline of a traced program with shapes left out: its primitives in evaluation order (the
-    bodies of loops and branches included, each opened by its primitive's name), with every Pallas kernel
-    as "pallas_call:<kernel name>" and its body not opened. Layout-only primitives (reshape, broadcast,
+    """The outline of a traced program with shapes left out: its primitives in evaluation order (the bodies of
+    loops and branches included, each opened by its primitive's name), with every Pallas kernel as
+    "pallas_call:<kernel name>" followed by its body's signature (kernel_signature), and every floating-point
+    literal as a token after its primitive's (constant_token). Layout-only primitives (reshape, broadcast,
     transpose, dtype converts) and call wrappers (jit, custom_jvp/vjp) are left out.
 
-    Two traces of one candidate at different sizes have equal outlines unless the candidate branches on
-    shapes into a different computation.
+    Two traces of one candidate at different sizes have equal outlines unless the candidate branches on shapes
+    into a different computation, adds or drops a branch or a kind of arithmetic in a kernel body, or scales by
+    a constant that changes with the size and derives from no shape.
     """
     jaxpr = getattr(closed, "jaxpr", closed)
+    shapes = _ShapeValues(jaxpr)
     tokens: list[str] = []
 
     def walk(j):
@@ -671,13 +674,16 @@ def program_structure(closed) -> list[str]:
             name = eqn.primitive.name
             if name == "pallas_call":
                 tokens.append(f"pallas_call:{pallas_call_info(eqn).name}")
+                tokens.append(kernel_signature(pallas_call_info(eqn).kernel, shapes))
             elif name in ka._MESH_KERNELS:
                 tokens.append(name)
+                tokens.append(kernel_signature(mesh_kernel_body(eqn), shapes))
             elif (body := jx.call_body(eqn)) is not None:  # jnp helpers trace as jit calls of their own
                 walk(body.jaxpr)
             else:
                 if name not in _LAYOUT_ONLY:
                     tokens.append(name)
+                    tokens.extend(shapes.constant_token(v) for v in eqn.invars if _is_float_literal(v))
                 for sub in jx.sub_jaxprs(eqn):
                     walk(sub)
                     if name in ("cond", "while", "scan"):
@@ -687,13 +693,134 @@ def program_structure(closed) -> list[str]:
     return tokens
 
 
+# Kernel-body primitives a signature leaves out, besides layout and data movement (_LAYOUT_ONLY, _NO_FLOPS):
+# what selects or masks data, whose use legitimately changes with the block shapes (an edge mask at one size).
+_MASKING = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "select_n"}
+_CONTROL = {"cond", "while", "scan"}
+
+
+def kernel_signature(body, shapes: _ShapeValues) -> str:
+    """What a kernel body computes, independent of how often its code repeats: the kinds of floating-point
+    arithmetic it does, the control flow it has (pl.when, loops) and its floating-point constants (constant_token;
+    epsilons under 1e-3 left out), as one token "body:ARITHMETIC|CONTROL|CONSTANTS", each part sorted."""
+    arithmetic, control, constants = set(), set(), set()
+    for eqn in ka._walk_eqns(body):
+        name = eqn.primitive.name
+        if name in _CONTROL:
+            control.add(name)
+        elif (
+            name not in _LAYOUT_ONLY | _NO_FLOPS | _MASKING
+            and not name.startswith(("dma", "semaphore", "barrier"))
+            and any(_is_floating(v) for v in eqn.outvars)  # integer arithmetic is index arithmetic
+        ):
+            arithmetic.add(name)
+        constants.update(
+            shapes.constant_token(v) for v in eqn.invars if _is_float_literal(v) and not 0 < abs(float(v.val)) < 1e-3
+        )
+    return "body:" + "|".join(",".join(sorted(part)) for part in (arithmetic, control, constants))
+
+
+def _is_floating(var) -> bool:
+    dtype = getattr(getattr(var, "aval", None), "dtype", None)
+    return dtype is not None and np.issubdtype(np.dtype(dtype), np.floating)
+
+
+def _constant(token: str) -> tuple[bool, str]:
+    """(derives from shapes, value) of a constant_token."""
+    return token[5] == "~", token[6:]
+
+
+def _same_step(a: str, b: str) -> bool:
+    """Two outline tokens stand for the same step: equal; constants of one value, or both derived from shapes;
+    kernel bodies with the same arithmetic and control flow whose constants differ only where shapes give them."""
+    if a == b:
+        return True
+    if a.startswith("const") and b.startswith("const"):
+        (a_derived, a_value), (b_derived, b_value) = _constant(a), _constant(b)
+        return a_value == b_value or a_derived and b_derived
+    if a.startswith("body:") and b.startswith("body:"):
+        a_parts, b_parts = a[5:].split("|"), b[5:].split("|")
+        if a_parts[:2] != b_parts[:2]:
+            return False
+        a_constants = {_constant(t) for t in a_parts[2].split(",") if t}
+        b_constants = {_constant(t) for t in b_parts[2].split(",") if t}
+        values = {v for _, v in a_constants} ^ {v for _, v in b_constants}
+        return all(derived for derived, v in a_constants | b_constants if v in values)
+    return False
+
+
+def _is_float_literal(var) -> bool:
+    from jax.extend.core import Literal
+
+    return isinstance(var, Literal) and np.issubdtype(np.dtype(var.aval.dtype), np.floating) and np.ndim(var.val) == 0
+
+
+class _ShapeValues:
+    """The dimensions of every value a program holds (its kernels' refs and grids included), to tell a constant
+    that derives from shapes (a mean's 1/n, an attention scale 1/sqrt(d), a Bessel n-1) from one that does not."""
+
+    def __init__(self, jaxpr):
+        self._jaxpr = jaxpr
+        self._near: set[int] | None = None
+
+    def _collect(self) -> set[int]:
+        dims: set[int] = set()
+
+        def add(shape):
+            dims.update(d for d in shape if isinstance(d, int) and d > 1)
+
+        for v in [*self._jaxpr.invars, *self._jaxpr.outvars]:
+            add(getattr(getattr(v, "aval", None), "shape", ()))
+        for eqn in ka._walk_eqns(self._jaxpr):
+            for v in [*eqn.invars, *eqn.outvars]:
+                aval = getattr(v, "aval", None)
+                add(getattr(getattr(aval, "inner_aval", aval), "shape", ()))
+            if eqn.primitive.name == "pallas_call":
+                add(pallas_call_info(eqn).grid)
+        return dims
+
+    def _product_of_dims(self, x: float, tolerance: float) -> bool:
+        """x is (nearly) a product of at most three of the program's dimensions, each up to _OFFSET away (a
+        convolution's output is its input less the kernel's width, a padded axis longer than the data)."""
+        n = round(x)
+        if n < 2 or abs(x - n) > tolerance * n:
+            return False
+        near = self._near
+        if n in near:
+            return True
+        for a in near:
+            if n % a == 0:
+                rest = n // a
+                if rest in near or any(rest % b == 0 and rest // b in near for b in near if b <= rest):
+                    return True
+        return False
+
+    def constant_token(self, var) -> str:
+        """ "const~VALUE" for a literal that is n, 1/n, sqrt(n), 1/sqrt(n), n-1 or 1/(n-1) of a product n of up to
+        three of the program's dimensions (_product_of_dims); else "const=VALUE" (0, 1 and -1 always)."""
+        value = float(var.val)
+        if math.isfinite(value) and value not in (0.0, 1.0, -1.0):
+            if self._near is None:
+                self._near = {d + o for d in self._collect() for o in range(-_OFFSET, _OFFSET + 1) if d + o > 1}
+            tolerance = 1e-2 if np.dtype(var.aval.dtype).itemsize <= 2 else 1e-5
+            c = abs(value)
+            candidates = (c, 1.0 / c, c * c, 1.0 / (c * c), c + 1.0, 1.0 / c + 1.0)
+            if any(self._product_of_dims(x, tolerance) for x in candidates if x < 2**40):
+                return f"const~{value!r}"
+        return f"const={value!r}"
+
+
+# How far from a dimension a factor of a shape-derived constant may be (see _ShapeValues._product_of_dims).
+_OFFSET = 4
+
+
 def first_difference(a: list[str], b: list[str], labels=("small size", "full size")) -> dict | None:
     """Where two outlines (program_structure) first differ: None when equal, else
     {"position": i, "a": token or None (ended), "b": ..., "a_context": [...], "b_context": [...],
      "text": one line naming both sides}. The contexts hold up to 2 tokens before and 3 from i."""
-    if list(a) == list(b):
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if not _same_step(x, y)), min(len(a), len(b)))
+    if i == len(a) == len(b):
         return None
-    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
     def at(seq):
         return seq[i] if i < len(seq) else None
@@ -713,13 +840,15 @@ def first_difference(a: list[str], b: list[str], labels=("small size", "full siz
 
 # ---- the Pallas kernels must do the work -------------------------------------------------------
 
-# Below these shares of the program's FLOPs and bytes the kernels are decoration (see judge_work_share).
-PALLAS_SHARE_THRESHOLD = 0.01
-# Work outside the kernels counts as substantial from this share of the workload's own FLOPs or bytes.
+# The kernels must do at least this share of the program's dominant work (its FLOPs where the workload is
+# compute-bound, its HBM bytes where it is memory-bound).
+DOMINANT_SHARE = 0.5
+# A workload with at least this many FLOPs per byte of its inputs and outputs is compute-bound: GEMMs, convolutions,
+# attention, MoE and SSM scans sit in the hundreds or more; norms and elementwise chains near 1-10.
+COMPUTE_BOUND_INTENSITY = 32.0
+# Work outside the kernels counts as substantial from this share of the workload's own dominant work: below it,
+# the kernels do all that is left (an algebraic fold may remove most of a workload's FLOPs).
 SUBSTANTIAL_OUTSIDE = 0.10
-# Kernels that do no FLOPs to speak of are decoration when XLA does at least this share of the workload's
-# FLOPs outside them (a copy kernel beside a jnp matmul moves real bytes but computes nothing).
-OUTSIDE_DOES_THE_MATH = 0.5
 
 _NO_FLOPS = {
     "get",
@@ -763,11 +892,15 @@ _NO_FLOPS = {
 
 
 def _flops(eqn) -> float:
-    """FLOPs of one kernel-body equation, counted as XLA's cost analysis does: a multiply-add in a
-    contraction is 2, a reduction 1 per input element, any other arithmetic 1 per output element."""
+    """FLOPs of one equation, counted as XLA's cost analysis does: a multiply-add in a contraction or a
+    convolution is 2, a reduction 1 per input element, any other arithmetic 1 per output element."""
     name = eqn.primitive.name
     if name == "dot_general":
         return 2.0 * ka._mxu_pushes(eqn) * ka._MXU_PUSH_MACS
+    if name == "conv_general_dilated":
+        rhs = eqn.invars[1].aval.shape
+        out_features = rhs[eqn.params["dimension_numbers"].rhs_spec[0]]
+        return 2.0 * ka._elements(eqn.outvars[0]) * (math.prod(rhs) / max(1, out_features))
     if name in _NO_FLOPS or name.startswith(("dma", "semaphore", "barrier")):
         return 0.0
     if name.startswith(("reduce_", "arg", "cum")):
@@ -812,6 +945,62 @@ def kernel_work(closed) -> dict:
 
 
 _FREE_RELABEL = {"reshape", "squeeze", "expand_dims"}
+
+
+def _bytes(eqn) -> float:
+    """HBM bytes one equation outside the kernels reads and writes at most (XLA's fusions move less)."""
+    if eqn.primitive.name in _FREE_RELABEL:
+        return 0.0
+    return float(
+        sum(
+            ka._elements(v) * np.dtype(v.aval.dtype).itemsize for v in [*eqn.invars, *eqn.outvars] if hasattr(v, "aval")
+        )
+    )
+
+
+def program_work(closed) -> dict:
+    """The FLOPs of a whole program inside and outside its Pallas kernels, and the bytes outside them, with every
+    loop body counted once per trip (a kernel or a matmul inside a scan or fori_loop runs `length` times):
+    {"kernel_flops", "outside_flops", "outside_bytes", "outside_known"}. A cond counts its heaviest branch; a
+    kernel body is counted as kernel_work counts it. A while loop outside the kernels (trips unknown before it
+    runs) that does any work makes the outside figures unknown (outside_known=False), its body counted once."""
+
+    def kernel_flops(eqn) -> float:
+        if eqn.primitive.name == "pallas_call":
+            info = pallas_call_info(eqn)
+            work, _ = ka.executed_work(info.kernel, _flops)
+            return work * math.prod(g if isinstance(g, int) else 1 for g in info.grid)
+        return ka.executed_work(mesh_kernel_body(eqn), _flops)[0]
+
+    def walk(jaxpr) -> tuple[float, float, float, bool]:
+        kf = of = ob = 0.0
+        known = True
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name == "pallas_call" or name in ka._MESH_KERNELS:
+                kf += kernel_flops(eqn)
+                continue
+            trips = 1
+            if (body := jx.call_body(eqn)) is not None:
+                parts = [walk(body.jaxpr)]
+            elif name == "scan":
+                scan = jx.scan_info(eqn)
+                parts, trips = [walk(scan.body.jaxpr)], scan.length
+            elif name == "cond":
+                parts = [max((walk(b.jaxpr) for b in jx.cond_branches(eqn)), key=lambda p: p[0] + p[1])]
+            elif subs := list(jx.sub_jaxprs(eqn)):
+                parts = [walk(sub) for sub in subs]
+                if name == "while" and any(p[0] + p[1] > 0 for p in parts):
+                    known = False
+            else:
+                of, ob = of + _flops(eqn), ob + _bytes(eqn)
+                continue
+            for pk, po, pb, pknown in parts:
+                kf, of, ob, known = kf + trips * pk, of + trips * po, ob + trips * pb, known and pknown
+        return kf, of, ob, known
+
+    kf, of, ob, known = walk(getattr(closed, "jaxpr", closed))
+    return {"kernel_flops": kf, "outside_flops": of, "outside_bytes": ob, "outside_known": known}
 
 
 def outside_work(closed, args, generation: str | None = None) -> dict | None:
@@ -870,36 +1059,42 @@ def work_share(kernels: dict, outside: dict | None) -> dict:
 
 
 def judge_work_share(share: dict, workload_flops: float | None = None, workload_bytes: float | None = None) -> dict:
-    """Whether the Pallas kernels do the work: {"error_class": None | "pallas_not_doing_the_work",
-    "reason": str}.
+    """Whether the Pallas kernels do the workload's dominant work: {"error_class": None |
+    "pallas_not_doing_the_work", "reason": str}.
 
-    Decoration, when the work outside the kernels is substantial (at least SUBSTANTIAL_OUTSIDE of the
-    workload's FLOPs or bytes; any work at all when those are not given) and either
-    - the kernels account for under PALLAS_SHARE_THRESHOLD (1%) of the program's FLOPs and of its bytes
-      (an identity or 1-element kernel beside a jnp computation), or
-    - the kernels do under 1% of the program's FLOPs while XLA does at least OUTSIDE_DOES_THE_MATH (half)
-      of the workload's FLOPs outside them (a kernel that only copies an operand through VMEM).
-    Unknown outside work (kernels that cannot be cut out) is never judged.
+    The dominant work is the FLOPs of a compute-bound workload (COMPUTE_BOUND_INTENSITY FLOPs per byte or more:
+    GEMM, convolution, attention, MoE, SSM families) and the HBM bytes of a memory-bound one (norms, elementwise
+    chains). Unless the work outside the kernels is small (under SUBSTANTIAL_OUTSIDE of the workload's dominant
+    work), the kernels must do at least DOMINANT_SHARE (half) of the program's dominant work. Outside work that
+    cannot be counted fails: an unknown is never a pass.
     """
-    of, ob = share["outside_flops"], share["outside_bytes"]
-    if of is None:
-        return {"error_class": None, "reason": "the work outside the kernels is unknown"}
-    if workload_flops or workload_bytes:
-        substantial = (bool(workload_flops) and of >= SUBSTANTIAL_OUTSIDE * workload_flops) or (
-            bool(workload_bytes) and ob >= SUBSTANTIAL_OUTSIDE * workload_bytes
-        )
-    else:
-        substantial = of + ob > 0
+    intensity = workload_flops / workload_bytes if workload_flops and workload_bytes else None
+    dominant = "flops" if intensity is None or intensity >= COMPUTE_BOUND_INTENSITY else "bytes"
+    kind = f"compute-bound ({intensity:,.0f} FLOPs per byte)" if intensity else "compute-bound"
+    if dominant == "bytes":
+        kind = f"memory-bound ({intensity:,.1f} FLOPs per byte)"
+    outside, kernel_share = (
+        (share["outside_flops"], share["flops_share"])
+        if dominant == "flops"
+        else (share["outside_bytes"], share["bytes_share"])
+    )
+    if outside is None:
+        return {
+            "error_class": "pallas_not_doing_the_work",
+            "reason": "the work outside the Pallas kernels cannot be counted (a while loop with unknown trips around "
+            "the work), so whether the kernels do the workload's work cannot be told; keep the work in the kernels",
+        }
     fs = share["flops_share"] if share["flops_share"] is not None else 0.0
     bs = share["bytes_share"] if share["bytes_share"] is not None else 0.0
     said = f"the Pallas kernels do {fs:.2%} of the program's FLOPs and move {bs:.2%} of its bytes"
-    if not substantial:
+    scale = workload_flops if dominant == "flops" else workload_bytes
+    if scale and outside < SUBSTANTIAL_OUTSIDE * scale or not scale and outside <= 0:
         return {"error_class": None, "reason": said + "; the work outside them is small"}
-    if fs < PALLAS_SHARE_THRESHOLD and bs < PALLAS_SHARE_THRESHOLD:
-        return {"error_class": "pallas_not_doing_the_work", "reason": said + "; XLA does the rest outside them"}
-    if workload_flops and fs < PALLAS_SHARE_THRESHOLD and of >= OUTSIDE_DOES_THE_MATH * workload_flops:
+    if kernel_share is None or kernel_share < DOMINANT_SHARE:
+        what = "FLOPs" if dominant == "flops" else "HBM bytes"
         return {
             "error_class": "pallas_not_doing_the_work",
-            "reason": said + f"; XLA does {of / workload_flops:.0%} of the workload's FLOPs outside them",
+            "reason": said + f"; this workload is {kind}, so the kernels must do at least {DOMINANT_SHARE:.0%} of "
+            f"its {what}: XLA does the rest outside them",
         }
     return {"error_class": None, "reason": said}

@@ -371,6 +371,10 @@ class Verdict(BaseModel):
         None, description="The Pallas kernels' share of the program's FLOPs and bytes at full size"
     )
     warnings: list[str] = Field(default_factory=list)
+    not_covered: list[str] = Field(
+        default_factory=list,
+        description="What this tier's check cannot see (a CPU host runs no TPU): judge those parts on a TPU host",
+    )
     total_seconds: Real = 0.0
     log_tail: str | None = Field(None, description="server_error only: the end of the server's log of this check")
     host: str | None = Field(

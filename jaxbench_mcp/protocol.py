@@ -25,6 +25,7 @@ MAX_EVENTS = 400
 MAX_TEXT_CHARS = 20_000
 
 _OUTPUT_NAME = re.compile(r"output_\d{1,2}\.npy")
+_PROBE_NAME = re.compile(r"probe_\d{1,2}\.npy")
 _INPUT_NAME = re.compile(r"input_\d{1,2}_\d{1,3}\.bin")
 
 
@@ -59,7 +60,9 @@ class CheckJob(_Strict):
     mode: Literal["check"] = "check"
     workload_id: str
     targets: list[str]
-    size: Literal["small", "full"]
+    size: Annotated[str, Field(pattern=r"[a-z][a-z0-9_]{0,31}")] = Field(
+        description="The size the run stage uses (a key of the workload's SIZES); analyses use the full size"
+    )
     inputs: list[list[InputFile | StaticInput]] = Field(
         description="Per hidden seed, the inputs the parent wrote; never the seed"
     )
@@ -203,6 +206,9 @@ class Traced(_Strict):
     run_outline: Annotated[list[str], Field(max_length=_MAX_OUTLINE)] | None = Field(
         None, description="The outline of the same candidate traced at the size the run stage uses"
     )
+    platform_queries: Annotated[list[Annotated[str, Field(max_length=80)]], Field(max_length=16)] = Field(
+        [], description="Platform queries the candidate made while it was imported and traced (answered as a TPU)"
+    )
 
 
 class Lowered(_Strict):
@@ -279,6 +285,9 @@ class Output(_Strict):
     shape: list[int]
     dtype: str
     leaves: int
+    probe_path: Annotated[str, Field(pattern=_PROBE_NAME.pattern)] | None = Field(
+        None, description="Interpret mode: what a kernel that reads memory it never wrote returned in the same run"
+    )
 
 
 class Measured(_Strict):

@@ -171,6 +171,11 @@ def _topology_device(generation: str):
 _CHIP_DEVICE_KIND = {"v4": "TPU v4", "v5e": "TPU v5 lite", "v5p": "TPU v5", "v6e": "TPU v6 lite", "7x": "TPU7x"}
 
 
+def device_kind(generation: str) -> str:
+    """jax's device_kind of a generation's chips (what `jax.devices()[0].device_kind` says on its TPU VM)."""
+    return _CHIP_DEVICE_KIND[check_generation(generation)]
+
+
 def chip_context(generation: str, cores: int = 1):
     """Trace as if on `generation`: kernels that ask for chip facts while tracing (emit_pipeline,
     rank-1 blocks, gathers) otherwise fail on a CPU host with "Unsupported TPU device kind: cpu".
@@ -178,9 +183,7 @@ def chip_context(generation: str, cores: int = 1):
     kernels read (pltpu.get_tpu_info().num_cores, the default TensorCore mesh)."""
     import jax
 
-    device = jax.sharding.AbstractDevice(
-        device_kind=_CHIP_DEVICE_KIND[check_generation(generation)], num_cores=cores, platform="tpu"
-    )
+    device = jax.sharding.AbstractDevice(device_kind=device_kind(generation), num_cores=cores, platform="tpu")
     return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device))
 
 
@@ -195,6 +198,19 @@ def chip_facts_visible(fallback: str = DEFAULT_CPU_TARGET):
         return contextlib.nullcontext()
     except ValueError:
         return chip_context(fallback)
+
+
+def replay(closed) -> Callable:
+    """A function that evaluates a recorded program (a ClosedJaxpr) again, never the Python that traced it.
+
+    Its name is `workload` wherever it is lowered, so that a check's and a profile's lowerings of one recorded
+    program are the same module text (the profile compares their hashes)."""
+    import jax
+
+    def workload(*args):
+        return jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+    return workload
 
 
 def interpret_on_cpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[int], generation: str, params):

@@ -161,37 +161,56 @@ def _full_args(workload, size: str):
 
 
 def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
+    """The check. The candidate's Python runs only while it is imported and traced, once per size (full, and the
+    run size), under the TPU facade; every analysis, the lowering, the compile and the run are derived from those
+    two recorded programs, so a candidate cannot show one program to the checks and run another on the seeds."""
     import jax
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp import kernel_analysis, targets, workloads
+    from jaxbench_mcp import targets, tpu_facade, workloads
+    from jaxbench_mcp.internals import jaxpr as jx
 
     w = workloads.get_workload(job.workload_id)
     static = tuple(w.static_argnums)
-    module = _load(report, workdir)
-    if module is None:
-        return
-    fn = module.workload
-
-    report.stage(Stage.TRACE, "start")
-    t0 = time.perf_counter()
     chip = job.targets[0] if job.targets else targets.DEFAULT_CPU_TARGET
-    try:
-        with targets.chip_context(chip):
-            closed = jax.make_jaxpr(fn, static_argnums=static)(*_full_args(w, "full"))
-        kernels, callbacks = kernel_analysis.describe_kernels(closed.jaxpr)
-        outputs = [{"shape": list(a.shape), "dtype": str(a.dtype)} for a in closed.out_avals]
-    except Exception as exc:  # noqa: BLE001
-        report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
-        return
-    traced = protocol.Traced(
-        kernels=kernels, host_callbacks=callbacks, outputs=outputs, **_full_size_analyses(fn, closed, w, job.size, chip)
-    )
+    # Built before the candidate's import, so that replacing jax's classes at import time cannot weaken them; the
+    # probe in every run verifies that they are in force.
+    strict = [
+        pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)
+        for seed in job.shuffle_seeds
+    ]
+    probe = _uninitialised_probe()
+    facade = tpu_facade.TpuFacade(chip, targets.device_kind(chip), targets.cores_per_device(chip))
+
+    with facade:
+        module = _load(report, workdir)
+        if module is None:
+            return
+        report.stage(Stage.TRACE, "start")
+        t0 = time.perf_counter()
+        try:
+            with targets.chip_context(chip):
+                closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, "full"))
+        except Exception as exc:  # noqa: BLE001
+            report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
+            return
+        run_closed, run_trace_error = closed, None
+        if job.size != "full":
+            try:
+                with targets.chip_context(chip):
+                    run_closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, job.size))
+            except Exception as exc:  # noqa: BLE001 - the run stage reports it, as it would have failed there
+                run_closed, run_trace_error = None, _error_text(exc)
+    del module  # never called again
+
+    traced = _describe(closed, run_closed, w, facade.queries)
     report.stage(Stage.TRACE, "done", seconds=time.perf_counter() - t0, traced=traced)
-    if callbacks:
+    if traced.host_callbacks:
         return
 
+    full_program = targets.replay(closed)
+    full_args = [a for i, a in enumerate(_full_args(w, "full")) if i not in static]
     # Every target is lowered and compiled, so that one generation's failure does not hide another's.
     compiled_everywhere = True
     for generation in job.targets or [None]:
@@ -199,7 +218,7 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
         report.stage(Stage.LOWER, "start", target=generation)
         t0 = time.perf_counter()
         try:
-            lowered = targets.lower_for_tpu(fn, _full_args(w, "full"), static, generation)
+            lowered = targets.lower_for_tpu(full_program, full_args, (), generation, kernel_facts=False)
             module_file = f"lowered_{generation or 'tpu'}.mlir"
             (workdir / module_file).write_text(lowered.as_text())
             report.stage(
@@ -231,19 +250,25 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     if not compiled_everywhere:
         return
 
-    jitted = jax.jit(fn, static_argnums=static)
     for index, described in enumerate(job.inputs):
         report.stage(Stage.RUN, "start", seed_index=index)
         t0 = time.perf_counter()
-        inputs = read_inputs(described, workdir)
+        if run_closed is None:
+            report.stage(Stage.RUN, "failed", seed_index=index, seconds=0.0, text=run_trace_error)
+            return
+        inputs = [a for i, a in enumerate(read_inputs(described, workdir)) if i not in static]
         try:
             if job.interpret:
-                params = pltpu.InterpretParams(
-                    uninitialized_memory="nan", detect_races=True, random_seed=job.shuffle_seeds[index]
+                # The probe runs in the same program under the same parameters: it must read NaN.
+                # The recorded kernels get the strict parameters by rewriting the program (jax picks the interpret
+                # mode when pallas_call is traced, and the candidate is never traced again).
+                run_program = targets.replay(jx.with_interpret(run_closed, strict[index]))
+                out, probe_out = targets.interpret_on_cpu(
+                    lambda *a: (run_program(*a), probe(strict[index])), inputs, (), chip, strict[index]
                 )
-                out = targets.interpret_on_cpu(fn, inputs, static, chip, params)
+                np.save(workdir / f"probe_{index}.npy", np.asarray(probe_out, dtype=np.float32))
             else:
-                out = jax.block_until_ready(jitted(*inputs))
+                out = jax.block_until_ready(jax.jit(targets.replay(run_closed))(*inputs))
             leaves = jax.tree_util.tree_leaves(out)
             path = workdir / f"output_{index}.npy"
             first = np.asarray(leaves[0]) if leaves else np.zeros(())
@@ -257,31 +282,63 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
             "done",
             seed_index=index,
             seconds=time.perf_counter() - t0,
-            output=protocol.Output(path=path.name, shape=list(first.shape), dtype=str(first.dtype), leaves=len(leaves)),
+            output=protocol.Output(
+                path=path.name,
+                shape=list(first.shape),
+                dtype=str(first.dtype),
+                leaves=len(leaves),
+                probe_path=f"probe_{index}.npy" if job.interpret else None,
+            ),
         )
 
 
-def _full_size_analyses(fn, closed, w, run_size: str, chip: str) -> dict:
-    """What the parent judges about the full-size program without running it: _static_analyses, and the outline
-    of the same candidate traced at the run size (left out when it fails to trace there: the run stage says why)."""
+def _uninitialised_probe():
+    """A kernel that returns a VMEM scratch it never wrote: under the check's interpret parameters every element
+    is NaN. Built before the candidate is imported."""
     import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp import coverage, targets
+    def body(o_ref, scratch_ref):
+        o_ref[...] = scratch_ref[...]
 
+    def probe(params):
+        return pl.pallas_call(
+            body,
+            out_shape=jax.ShapeDtypeStruct(PROBE_SHAPE, jnp.float32),
+            scratch_shapes=[pltpu.VMEM(PROBE_SHAPE, jnp.float32)],
+            interpret=params,
+        )()
+
+    return probe
+
+
+PROBE_SHAPE = (8, 128)
+
+
+def _describe(closed, run_closed, w, platform_queries: list[str]) -> protocol.Traced:
+    """What the parent judges about the recorded programs without running them: the kernels, host callbacks and
+    outputs of the full-size program, _static_analyses of it, and the outline of the run-size program (left out
+    when it failed to trace: the run stage says why)."""
+    from jaxbench_mcp import coverage, kernel_analysis
+
+    kernels, callbacks = kernel_analysis.describe_kernels(closed.jaxpr)
     names = [n for i, n in enumerate(w.input_names) if i not in w.static_argnums]
     args = [a for i, a in enumerate(_full_args(w, "full")) if i not in w.static_argnums]
     found = _static_analyses(closed, names, args)
-    if "outline" in found:
+    if "outline" in found and run_closed is not None:
         try:
-            if run_size == "full":
-                found["run_outline"] = found["outline"]
-            else:
-                with targets.chip_context(chip):
-                    small = jax.make_jaxpr(fn, static_argnums=tuple(w.static_argnums))(*_full_args(w, run_size))
-                found["run_outline"] = coverage.program_structure(small)
-        except Exception:  # noqa: BLE001 - a candidate that fails to trace at the run size fails in the run stage
+            found["run_outline"] = found["outline"] if run_closed is closed else coverage.program_structure(run_closed)
+        except Exception:  # noqa: BLE001 - not judged
             pass
-    return found
+    return protocol.Traced(
+        kernels=kernels,
+        host_callbacks=callbacks,
+        outputs=[{"shape": list(a.shape), "dtype": str(a.dtype)} for a in closed.out_avals],
+        platform_queries=list(platform_queries),
+        **found,
+    )
 
 
 def _static_analyses(closed, input_names: list[str], args: list) -> dict:
@@ -312,14 +369,18 @@ def _static_analyses(closed, input_names: list[str], args: list) -> dict:
         pass
     try:
         inside = coverage.kernel_work(closed)
-        outside = coverage.outside_work(closed, args)
+        counted = coverage.program_work(closed)  # every loop body times its trips
+        outside = coverage.outside_work(closed, args)  # XLA's cost analysis, where the kernels can be cut out
         found["work"] = protocol.Work(
-            kernel_flops=inside["flops"],
+            kernel_flops=counted["kernel_flops"],
             kernel_bytes=inside["bytes"],
-            exact=inside["exact"],
-            outside_flops=outside and outside["flops"],
-            outside_bytes=outside and outside["bytes"],
+            exact=inside["exact"] and counted["outside_known"],
+            # XLA's cost analysis counts a loop body once: the larger count stands.
+            outside_flops=max(outside["flops"], counted["outside_flops"]) if outside else counted["outside_flops"],
+            outside_bytes=outside["bytes"] if outside else counted["outside_bytes"],
         )
+        if not counted["outside_known"]:  # a while loop of unknown trips does work outside the kernels
+            found["work"].outside_flops = found["work"].outside_bytes = None
     except Exception:  # noqa: BLE001 - not judged
         pass
     try:

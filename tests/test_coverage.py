@@ -345,10 +345,79 @@ def test_good_kernels_do_the_work(name):
     assert judged["flops_share"] > 0.5
 
 
-def test_unknown_outside_work_is_never_judged():
+def test_unknown_outside_work_never_passes():
     share = coverage.work_share({"flops": 0.0, "bytes": 0.0, "exact": True}, None)
     assert share["flops_share"] is None
+    judged = coverage.judge_work_share(share, 1e12, 1e9)
+    assert judged["error_class"] == "pallas_not_doing_the_work" and "cannot be counted" in judged["reason"]
+
+
+def test_a_kernel_doing_a_sliver_of_a_compute_bound_workload_is_not_doing_the_work():
+    # 2.2% of the FLOPs in the kernels (the old rule let anything over 1% pass).
+    share = coverage.work_share({"flops": 2.2e10, "bytes": 1e8, "exact": True}, {"flops": 9.78e11, "bytes": 1e9})
+    judged = coverage.judge_work_share(share, 1e12, 1e9)
+    assert judged["error_class"] == "pallas_not_doing_the_work" and "compute-bound" in judged["reason"]
+    share = coverage.work_share({"flops": 6e11, "bytes": 1e9, "exact": True}, {"flops": 4e11, "bytes": 1e9})
     assert coverage.judge_work_share(share, 1e12, 1e9)["error_class"] is None
+
+
+def test_a_memory_bound_workload_is_judged_by_its_bytes():
+    # RMSNorm-like: 4 FLOPs per byte. Kernels that move 10% of the bytes do not do its work, whatever the FLOPs.
+    share = coverage.work_share({"flops": 3e9, "bytes": 1e8, "exact": True}, {"flops": 1e9, "bytes": 9e8})
+    judged = coverage.judge_work_share(share, 4e9, 1e9)
+    assert judged["error_class"] == "pallas_not_doing_the_work" and "memory-bound" in judged["reason"]
+
+
+def test_program_work_counts_loop_bodies_once_per_trip():
+    def gemm_in_a_loop(a, b):
+        return jax.lax.fori_loop(0, 4, lambda i, acc: acc + a @ b, jnp.zeros((128, 128), jnp.float32))
+
+    args = (jax.ShapeDtypeStruct((128, 256), jnp.float32), jax.ShapeDtypeStruct((256, 128), jnp.float32))
+    counted = coverage.program_work(jax.make_jaxpr(gemm_in_a_loop)(*args))
+    assert counted["outside_known"] and counted["outside_flops"] >= 4 * 2 * 128 * 256 * 128
+
+    def data_dependent_loop(x):
+        return jax.lax.while_loop(lambda s: s[1].sum() < 1e3, lambda s: (s[0] + 1, s[1] * 2.0), (0, x))[1]
+
+    assert not coverage.program_work(jax.make_jaxpr(data_dependent_loop)(jnp.ones((8, 128))))["outside_known"]
+
+
+def test_the_outline_compares_kernel_bodies_and_constants():
+    def kernel(scale):
+        def body(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * scale
+
+        return body
+
+    def program(x, scale, when):
+        def body(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 2.0
+            if when:
+
+                @pl.when(pl.program_id(0) == 0)
+                def _():
+                    o_ref[...] = jnp.zeros_like(o_ref)
+
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        call = pl.pallas_call(
+            kernel(scale) if scale is not None else body,
+            grid=(x.shape[0] // 8,),
+            in_specs=[spec],
+            out_specs=spec,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        )
+        return call(x)
+
+    def outline(rows, scale=None, when=False):
+        closed = jax.make_jaxpr(lambda x: program(x, scale, when))(jax.ShapeDtypeStruct((rows, 128), jnp.float32))
+        return coverage.program_structure(closed)
+
+    assert coverage.first_difference(outline(16), outline(64)) is None
+    # A pl.when that only the larger size has: a different body.
+    assert coverage.first_difference(outline(16), outline(64, when=True)) is not None
+    # A scale that changes with the size and derives from no shape; one that is 1/rows is a shape's.
+    assert coverage.first_difference(outline(16, scale=1.0), outline(64, scale=0.3)) is not None
+    assert coverage.first_difference(outline(16, scale=1 / 16), outline(64, scale=1 / 64)) is None
 
 
 # ---- "parallel" labels on axes that revisit an output -------------------------------------------

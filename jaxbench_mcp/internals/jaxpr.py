@@ -98,3 +98,36 @@ def convert_dtype(eqn: JaxprEqn) -> Any:
 def unsharded_params(eqn: JaxprEqn) -> dict:
     """An equation's parameters without the shardings it was traced with (to bind it again on one CPU)."""
     return {k: None if k in _SHARDING_PARAMS else v for k, v in eqn.params.items()}
+
+
+# The kernel primitives that take the interpret-mode switch as a parameter (chosen when pallas_call / core_map is
+# traced, from the force_tpu_interpret_mode context): a recorded program is interpreted by rewriting it.
+_INTERPRET_PARAM = {"pallas_call": "interpret", "core_map": "interpret", "mpmd_map": "interpret"}
+
+
+def with_interpret(closed: Any, params: Any) -> Any:
+    """A copy of a recorded program (ClosedJaxpr) whose kernels, at any depth, run with interpret=`params`."""
+    from jax.extend.core import ClosedJaxpr, Jaxpr
+
+    def rewrite_value(value):
+        if isinstance(value, ClosedJaxpr):
+            return ClosedJaxpr(rewrite(value.jaxpr), value.consts)
+        if isinstance(value, Jaxpr):
+            return rewrite(value)
+        if isinstance(value, tuple) and any(isinstance(v, (ClosedJaxpr, Jaxpr)) for v in value):
+            return tuple(rewrite_value(v) for v in value)
+        return value
+
+    def rewrite(jaxpr):
+        eqns = []
+        for eqn in jaxpr.eqns:
+            switch = _INTERPRET_PARAM.get(eqn.primitive.name)
+            if switch is not None:
+                if switch not in eqn.params:
+                    raise RuntimeError(f"jax's {eqn.primitive.name} has no '{switch}' parameter any more")
+                eqns.append(eqn.replace(params={**eqn.params, switch: params}))
+            else:
+                eqns.append(eqn.replace(params={k: rewrite_value(v) for k, v in eqn.params.items()}))
+        return jaxpr.replace(eqns=eqns)
+
+    return ClosedJaxpr(rewrite(closed.jaxpr), closed.consts)
