@@ -219,13 +219,33 @@ def pipelined_cost(
     )
 
 
-def outside_seconds(ops, generation: str, calibration: Calibration = RAW) -> list[float]:
-    """Seconds of each XLA op around the kernels (all its runs): its own roofline, plus a fixed cost per run."""
+# Every TPU TensorCore so far has 4 MXUs: its clock follows from the MXU peak (v5e: 4 x 128 x 128 MACs x 2 x 1.5 GHz =
+# 197 TFLOP/s); its vector units issue 4 ALU operations a cycle on 8 x 128 elements each.
+MXUS_PER_CORE = 4
+VALU_SLOTS = 4
+VREG_ELEMENTS = 8 * 128
+
+
+def vector_ops_per_second(generation: str) -> float:
+    """Element operations per second the vector units of one TensorCore do (elementwise arithmetic, reductions)."""
     chip = targets.chip_facts(generation)
+    clock = chip.peak_bf16_flops / (2 * MXUS_PER_CORE * chip.mxu_size**2)
+    return clock * VALU_SLOTS * VREG_ELEMENTS
+
+
+def outside_seconds(ops, generation: str, calibration: Calibration = RAW) -> list[float]:
+    """Seconds of each XLA op around the kernels (all its runs): the largest of its matmuls at the MXUs' peak, its
+    other arithmetic at the vector units' rate and its HBM bytes at the bandwidth, plus a fixed cost per run."""
+    chip = targets.chip_facts(generation)
+    vector_rate = vector_ops_per_second(generation)
     return [
         op.count
         * (
-            max(op.flops / chip.peak_bf16_flops, op.bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency))
+            max(
+                op.flops / chip.peak_bf16_flops,
+                getattr(op, "vector_ops", 0.0) / vector_rate,
+                op.bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency),
+            )
             + calibration.xla_op_overhead_s
         )
         for op in ops

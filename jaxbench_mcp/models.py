@@ -524,6 +524,11 @@ class KernelEstimate(BaseModel):
     )
     estimate_us: Real
     bottleneck: str
+    runs: int = Field(
+        1,
+        description="How often the kernel runs (the loops around it); every term above is over all its runs, "
+        "grid_steps and bundles_per_step are one run's",
+    )
 
 
 class DeviceTiming(BaseModel):
