@@ -240,6 +240,9 @@ class KernelTraffic(_Strict):
     # How often the kernel runs: the trip counts of the loops around it (exact unless a trip count is unknown).
     runs: int = 1
     runs_exact: bool = True
+    # The work its operands imply (kernel_analysis.operand_floor): a bound when the replay cannot follow the kernel.
+    floor_bytes: int = 0
+    floor_flops: float = 0.0
 
 
 class Schedule(_Strict):
