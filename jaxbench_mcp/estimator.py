@@ -417,6 +417,23 @@ def kernel_estimate(
         executed, flow.steps, flow.hbm_bytes, generation, spb, calibration, stages, cores, flow.mxu_pushes
     )
     runs = max(0, flow.runs)  # a kernel inside a loop runs once per trip: each run costs the same
+    followed = flow.steps_exact and flow.runs_exact and flow.run_ratio_exact and flow.exact
+    floor_s = 0.0 if followed else operand_floor_s(flow, generation, calibration)
+    floored = floor_s > cost.estimate_s
+    if floored:
+        # What could not be followed is bounded by the work the operands imply, never priced below it.
+        chip = targets.chip_facts(generation)
+        cores_here = targets.cores_per_device(generation)
+        cost = cost_model.KernelCost(
+            compute_s=max(
+                cost.compute_s, flow.floor_flops / (chip.peak_bf16_flops * calibration.mxu_efficiency * cores_here)
+            ),
+            memory_s=max(
+                cost.memory_s, flow.floor_bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency * cores_here)
+            ),
+            overhead_s=cost.overhead_s,
+            exposed_s=cost.exposed_s,
+        )
     return KernelEstimate(
         name=name,
         grid_steps=flow.steps,
@@ -434,6 +451,18 @@ def kernel_estimate(
         estimate_us=cost.estimate_s * 1e6 * runs,
         bottleneck=cost_model.bottleneck(cost, schedule.slot_use),
         runs=runs,
+        floored=floored,
+    )
+
+
+def operand_floor_s(flow: protocol.KernelTraffic, generation: str, calibration: cost_model.Calibration) -> float:
+    """One run's time bound from the work the kernel's operands imply (kernel_analysis.operand_floor), on all the
+    device's cores: the larger of its bytes at the bandwidth and its matmul at the MXUs' peak."""
+    chip = targets.chip_facts(generation)
+    cores = targets.cores_per_device(generation)
+    return max(
+        flow.floor_bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency * cores),
+        flow.floor_flops / (chip.peak_bf16_flops * calibration.mxu_efficiency * cores),
     )
 
 
@@ -458,6 +487,14 @@ def estimate_flags(estimate: Estimate, outside: protocol.OutsideCost | None) -> 
             "a grid dimension is known only at run time and could not be computed from the inputs: it counts as "
             "the number of blocks its index maps address (an upper bound), or as 1 without such a bound; or a "
             "loop around a kernel has a trip count the inputs do not determine (the kernel counts once)"
+        )
+    if any(k.floored for k in kernels):
+        flags.append(
+            "BOUNDED, not counted: the replay could not follow "
+            + ", ".join(k.name for k in kernels if k.floored)
+            + " (a grid, trip count or predicate the inputs do not determine) and its count fell below the work its "
+            "operands imply; it is priced at that bound (every input read and every output written once, its matmul "
+            "at the MXUs' peak). Pass the integer inputs (group sizes, lengths) as concrete arrays for a real count"
         )
     if any(not k.hbm_bytes_exact for k in kernels):
         flags.append("HBM traffic is approximate: an index map or DMA depends on data the inputs do not determine")

@@ -142,12 +142,43 @@ def kernel_traffic(jaxpr, known: dict[int, list] | None = None) -> list[dict]:
             results.append(
                 {
                     **_kernel_traffic(eqn, (known or {}).get(id(eqn))),
+                    **operand_floor(eqn),
                     "kernel": _mosaic_name(eqn),
                     "runs": runs,
                     "runs_exact": runs_exact,
                 }
             )
     return results
+
+
+def operand_floor(eqn) -> dict:
+    """The work a kernel's operands imply, whatever its grid and loops do: reading every array input and writing
+    every output once (`floor_bytes`), and, for a kernel that does matmuls, a matmul of its first matrix input into
+    its first output when they share their rows (x (.., M, K) -> out (.., M, N): 2 x out elements x K FLOPs,
+    `floor_flops`; else 0). A bound for when the replay cannot follow the kernel (an unknown trip count)."""
+    import numpy as np
+
+    def arrays(vs):
+        return [
+            v.aval
+            for v in vs
+            if getattr(v.aval, "shape", None) is not None
+            and not hasattr(v.aval, "inner_aval")
+            and _elements(v) > 64
+            and hasattr(v.aval, "dtype")
+        ]
+
+    ins, outs = arrays(eqn.invars), arrays(eqn.outvars)
+    nbytes = sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in ins + outs)
+    flops = 0.0
+    body = mesh_kernel_body(eqn) if eqn.primitive.name in _MESH_KERNELS else pallas_call_info(eqn).kernel
+    has_dot = any(e.primitive.name == "dot_general" for e in _walk_eqns(body))
+    matrices = [a for a in ins if len(a.shape) >= 2 and np.issubdtype(a.dtype, np.floating)]
+    if has_dot and matrices and outs and len(outs[0].shape) >= 2:
+        x, out = matrices[0], outs[0]
+        if x.shape[-2] == out.shape[-2] or x.shape[0] == out.shape[0]:
+            flops = 2.0 * float(np.prod(out.shape, dtype=np.float64)) * x.shape[-1]
+    return {"floor_bytes": int(nbytes), "floor_flops": flops}
 
 
 def _walk_runs(jaxpr, runs: int = 1, exact: bool = True):

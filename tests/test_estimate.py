@@ -639,3 +639,33 @@ def test_arithmetic_outside_the_kernels_costs_vector_time_not_just_bytes():
     bytes_only = sum(o.bytes for o in ops) / targets.chip_facts("v6e").hbm_bytes_per_second
     assert seconds >= 2 * 512**3 / cost_model.vector_ops_per_second("v6e")
     assert seconds > 10 * bytes_only
+
+
+@pytest.mark.slow
+def test_the_public_estimate_of_a_ragged_dot_is_bounded_when_its_group_sizes_are_unknown():
+    """tokamax's ragged dot loops in one grid step over a trip count its group sizes set. Passed as concrete
+    values they are followed; passed abstract (as an agent's own wrapper would) the loop cannot be counted, and
+    the estimate is bounded and flagged, never below the roofline of the matmul its operands imply."""
+    code = (
+        "import jax, jax.numpy as jnp, numpy as np, jaxbench_mcp\n"
+        "from tokamax import config as tc\n"
+        "from tokamax._src.ops.ragged_dot.pallas_mosaic_tpu import PallasMosaicTpuRaggedDot\n"
+        "from jaxbench_mcp import targets\n"
+        "op = PallasMosaicTpuRaggedDot()\n"
+        "def f(lhs, rhs, gs):\n"
+        "    with tc.cross_compile(True):\n"
+        "        return op(lhs, rhs, group_sizes=gs)\n"
+        "M, K, N, G = 4096, 2048, 2048, 4\n"
+        "lhs = jax.ShapeDtypeStruct((M, K), jnp.bfloat16)\n"
+        "rhs = jax.ShapeDtypeStruct((G, K, N), jnp.bfloat16)\n"
+        "roof = targets.roofline_seconds(2.0 * M * K * N, 2 * (M * K + G * K * N + M * N), 'v6e')[0] * 1e6\n"
+        "known = jaxbench_mcp.estimate(f, lhs, rhs, np.full((G,), M // G, np.int32), target='v6e')\n"
+        "blind = jaxbench_mcp.estimate(f, lhs, rhs, jax.ShapeDtypeStruct((G,), jnp.int32), target='v6e')\n"
+        "assert not any(k.floored for k in known.kernels) and not any('BOUNDED' in x for x in known.flags)\n"
+        "assert all(k.floored for k in blind.kernels) and any('BOUNDED' in x for x in blind.flags), blind.flags\n"
+        "assert known.total_us >= roof and blind.total_us >= roof, (known.total_us, blind.total_us, roof)\n"
+        "print('OK', roof, known.total_us, blind.total_us)\n"
+    )
+    out = _in_fresh_process(code)
+    assert "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+    print(out.stdout.strip().splitlines()[-1])
