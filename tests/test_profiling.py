@@ -402,3 +402,45 @@ def test_an_xla_baseline_estimate_below_the_memory_bound_is_flagged_and_not_comp
     assert [f for f in low.flags if f.startswith("XLA's own estimate of the baseline") and "no speedup" in f]
     fair = _static_profile(w.id, candidate_us=bound * 2, expert_us=bound * 2, xla_bytes=w.io_bytes("full") * 3)
     assert fair.xla_baseline_us >= bound and fair.speedup_vs_xla == pytest.approx(fair.xla_baseline_us / (bound * 2))
+
+
+def test_a_profile_stopped_while_compiling_says_timeout_with_the_real_stage_and_budget():
+    from types import SimpleNamespace
+
+    from jaxbench_mcp import checking, protocol, profiling
+
+    checker = SimpleNamespace(limits=checking.Limits())
+    events = [
+        SimpleNamespace(stage=protocol.Stage.TRACE, state="start", target=None),
+        SimpleNamespace(stage=protocol.Stage.TRACE, state="done", target=None),
+        SimpleNamespace(stage=protocol.Stage.COMPILE, state="start", target="v6e"),
+    ]
+    outcome = SimpleNamespace(killed_for="timeout:trace", returncode=-9)
+    why = profiling.stopped_reason(checker, outcome, events, "v6e")
+    assert why.startswith("timeout:") and "compiling for v6e" in why and "before compiling" not in why
+    assert f"{checker.limits.for_stage(protocol.Stage.TRACE):.0f} s" in why
+    assert "no estimate: no estimate" not in profiling._no_double("no estimate: no estimate: x")
+
+
+def test_no_speedup_is_claimed_from_an_estimate_below_the_roofline():
+    from jaxbench_mcp import profiling, workloads
+    from jaxbench_mcp.models import TargetEstimate
+
+    w = workloads.get_workload("8p_GEMM")
+    roof = profiling.cost_model.workload_roofline_us(w, "v6e")
+    entry = TargetEstimate(target="v6e", candidate_us=0.9 * roof, xla_baseline_us=2 * roof, roofline_us=roof)
+    entry.speedup_vs_xla = 2 / 0.9
+    profiling.below_roofline(entry, w, "v6e")
+    assert entry.speedup_vs_xla is None and any("fewer FLOPs than the nominal" in f for f in entry.flags)
+    fine = TargetEstimate(target="v6e", candidate_us=1.1 * roof, xla_baseline_us=2 * roof, roofline_us=roof)
+    fine.speedup_vs_xla = 2 / 1.1
+    profiling.below_roofline(fine, w, "v6e")
+    assert fine.speedup_vs_xla and not fine.flags
+
+
+def test_a_tune_whose_variants_all_timed_out_is_a_timeout_not_an_invalid_kernel():
+    from jaxbench_mcp import tuning
+
+    timed_out = tuning._variant({"B": 1}, True, "timeout: the profiling worker was stopped while compiling for v6e")
+    assert timed_out.status == "timeout"
+    assert tuning._failed_status([timed_out]) == "stage_timeout"
