@@ -444,3 +444,31 @@ def test_a_tune_whose_variants_all_timed_out_is_a_timeout_not_an_invalid_kernel(
     timed_out = tuning._variant({"B": 1}, True, "timeout: the profiling worker was stopped while compiling for v6e")
     assert timed_out.status == "timeout"
     assert tuning._failed_status([timed_out]) == "stage_timeout"
+
+
+def test_vmem_from_block_shapes_pads_tiles_and_double_buffers():
+    from jaxbench_mcp import cost_model, protocol
+
+    def kernel(blocks, scratch=0):
+        return protocol.KernelInfo(
+            name="k",
+            grid=[4],
+            blocks=[
+                protocol.BlockInfo(block_shape=b, array_shape=[4096, 4096], dtype=d, in_hbm=h) for b, d, h in blocks
+            ],
+            num_scalar_prefetch=0,
+            num_scratch=1 if scratch else 0,
+            scratch_bytes=scratch,
+            dimension_semantics=["parallel"],
+        )
+
+    # (512, 1) f32: each row pads to 128 lanes (256 KiB a buffer, not 2 KiB); bf16 rows pad to 16 sublanes.
+    assert cost_model.padded_block_bytes([512, 1], "float32") == 512 * 128 * 4
+    assert cost_model.padded_block_bytes([None, 8, 128], "bfloat16") == 16 * 128 * 2
+    assert cost_model.padded_block_bytes([1024, 1024], "bfloat16") == 1024 * 1024 * 2
+    gemm = kernel([([4096, 4096], "bfloat16", False)] * 3, scratch=4096 * 4096 * 4)
+    assert cost_model.vmem_bytes(gemm) == 3 * 2 * 4096 * 4096 * 2 + 4096 * 4096 * 4
+    # A block left in HBM (memory_space=ANY) takes no VMEM.
+    assert cost_model.vmem_bytes(kernel([([4096, 4096], "bfloat16", True)])) == 0
+    assert "MiB" in (cost_model.vmem_overflow([gemm], "v6e") or "")
+    assert cost_model.vmem_overflow([kernel([([512, 512], "float32", False)])], "v6e") is None
