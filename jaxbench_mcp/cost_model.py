@@ -219,13 +219,33 @@ def pipelined_cost(
     )
 
 
-def outside_seconds(ops, generation: str, calibration: Calibration = RAW) -> list[float]:
-    """Seconds of each XLA op around the kernels (all its runs): its own roofline, plus a fixed cost per run."""
+# Every TPU TensorCore so far has 4 MXUs: its clock follows from the MXU peak (v5e: 4 x 128 x 128 MACs x 2 x 1.5 GHz =
+# 197 TFLOP/s); its vector units issue 4 ALU operations a cycle on 8 x 128 elements each.
+MXUS_PER_CORE = 4
+VALU_SLOTS = 4
+VREG_ELEMENTS = 8 * 128
+
+
+def vector_ops_per_second(generation: str) -> float:
+    """Element operations per second the vector units of one TensorCore do (elementwise arithmetic, reductions)."""
     chip = targets.chip_facts(generation)
+    clock = chip.peak_bf16_flops / (2 * MXUS_PER_CORE * chip.mxu_size**2)
+    return clock * VALU_SLOTS * VREG_ELEMENTS
+
+
+def outside_seconds(ops, generation: str, calibration: Calibration = RAW) -> list[float]:
+    """Seconds of each XLA op around the kernels (all its runs): the largest of its matmuls at the MXUs' peak, its
+    other arithmetic at the vector units' rate and its HBM bytes at the bandwidth, plus a fixed cost per run."""
+    chip = targets.chip_facts(generation)
+    vector_rate = vector_ops_per_second(generation)
     return [
         op.count
         * (
-            max(op.flops / chip.peak_bf16_flops, op.bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency))
+            max(
+                op.flops / chip.peak_bf16_flops,
+                getattr(op, "vector_ops", 0.0) / vector_rate,
+                op.bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency),
+            )
             + calibration.xla_op_overhead_s
         )
         for op in ops
@@ -289,3 +309,60 @@ def xla_baseline_s(reference: dict, generation: str) -> float:
     XLA's own FLOP and byte counts (optimal_seconds is negative or missing for some programs)."""
     bound = targets.roofline_seconds(reference["xla_flops"], reference["xla_bytes"], generation)[0]
     return max(reference.get("xla_optimal_seconds") or 0.0, bound)
+
+
+# ---- VMEM -------------------------------------------------------------------------------------------------
+
+LANES = 128
+
+
+def _sublane_tile(itemsize: int) -> int:
+    """Rows of one (sublane x 128 lane) VMEM tile: 8 for 32-bit values, 16 for 16-bit, 32 for 8-bit (packed)."""
+    return 8 * max(1, 4 // max(1, itemsize))
+
+
+def padded_block_bytes(block_shape, dtype: str) -> int:
+    """VMEM bytes of one buffer of a block as Mosaic lays it out: squeezed (None) dimensions dropped, the last
+    dimension padded to 128 lanes and the one before it to the sublane tile of its dtype (a (..., 1) block takes a
+    whole 128-lane row per element)."""
+    import numpy as np
+
+    itemsize = np.dtype(dtype).itemsize
+    dims = [int(d) for d in block_shape if d is not None]
+    if not dims:
+        dims = [1]
+    if len(dims) == 1:
+        dims = [1, *dims]
+    *lead, rows, cols = dims
+    rows = -(-rows // _sublane_tile(itemsize)) * _sublane_tile(itemsize)
+    cols = -(-cols // LANES) * LANES
+    return int(np.prod(lead, dtype=np.int64)) * rows * cols * itemsize
+
+
+def vmem_bytes(kernel, buffers: int = 2) -> int:
+    """VMEM a Pallas kernel needs, from its description (protocol.KernelInfo) alone, before any compile: every
+    pipelined block (not in HBM) `buffers` times (the pipeline double-buffers inputs and outputs) at its padded
+    size, plus its scratch. KernelInfo gives scratch as unpadded bytes, so scratch of narrow shapes is
+    undercounted."""
+    total = int(kernel.scratch_bytes)
+    for block in kernel.blocks:
+        if block.in_hbm:
+            continue
+        shape = block.block_shape if block.block_shape else block.array_shape
+        total += buffers * padded_block_bytes(shape, block.dtype)
+    return total
+
+
+def vmem_overflow(kernels, generation: str) -> str | None:
+    """A sentence when some kernel cannot fit `generation`'s VMEM whatever limit it asks the compiler for (its
+    blocks and scratch exceed the chip's physical VMEM): the check can refuse it as vmem_overflow in seconds,
+    without the compile (minutes) that would fail. None when every kernel may fit."""
+    capacity = targets.chip_facts(generation).vmem_bytes
+    for k in kernels:
+        need = vmem_bytes(k)
+        if need > capacity:
+            return (
+                f"kernel {k.name} needs ~{need / 2**20:,.1f} MiB of VMEM (its blocks double-buffered at their padded "
+                f"sizes, plus scratch), more than {generation}'s {capacity / 2**20:,.0f} MiB: use smaller blocks"
+            )
+    return None

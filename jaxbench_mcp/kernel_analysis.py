@@ -137,10 +137,102 @@ def kernel_traffic(jaxpr, known: dict[int, list] | None = None) -> list[dict]:
     `kernel` is the name of the Mosaic module the kernel compiles to, which names its schedule in libtpu's dump.
     """
     results = []
-    for eqn in _walk_eqns(jaxpr):
+    for eqn, runs, runs_exact in _walk_runs(jaxpr):
         if eqn.primitive.name in _MESH_KERNELS or eqn.primitive.name == "pallas_call":
-            results.append({**_kernel_traffic(eqn, (known or {}).get(id(eqn))), "kernel": _mosaic_name(eqn)})
+            results.append(
+                {
+                    **_kernel_traffic(eqn, (known or {}).get(id(eqn))),
+                    **operand_floor(eqn),
+                    "kernel": _mosaic_name(eqn),
+                    "runs": runs,
+                    "runs_exact": runs_exact,
+                }
+            )
     return results
+
+
+def operand_floor(eqn) -> dict:
+    """The work a kernel's operands imply, whatever its grid and loops do: reading every array input and writing
+    every output once (`floor_bytes`), and, for a kernel that does matmuls, a matmul of its first matrix input into
+    its first output when they share their rows (x (.., M, K) -> out (.., M, N): 2 x out elements x K FLOPs,
+    `floor_flops`; else 0). A bound for when the replay cannot follow the kernel (an unknown trip count)."""
+    import numpy as np
+
+    def arrays(vs):
+        return [
+            v.aval
+            for v in vs
+            if getattr(v.aval, "shape", None) is not None
+            and not hasattr(v.aval, "inner_aval")
+            and _elements(v) > 64
+            and hasattr(v.aval, "dtype")
+        ]
+
+    ins, outs = arrays(eqn.invars), arrays(eqn.outvars)
+    nbytes = sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in ins + outs)
+    flops = 0.0
+    body = mesh_kernel_body(eqn) if eqn.primitive.name in _MESH_KERNELS else pallas_call_info(eqn).kernel
+    has_dot = any(e.primitive.name == "dot_general" for e in _walk_eqns(body))
+    matrices = [a for a in ins if len(a.shape) >= 2 and np.issubdtype(a.dtype, np.floating)]
+    if has_dot and matrices and outs and len(outs[0].shape) >= 2:
+        x, out = matrices[0], outs[0]
+        if x.shape[-2] == out.shape[-2] or x.shape[0] == out.shape[0]:
+            flops = 2.0 * float(np.prod(out.shape, dtype=np.float64)) * x.shape[-1]
+    return {"floor_bytes": int(nbytes), "floor_flops": flops}
+
+
+def _walk_runs(jaxpr, runs: int = 1, exact: bool = True):
+    """Every equation with how often it runs: a scan's body `length` times, a while loop's body its trip count
+    when the loop counts from a constant to a constant (fori_loop), else once and inexact."""
+    for eqn in jaxpr.eqns:
+        yield eqn, runs, exact
+        name = eqn.primitive.name
+        if name == "scan":
+            yield from _walk_runs(jx.scan_info(eqn).body.jaxpr, runs * jx.scan_info(eqn).length, exact)
+        elif name == "while":
+            loop = jx.while_info(eqn)
+            trips = _while_trips(eqn)
+            yield from _walk_runs(loop.cond.jaxpr, runs * (trips or 1), exact and trips is not None)
+            yield from _walk_runs(loop.body.jaxpr, runs * (trips or 1), exact and trips is not None)
+        else:
+            for sub in jx.sub_jaxprs(eqn):
+                yield from _walk_runs(sub, runs, exact)
+
+
+def _while_trips(eqn) -> int | None:
+    """The trips of a while loop `i < n` (n a constant or a loop-invariant carry), `i += 1`, whose initial carry
+    is made of constants; None otherwise."""
+    from jax.extend.core import Literal
+
+    loop = jx.while_info(eqn)
+    carry = eqn.invars[loop.cond_nconsts + loop.body_nconsts :]
+    cond, body = loop.cond.jaxpr, loop.body.jaxpr
+    if len(cond.eqns) != 1 or cond.eqns[0].primitive.name != "lt":
+        return None
+    c_carry = cond.invars[loop.cond_nconsts :]
+    b_carry = body.invars[loop.body_nconsts :]
+
+    def initial(var):
+        if isinstance(var, Literal):
+            return int(var.val)
+        if var in c_carry:
+            k = c_carry.index(var)
+            if isinstance(carry[k], Literal) and body.outvars[k] is b_carry[k]:  # loop-invariant
+                return int(carry[k].val)
+        return None
+
+    lhs, rhs = cond.eqns[0].invars
+    if isinstance(lhs, Literal) or lhs not in c_carry:
+        return None
+    k = c_carry.index(lhs)
+    start, stop = (int(carry[k].val) if isinstance(carry[k], Literal) else None), initial(rhs)
+    step = next((e for e in body.eqns if body.outvars[k] in e.outvars), None)
+    if start is None or stop is None or step is None or step.primitive.name != "add":
+        return None
+    a, b = step.invars
+    if not any(v is b_carry[k] for v in (a, b)) or not any(isinstance(v, Literal) and v.val == 1 for v in (a, b)):
+        return None
+    return max(0, stop - start)
 
 
 def _mosaic_name(eqn) -> str | None:

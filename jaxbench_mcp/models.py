@@ -528,6 +528,17 @@ class KernelEstimate(BaseModel):
     )
     estimate_us: Real
     bottleneck: str
+    floored: bool = Field(
+        False,
+        description="The replay could not follow the kernel (an unknown grid, trip count or predicate) and its "
+        "count fell below the work its operands imply: estimate_us is that bound (reading every input and "
+        "writing every output once, its matmul at the MXUs' peak), not the count",
+    )
+    runs: int = Field(
+        1,
+        description="How often the kernel runs (the loops around it); every term above is over all its runs, "
+        "grid_steps and bundles_per_step are one run's",
+    )
 
 
 class DeviceTiming(BaseModel):

@@ -69,6 +69,31 @@ def compile_failure(text: str) -> str:
 FAR_FROM_ROOFLINE = 2.5
 
 
+def _no_double(text) -> str:
+    """A reason once, not 'no estimate: no estimate: ...'."""
+    text = str(text) if not isinstance(text, str) else text
+    while text.startswith("no estimate: no estimate:"):
+        text = text[len("no estimate: ") :]
+    return text
+
+
+def below_roofline(entry, w, generation: str) -> None:
+    """No speedup is read from a candidate estimate below the workload's roofline (its nominal FLOPs at the MXUs'
+    peak, its inputs and outputs at the bandwidth): the kernel does fewer FLOPs than the nominal count (a fold:
+    said) or the model missed work (an undercount: not a win)."""
+    if entry.candidate_us is None or not entry.roofline_us or entry.candidate_us >= entry.roofline_us:
+        return
+    flops = w.flops("full")
+    entry.flags.append(
+        f"the estimate ({entry.candidate_us:,.1f} us) is {100 * entry.roofline_us / entry.candidate_us:.0f}% of "
+        f"the roofline ({entry.roofline_us:,.1f} us for the workload's nominal {flops / 1e9:,.1f} GFLOP): either the "
+        "kernel does fewer FLOPs than the nominal count (an algebraic fold) or the model missed work; no speedup is "
+        "claimed from an estimate below the roofline"
+    )
+    entry.speedup_vs_xla = None
+    entry.speedup_vs_expert = None
+
+
 def memory_bound(w, generation: str) -> tuple[float, str]:
     """The time no correct program of the workload beats on `generation` (cost_model.workload_memory_bound_us: a
     fold may skip FLOPs, not moving its inputs and outputs) and a phrase saying what it is."""
@@ -95,6 +120,39 @@ class SourceEstimate:
     @property
     def total_us(self) -> float:
         return self.estimate.total_us
+
+
+def stopped_reason(checker, outcome, events, generation: str) -> str:
+    """Why a profile job left no compile result for `generation`: the stage the worker really was in (the last
+    one it started), what stopped it and the budget it ran past; a timeout says `timeout`."""
+    started = [e for e in events if e.state == "start"]
+    compiling = any(e.stage is Stage.COMPILE and e.target == generation for e in started)
+    last = started[-1] if started else None
+    stage = (
+        f"compiling for {generation}"
+        if compiling
+        else (f"its {last.stage} stage" if last is not None else "starting (before the trace)")
+    )
+    killed = outcome.killed_for or ""
+    if killed.startswith("timeout"):
+        limits = getattr(checker, "limits", None)
+        part = killed.split(":", 1)[1] if ":" in killed else "overall"
+        budget = None
+        if limits is not None:
+            try:
+                budget = (
+                    limits.for_stage(Stage(part)) if part != "overall" else getattr(limits, "overall_seconds", None)
+                )
+            except (ValueError, AttributeError):
+                budget = None
+        return (
+            f"timeout: the profiling worker was stopped while {stage}: the {part} time limit"
+            + (f" of {budget:.0f} s" if budget else "")
+            + " ran out (a cold compile of a large kernel can take minutes: retry, or use smaller unrolled loops)"
+        )
+    if killed:
+        return f"no estimate: the profiling worker was stopped while {stage} ({killed})"
+    return f"no estimate: the profiling worker exited while {stage} (exit status {outcome.returncode})"
 
 
 class Profiler:
@@ -182,10 +240,7 @@ class Profiler:
             results[e.target] = SourceEstimate(estimate) if not isinstance(estimate, str) else estimate
         for generation in generations:
             if generation not in results:
-                why = outcome.killed_for or f"exit status {outcome.returncode}"
-                results[generation] = (
-                    f"no estimate: the profiling worker stopped before compiling for {generation} ({why})"
-                )
+                results[generation] = stopped_reason(self.checker, outcome, events, generation)
         outcome.cleanup()
         return results
 
@@ -395,6 +450,9 @@ class Profiler:
                     )
                 else:
                     entry.speedup_vs_expert = entry.expert_us / entry.candidate_us
+            elif isinstance(expert.get(g), str):
+                entry.flags.append(f"expert kernel: {_no_double(expert[g])}")
+            below_roofline(entry, w, g)
         return entries
 
     def profile(

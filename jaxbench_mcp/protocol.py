@@ -243,6 +243,12 @@ class KernelTraffic(_Strict):
     # busiest one's share of the work (1 / cores when they split it evenly).
     cores: int = 1
     core_share: float = 1.0
+    # How often the kernel runs: the trip counts of the loops around it (exact unless a trip count is unknown).
+    runs: int = 1
+    runs_exact: bool = True
+    # The work its operands imply (kernel_analysis.operand_floor): a bound when the replay cannot follow the kernel.
+    floor_bytes: int = 0
+    floor_flops: float = 0.0
 
 
 class Schedule(_Strict):
@@ -259,6 +265,7 @@ class OutsideOp(_Strict):
     flops: float
     bytes: float
     count: int = 1
+    vector_ops: float = 0.0  # elements its non-matmul arithmetic processes, per run (internals.hlo)
 
 
 class OutsideCost(_Strict):

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pydantic import BaseModel, Field
 
+from jaxbench_mcp.taxonomy import ErrorClass
 from jaxbench_mcp import cost_model, targets, workloads
 from jaxbench_mcp.models import OptionalReal, Verdict
 
@@ -46,7 +47,9 @@ class TuneError(_bad_request()):
 class TuneVariant(BaseModel):
     params: dict[str, int | float | str | bool]
     hand_picked: bool = Field(False, description="The values the candidate file sets itself")
-    status: str = Field(description="'estimated', 'vmem misfit', 'compile failed', 'no estimate' or 'not reached'")
+    status: str = Field(
+        description="'estimated', 'vmem misfit', 'compile failed', 'timeout', 'no estimate' or 'not reached'"
+    )
     estimate_us: OptionalReal = None
     bottleneck: str | None = None
     reason: str | None = Field(None, description="Why there is no estimate (VMEM sizes, the compile error)")
@@ -253,9 +256,22 @@ class Tuner:
             seconds=time.monotonic() - started,
             attempt_id=attempt_id,
         )
-        status = "correct" if best else "invalid_kernel"
+        status = "correct" if best else _failed_status(variants)
         bench.store.finish(attempt_id, status, None, None, result.summary(), result.seconds)
         return result
+
+
+def _failed_status(variants: list[TuneVariant]) -> str:
+    """A tune with no correct variant: a stage timeout when no variant got an estimate and a time limit stopped them
+    (not a fault of the kernel), `vmem_overflow` when every one overflowed, else `invalid_kernel`."""
+    if any(v.estimate_us is not None for v in variants):
+        return "invalid_kernel"
+    reasons = [(v.reason or "").lower() for v in variants]
+    if any(r.startswith("timeout") or "time limit" in r or "budget ran out" in r for r in reasons):
+        return ErrorClass.STAGE_TIMEOUT.value
+    if variants and all(v.status == "vmem misfit" for v in variants):
+        return ErrorClass.VMEM_OVERFLOW.value
+    return ErrorClass.INVALID_KERNEL.value
 
 
 def _variant(params: dict, hand: bool, found) -> TuneVariant:
@@ -272,7 +288,11 @@ def _variant(params: dict, hand: bool, found) -> TuneVariant:
     text = str(found)
     if "vmem" in text.lower() and ("out of VMEM" in text or "vmem_overflow" in text):
         return TuneVariant(params=params, hand_picked=hand, status="vmem misfit", reason=text[:400])
-    status = "compile failed" if text.startswith("compile failed") else "no estimate"
+    status = (
+        "compile failed"
+        if text.startswith("compile failed")
+        else ("timeout" if text.startswith("timeout") else "no estimate")
+    )
     return TuneVariant(params=params, hand_picked=hand, status=status, reason=text[:400])
 
 

@@ -554,3 +554,118 @@ def test_kernels_compiled_out_of_trace_order_are_estimated_with_their_own_schedu
         ("0:_matmul_kernel", 1, bundles["_matmul_kernel"]),
         ("1:_scale_kernel", 8, bundles["_scale_kernel"]),
     ]
+
+
+def test_workload_integer_inputs_are_known_so_skipped_blocks_cost_nothing():
+    """7p's kernel skips the KV blocks past each item's last visible key: with the workload's lengths and page
+    table concrete (estimator.workload_args) the replay decides every pl.when and counts the DMAs it issues;
+    with them abstract it can only charge the heaviest branch on every step."""
+    import importlib.util
+
+    from jaxbench_mcp import estimator, workloads
+
+    w = workloads.get_workload("7p_Ragged_Paged_Attention")
+    path = Path(__file__).parent.parent / "solutions/7p_Ragged_Paged_Attention.py"
+    spec = importlib.util.spec_from_file_location("solution_7p", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = estimator.workload_args(w, "full")
+    assert isinstance(args[2], np.ndarray) and not isinstance(args[0], np.ndarray)  # kv_lens known, queries not
+    (known,) = estimator.trace_kernels(module.workload, args, w.static_argnums, "v6e").traffic
+    (blind,) = estimator.trace_kernels(
+        module.workload, workloads.abstract_inputs(w, "full"), w.static_argnums, "v6e"
+    ).traffic
+    assert known.run_ratio_exact and known.exact
+    assert not blind.run_ratio_exact
+    # Fewer matmuls than every block of every item (the skipped ones), and the pages it really fetches.
+    assert known.mxu_pushes < 0.7 * blind.mxu_pushes
+    assert known.dma_bytes > blind.dma_bytes
+
+
+def test_a_kernel_inside_a_loop_counts_once_per_trip():
+    """A GEMM split into 16 pallas_calls in a fori_loop is 16 runs of the kernel, not one (below physics)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    from jaxbench_mcp import estimator, protocol
+
+    def body(a_ref, b_ref, o_ref):
+        o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+    def piece(a, b):
+        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((256, 256), jnp.float32))(a, b)
+
+    def split(a, b, trips):
+        def step(i, acc):
+            return acc + piece(jax.lax.dynamic_slice_in_dim(a, i * 256, 256, 1), b[:256])
+
+        return jax.lax.fori_loop(0, trips, step, jnp.zeros((256, 256), jnp.float32))
+
+    x = jax.ShapeDtypeStruct((256, 4096), jnp.bfloat16)
+    y = jax.ShapeDtypeStruct((4096, 256), jnp.bfloat16)
+    (static,) = kernel_analysis.kernel_traffic(jax.make_jaxpr(lambda a, b: split(a, b, 16))(x, y).jaxpr)
+    assert static["runs"] == 16 and static["runs_exact"]
+
+    def unknown(a, b, n):  # the trip count is an argument nobody knows
+        return split(a, b, n[0])
+
+    (dynamic,) = kernel_analysis.kernel_traffic(
+        jax.make_jaxpr(unknown)(x, y, jax.ShapeDtypeStruct((1,), jnp.int32)).jaxpr
+    )
+    assert dynamic["runs"] == 1 and not dynamic["runs_exact"]
+    schedule = protocol.Schedule(name="k", bundles=100, slot_use={}, depth_bundles=[100])
+    once = estimator.kernel_estimate("k", schedule, protocol.KernelTraffic(**dynamic), "v6e", 1e-9, cost_model.RAW)
+    many = estimator.kernel_estimate("k", schedule, protocol.KernelTraffic(**static), "v6e", 1e-9, cost_model.RAW)
+    assert many.estimate_us == pytest.approx(16 * once.estimate_us) and many.runs == 16
+    assert many.hbm_bytes == 16 * once.hbm_bytes and not once.grid_steps_exact
+
+
+def test_arithmetic_outside_the_kernels_costs_vector_time_not_just_bytes():
+    """Half a GEMM done by XLA as a broadcast-multiply-reduce: 2 x 512^3 element operations on the vector units,
+    not the 3 MiB its operands and result move."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxbench_mcp import targets
+    from jaxbench_mcp.internals import hlo
+
+    def fn(a, b):
+        return (a[:, :, None] * b[None, :, :]).sum(1)
+
+    args = [jax.ShapeDtypeStruct((512, 512), jnp.float32)] * 2
+    ops, _ = hlo.outside_ops(targets.deviceless_compile(fn, args, "v6e").as_text())
+    seconds = sum(cost_model.outside_seconds(ops, "v6e"))
+    bytes_only = sum(o.bytes for o in ops) / targets.chip_facts("v6e").hbm_bytes_per_second
+    assert seconds >= 2 * 512**3 / cost_model.vector_ops_per_second("v6e")
+    assert seconds > 10 * bytes_only
+
+
+@pytest.mark.slow
+def test_the_public_estimate_of_a_ragged_dot_is_bounded_when_its_group_sizes_are_unknown():
+    """tokamax's ragged dot loops in one grid step over a trip count its group sizes set. Passed as concrete
+    values they are followed; passed abstract (as an agent's own wrapper would) the loop cannot be counted, and
+    the estimate is bounded and flagged, never below the roofline of the matmul its operands imply."""
+    code = (
+        "import jax, jax.numpy as jnp, numpy as np, jaxbench_mcp\n"
+        "from tokamax import config as tc\n"
+        "from tokamax._src.ops.ragged_dot.pallas_mosaic_tpu import PallasMosaicTpuRaggedDot\n"
+        "from jaxbench_mcp import targets\n"
+        "op = PallasMosaicTpuRaggedDot()\n"
+        "def f(lhs, rhs, gs):\n"
+        "    with tc.cross_compile(True):\n"
+        "        return op(lhs, rhs, group_sizes=gs)\n"
+        "M, K, N, G = 4096, 2048, 2048, 4\n"
+        "lhs = jax.ShapeDtypeStruct((M, K), jnp.bfloat16)\n"
+        "rhs = jax.ShapeDtypeStruct((G, K, N), jnp.bfloat16)\n"
+        "roof = targets.roofline_seconds(2.0 * M * K * N, 2 * (M * K + G * K * N + M * N), 'v6e')[0] * 1e6\n"
+        "known = jaxbench_mcp.estimate(f, lhs, rhs, np.full((G,), M // G, np.int32), target='v6e')\n"
+        "blind = jaxbench_mcp.estimate(f, lhs, rhs, jax.ShapeDtypeStruct((G,), jnp.int32), target='v6e')\n"
+        "assert not any(k.floored for k in known.kernels) and not any('BOUNDED' in x for x in known.flags)\n"
+        "assert all(k.floored for k in blind.kernels) and any('BOUNDED' in x for x in blind.flags), blind.flags\n"
+        "assert known.total_us >= roof and blind.total_us >= roof, (known.total_us, blind.total_us, roof)\n"
+        "print('OK', roof, known.total_us, blind.total_us)\n"
+    )
+    out = _in_fresh_process(code)
+    assert "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+    print(out.stdout.strip().splitlines()[-1])

@@ -372,18 +372,22 @@ def _static_profile(workload_id: str, candidate_us: float, expert_us: float, xla
     return entry
 
 
-def test_estimates_are_flagged_below_the_memory_bound_not_below_the_flop_roofline():
+def test_estimates_below_the_flop_roofline_are_said_and_below_the_memory_bound_rejected():
     from jaxbench_mcp import workloads
 
-    # Totals between 13p's memory bound and its FLOP roofline, as a kernel that folds FLOPs away gets them, are no
-    # fault; below the bytes it must move they are, for the candidate and the expert alike (13p has an expert).
+    # A total between 13p's memory bound and its FLOP roofline is what a kernel that folds FLOPs away gets, or an
+    # undercount: it is said (fewer FLOPs than the nominal count) and no speedup is claimed from it; below the bytes
+    # it must move it is a gap in the model, for the candidate and the expert alike (13p has an expert).
     w = workloads.get_workload("13p_Cross_Entropy")
     roofline, bound = cost_model.workload_roofline_us(w, "v6e"), cost_model.workload_memory_bound_us(w, "v6e")
     assert bound < roofline / 2
     xla = w.io_bytes("full") * 3  # an XLA baseline above the bound, so that only the flags under test appear
     fold = _static_profile(w.id, candidate_us=bound * 1.5, expert_us=bound * 1.2, xla_bytes=xla)
-    assert fold.candidate_us < roofline and fold.flags == []
-    assert fold.speedup_vs_expert == pytest.approx(1.2 / 1.5)
+    assert fold.candidate_us < roofline
+    assert [f for f in fold.flags if "fewer FLOPs than the nominal count" in f] and len(fold.flags) == 1
+    assert fold.speedup_vs_expert is None and fold.speedup_vs_xla is None
+    above = _static_profile(w.id, candidate_us=roofline * 1.5, expert_us=roofline * 1.2, xla_bytes=xla)
+    assert above.flags == [] and above.speedup_vs_expert == pytest.approx(1.2 / 1.5)
     missed = _static_profile(w.id, candidate_us=bound * 0.9, expert_us=bound * 0.8, xla_bytes=xla)
     expected = f"{bound:,.1f} us, the time the workload's inputs and outputs"
     assert [f for f in missed.flags if f.startswith("the estimate (") and expected in f]
@@ -400,5 +404,77 @@ def test_an_xla_baseline_estimate_below_the_memory_bound_is_flagged_and_not_comp
     low = _static_profile(w.id, candidate_us=bound * 2, expert_us=bound * 2, xla_bytes=w.io_bytes("full") / 4)
     assert low.xla_baseline_us < bound and low.speedup_vs_xla is None
     assert [f for f in low.flags if f.startswith("XLA's own estimate of the baseline") and "no speedup" in f]
-    fair = _static_profile(w.id, candidate_us=bound * 2, expert_us=bound * 2, xla_bytes=w.io_bytes("full") * 3)
-    assert fair.xla_baseline_us >= bound and fair.speedup_vs_xla == pytest.approx(fair.xla_baseline_us / (bound * 2))
+    # The candidate above the FLOP roofline, so that only the baseline's position decides the comparison.
+    roofline = cost_model.workload_roofline_us(w, "v6e")
+    fair = _static_profile(w.id, candidate_us=roofline, expert_us=roofline, xla_bytes=w.io_bytes("full") * 3)
+    assert fair.xla_baseline_us >= bound and fair.speedup_vs_xla == pytest.approx(fair.xla_baseline_us / roofline)
+
+
+def test_a_profile_stopped_while_compiling_says_timeout_with_the_real_stage_and_budget():
+    from types import SimpleNamespace
+
+    from jaxbench_mcp import checking, protocol, profiling
+
+    checker = SimpleNamespace(limits=checking.Limits())
+    events = [
+        SimpleNamespace(stage=protocol.Stage.TRACE, state="start", target=None),
+        SimpleNamespace(stage=protocol.Stage.TRACE, state="done", target=None),
+        SimpleNamespace(stage=protocol.Stage.COMPILE, state="start", target="v6e"),
+    ]
+    outcome = SimpleNamespace(killed_for="timeout:trace", returncode=-9)
+    why = profiling.stopped_reason(checker, outcome, events, "v6e")
+    assert why.startswith("timeout:") and "compiling for v6e" in why and "before compiling" not in why
+    assert f"{checker.limits.for_stage(protocol.Stage.TRACE):.0f} s" in why
+    assert "no estimate: no estimate" not in profiling._no_double("no estimate: no estimate: x")
+
+
+def test_no_speedup_is_claimed_from_an_estimate_below_the_roofline():
+    from jaxbench_mcp import profiling, workloads
+    from jaxbench_mcp.models import TargetEstimate
+
+    w = workloads.get_workload("8p_GEMM")
+    roof = profiling.cost_model.workload_roofline_us(w, "v6e")
+    entry = TargetEstimate(target="v6e", candidate_us=0.9 * roof, xla_baseline_us=2 * roof, roofline_us=roof)
+    entry.speedup_vs_xla = 2 / 0.9
+    profiling.below_roofline(entry, w, "v6e")
+    assert entry.speedup_vs_xla is None and any("fewer FLOPs than the nominal" in f for f in entry.flags)
+    fine = TargetEstimate(target="v6e", candidate_us=1.1 * roof, xla_baseline_us=2 * roof, roofline_us=roof)
+    fine.speedup_vs_xla = 2 / 1.1
+    profiling.below_roofline(fine, w, "v6e")
+    assert fine.speedup_vs_xla and not fine.flags
+
+
+def test_a_tune_whose_variants_all_timed_out_is_a_timeout_not_an_invalid_kernel():
+    from jaxbench_mcp import tuning
+
+    timed_out = tuning._variant({"B": 1}, True, "timeout: the profiling worker was stopped while compiling for v6e")
+    assert timed_out.status == "timeout"
+    assert tuning._failed_status([timed_out]) == "stage_timeout"
+
+
+def test_vmem_from_block_shapes_pads_tiles_and_double_buffers():
+    from jaxbench_mcp import cost_model, protocol
+
+    def kernel(blocks, scratch=0):
+        return protocol.KernelInfo(
+            name="k",
+            grid=[4],
+            blocks=[
+                protocol.BlockInfo(block_shape=b, array_shape=[4096, 4096], dtype=d, in_hbm=h) for b, d, h in blocks
+            ],
+            num_scalar_prefetch=0,
+            num_scratch=1 if scratch else 0,
+            scratch_bytes=scratch,
+            dimension_semantics=["parallel"],
+        )
+
+    # (512, 1) f32: each row pads to 128 lanes (256 KiB a buffer, not 2 KiB); bf16 rows pad to 16 sublanes.
+    assert cost_model.padded_block_bytes([512, 1], "float32") == 512 * 128 * 4
+    assert cost_model.padded_block_bytes([None, 8, 128], "bfloat16") == 16 * 128 * 2
+    assert cost_model.padded_block_bytes([1024, 1024], "bfloat16") == 1024 * 1024 * 2
+    gemm = kernel([([4096, 4096], "bfloat16", False)] * 3, scratch=4096 * 4096 * 4)
+    assert cost_model.vmem_bytes(gemm) == 3 * 2 * 4096 * 4096 * 2 + 4096 * 4096 * 4
+    # A block left in HBM (memory_space=ANY) takes no VMEM.
+    assert cost_model.vmem_bytes(kernel([([4096, 4096], "bfloat16", True)])) == 0
+    assert "MiB" in (cost_model.vmem_overflow([gemm], "v6e") or "")
+    assert cost_model.vmem_overflow([kernel([([512, 512], "float32", False)])], "v6e") is None

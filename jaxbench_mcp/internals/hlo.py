@@ -79,6 +79,7 @@ class OutsideOp:
     flops: float
     bytes: float
     count: int = 1
+    vector_ops: float = 0.0  # elements its non-matmul arithmetic processes (at the vector units' rate), per run
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -199,20 +200,60 @@ def _matmul_flops(inst: Instruction, shapes: dict[str, str]) -> float:
     return 0.0
 
 
+# Instructions that only move or relabel data (their bytes are counted at the fusion's boundary): no vector work.
+_DATA_MOVEMENT = _FREE_IN_FUSION | {
+    "broadcast",
+    "transpose",
+    "slice",
+    "dynamic-slice",
+    "dynamic-update-slice",
+    "concatenate",
+    "pad",
+    "copy",
+    "reverse",
+    "gather",
+    "scatter",
+    "copy-start",
+    "dot",
+    "convolution",
+    "custom-call",
+    "while",
+    "call",
+    "conditional",
+    "fusion",
+}
+
+
+def _vector_elements(inst: Instruction, shapes: dict[str, str]) -> float:
+    """Elements an arithmetic instruction processes on the vector units: its result's (a reduction: its input's)."""
+    if inst.opcode in _DATA_MOVEMENT:
+        return 0.0
+    if inst.opcode in ("reduce", "reduce-window") and inst.operands:
+        return float(_elements(shapes.get(inst.operands[0], "")))
+    return float(_elements(inst.shape))
+
+
 def _fusion_flops(called: str, computations: dict) -> tuple[float, bool]:
     """FLOPs of the matmuls in a fused computation, and whether it does any work at all."""
+    flops, works, _ = _fusion_work(called, computations)
+    return flops, works
+
+
+def _fusion_work(called: str, computations: dict) -> tuple[float, bool, float]:
+    """(FLOPs of its matmuls, whether it does any work, elements its arithmetic processes on the vector units)."""
     insts = computations.get(called, [])
     shapes = {i.name: i.shape for i in insts}
-    flops, works = 0.0, False
+    flops, works, vector = 0.0, False, 0.0
     for inst in insts:
         if inst.opcode == "fusion":
             inner = re.search(r"calls=%([\w.\-]+)", inst.attrs)
-            f, w = _fusion_flops(inner.group(1), computations) if inner else (0.0, True)
-            flops, works = flops + f, works or w
+            f, w, v = _fusion_work(inner.group(1), computations) if inner else (0.0, True, 0.0)
+            flops, works, vector = flops + f, works or w, vector + v
         elif inst.opcode not in _FREE_IN_FUSION:
             works = True
             flops += _matmul_flops(inst, shapes)
-    return flops, works
+            vector += _vector_elements(inst, shapes)
+    return flops, works, vector
 
 
 def _trip_count(inst: Instruction) -> int | None:
@@ -265,17 +306,27 @@ def _collect(name: str, computations: dict, count: int, ops: list, seen: set) ->
             out_bytes = hbm_bytes(inst.shape, first_only=True)
         else:
             out_bytes = hbm_bytes(inst.shape)
-        flops = 0.0
+        flops, vector = 0.0, 0.0
         if op == "fusion":
             called = re.search(r"calls=%([\w.\-]+)", inst.attrs)
-            flops, works = _fusion_flops(called.group(1), computations) if called else (0.0, True)
+            flops, works, vector = _fusion_work(called.group(1), computations) if called else (0.0, True, 0.0)
             if not works:
                 continue  # a fusion around bitcasts: free
         else:
             flops = _matmul_flops(inst, shapes)
+            vector = _vector_elements(inst, shapes)
         if operand_bytes + out_bytes + flops <= 0:
             continue
-        ops.append(OutsideOp(name=inst.name, opcode=op, flops=flops, bytes=operand_bytes + out_bytes, count=count))
+        ops.append(
+            OutsideOp(
+                name=inst.name,
+                opcode=op,
+                flops=flops,
+                bytes=operand_bytes + out_bytes,
+                count=count,
+                vector_ops=vector,
+            )
+        )
     return complete
 
 
