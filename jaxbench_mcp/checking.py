@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxbench_mcp import error_catalog, protocol, sandbox, targets, workloads
+from jaxbench_mcp import cost_model, error_catalog, protocol, sandbox, targets, workloads
 from jaxbench_mcp.comparison import jaxbench_allclose
 from jaxbench_mcp.internals import libtpu, tracebacks
 from jaxbench_mcp.jobs import JobQueue, Limits, RunOutcome, Worker, WorkerPool, WorkerStartFailed, default_slots
@@ -260,19 +260,6 @@ def _produced_by(tier: targets.Tier, stage: Stage) -> str:
     return f"{tier}: candidate process"
 
 
-def _vmem_estimate(kernel: protocol.KernelInfo) -> int:
-    """Blocks are double-buffered by the pipeline; scratch is allocated once."""
-    import jax.numpy as jnp
-
-    total = kernel.scratch_bytes
-    for block in kernel.blocks:
-        if block.in_hbm:
-            continue
-        n = int(np.prod([d or 1 for d in block.block_shape], dtype=np.int64))
-        total += 2 * n * jnp.dtype(block.dtype).itemsize
-    return int(total)
-
-
 def inspect_module(job_dir: Path, module_file: str) -> tuple[int, str]:
     """(Mosaic kernels, sha256) of a lowered module the worker wrote, read and counted here, in the parent."""
     text = read_job_file(job_dir, module_file, _MAX_MODULE_BYTES)
@@ -503,7 +490,7 @@ class Checker:
                     for k in kernels
                 ]
                 verdict.pallas_calls = len(kernels)
-                vmem = max((_vmem_estimate(k) for k in kernels), default=None)
+                vmem = max((cost_model.vmem_bytes(k) for k in kernels), default=None)
                 if e.traced.platform_queries:
                     verdict.warnings.append(
                         f"workload() asked which platform it runs on ({', '.join(e.traced.platform_queries)}) while it "

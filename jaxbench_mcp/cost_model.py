@@ -353,14 +353,14 @@ def vmem_bytes(kernel, buffers: int = 2) -> int:
     return total
 
 
-def vmem_overflow(kernels, generation: str) -> str | None:
+def vmem_overflow(kernels, generation: str, margin: float = 1.0) -> str | None:
     """A sentence when some kernel cannot fit `generation`'s VMEM whatever limit it asks the compiler for (its
-    blocks and scratch exceed the chip's physical VMEM): the check can refuse it as vmem_overflow in seconds,
-    without the compile (minutes) that would fail. None when every kernel may fit."""
+    blocks and scratch exceed `margin` times the chip's physical VMEM): the check can refuse it as vmem_overflow
+    in seconds, without the compile (minutes) that would fail. None when every kernel may fit."""
     capacity = targets.chip_facts(generation).vmem_bytes
     for k in kernels:
         need = vmem_bytes(k)
-        if need > capacity:
+        if need > margin * capacity:
             return (
                 f"kernel {k.name} needs ~{need / 2**20:,.1f} MiB of VMEM (its blocks double-buffered at their padded "
                 f"sizes, plus scratch), more than {generation}'s {capacity / 2**20:,.0f} MiB: use smaller blocks"

@@ -168,7 +168,7 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp import targets, tpu_facade, workloads
+    from jaxbench_mcp import cost_model, targets, tpu_facade, workloads
     from jaxbench_mcp.internals import jaxpr as jx
 
     w = workloads.get_workload(job.workload_id)
@@ -218,7 +218,7 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
         report.stage(Stage.LOWER, "start", target=generation)
         t0 = time.perf_counter()
         try:
-            lowered = targets.lower_for_tpu(full_program, full_args, (), generation, kernel_facts=False)
+            lowered = targets.lower_for_tpu(full_program, full_args, (), generation)
             module_file = f"lowered_{generation or 'tpu'}.mlir"
             (workdir / module_file).write_text(lowered.as_text())
             report.stage(
@@ -233,6 +233,9 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
             stage = Stage.COMPILE
             report.stage(Stage.COMPILE, "start", target=generation)
             t0 = time.perf_counter()
+            hopeless = cost_model.vmem_overflow(traced.kernels, generation, HOPELESS_VMEM)
+            if hopeless:  # refused in seconds: such a compile takes minutes to fail
+                raise VmemOverflow(f"vmem capacity exceeded before compiling: {hopeless}")
             memory = lowered.compile().memory_analysis()
             report.stage(
                 Stage.COMPILE,
@@ -290,6 +293,16 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
                 probe_path=f"probe_{index}.npy" if job.interpret else None,
             ),
         )
+
+
+# A kernel whose blocks and scratch need more than this multiple of the chip's VMEM (cost_model.vmem_bytes) is
+# refused without compiling. Not 1: that estimate can be a little over what Mosaic allocates (13p's solution is
+# estimated at 17 MiB and compiles in v4's 16 MiB).
+HOPELESS_VMEM = 2.0
+
+
+class VmemOverflow(Exception):
+    pass
 
 
 def _uninitialised_probe():
@@ -391,14 +404,32 @@ def _static_analyses(closed, input_names: list[str], args: list) -> dict:
 
 
 def profile_job(job: protocol.ProfileJob, report: Reporter, workdir: Path) -> None:
-    """Load, trace and compile the candidate for each target, keeping libtpu's schedule dumps (estimator.analyse)."""
-    from jaxbench_mcp import workloads
+    """Load the candidate and trace it once at full size (under the TPU facade, as the check does), then estimate
+    that recorded program for each target, keeping libtpu's schedule dumps (estimator.analyse). The workload's
+    integer inputs (lengths, page tables, group sizes) are known values, so work they make skippable is seen."""
+    import jax
+
+    from jaxbench_mcp import estimator, targets, tpu_facade, workloads
 
     w = workloads.get_workload(job.workload_id)
-    module = _load(report, workdir)
-    if module is None:
-        return
-    _analyse(module.workload, _full_args(w, "full"), w.static_argnums, job.targets, report, workdir)
+    static = tuple(w.static_argnums)
+    args = estimator.workload_args(w, "full")
+    generation = job.targets[0]
+    cores = targets.cores_per_device(generation)
+    with tpu_facade.TpuFacade(generation, targets.device_kind(generation), cores):
+        module = _load(report, workdir)
+        if module is None:
+            return
+        try:
+            with targets.chip_context(generation, cores):  # as the estimator lowers it
+                closed = jax.make_jaxpr(module.workload, static_argnums=static)(*args)
+        except Exception as exc:  # noqa: BLE001
+            report.stage(Stage.TRACE, "start")
+            report.stage(Stage.TRACE, "failed", text=_error_text(exc))
+            return
+    del module  # never called again
+    dynamic = [a for i, a in enumerate(args) if i not in static]
+    _analyse(targets.replay(closed), dynamic, (), job.targets, report, workdir)
 
 
 def estimate_job(job: protocol.EstimateJob, report: Reporter, workdir: Path) -> None:
