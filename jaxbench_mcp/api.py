@@ -33,7 +33,7 @@ from jaxbench_mcp.models import (
     WorkloadSummary,
 )
 from jaxbench_mcp.workloads import Workload
-from jaxbench_mcp.store import Store
+from jaxbench_mcp.store import Store, text_problem
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Status
 
 logger = logging.getLogger(__name__)
@@ -210,6 +210,7 @@ class JaxBench:
         recorded, a failure of the server's own machinery (a worker that does not start, a bug) comes back as a
         `server_error` verdict with the attempt id and the end of the log, never as a bare exception."""
         w = workloads.get_workload(workload_id)  # unknown ids fail before an attempt is recorded
+        check_source(source)
         chosen = targets.parse_targets(targets_) if targets_ else None
         if size is not None:
             w.size_params(size)
@@ -256,6 +257,7 @@ class JaxBench:
         """Check first; a correct kernel is then measured (TPU host) or estimated (CPU host with libtpu) next to the
         XLA baseline and the expert kernel."""
         w = workloads.get_workload(workload_id)
+        check_source(source)
         chosen = targets.parse_targets(targets_) if targets_ else self.executor.default_targets()
         attempt_id = self.store.start("profile", w.id, source)
         if on_attempt:
@@ -361,7 +363,7 @@ class JaxBench:
         def run() -> None:
             try:
                 box["result"] = method(*args, on_attempt=remember, cancel=box["cancel"], **kwargs)
-            except Exception as exc:  # noqa: BLE001 - handed to the caller through the box
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller through the box, whatever it is
                 box["error"] = exc
             finally:
                 has_id.set()
@@ -402,6 +404,16 @@ class UnknownAttempt(LookupError):
 
 class BadRequest(ValueError):
     """A request argument out of range (the message says the allowed range)."""
+
+
+def check_source(source: str) -> None:
+    """A candidate's source must be text the attempts store can keep (valid Unicode): else BadRequest, before
+    any attempt is recorded."""
+    if not isinstance(source, str):
+        raise BadRequest(f"the source must be text, not {type(source).__name__}")
+    problem = text_problem(source)
+    if problem:
+        raise BadRequest(problem)
 
 
 # Mistakes in a request that the agent can fix; anything else raised during a check is the server's fault.

@@ -303,7 +303,7 @@ def _serve(args) -> None:
     from jaxbench_mcp import api, jobs
 
     jobs.install_shutdown_handlers()  # SIGTERM / Ctrl-C: no worker or worker directory outlives the server
-    from jaxbench_mcp.server import ServeRefused, build_server, http_security, serve_http
+    from jaxbench_mcp.server import ServeRefused, build_server, http_security, serve_http, serve_stdio
 
     if args.transport == "http":
         try:
@@ -329,7 +329,7 @@ def _serve(args) -> None:
                 "jaxbench-mcp: MCP server on stdio, waiting for an MCP client on stdin "
                 "(an agent starts this command itself; Ctrl-C stops it)\n"
             )
-        server.run("stdio")
+        serve_stdio(server)
     else:
         serve_http(server, args.host, args.port, security)
 

@@ -135,19 +135,20 @@ def _scrubbed_env(home: str, tier: targets.Tier) -> dict[str, str]:
     return env
 
 
-def _dir_usage(path: Path, max_entries: int) -> tuple[int, int]:
-    """Bytes in files and number of entries under `path`; the walk stops once past max_entries (its cost grows
-    with the count)."""
+def _dir_usage(paths: list[Path], max_entries: int) -> tuple[int, int]:
+    """Bytes in files and number of entries under `paths` together; the walk stops once past max_entries (its
+    cost grows with the count)."""
     total = entries = 0
-    for root, dirs, files in os.walk(path):
-        entries += len(dirs) + len(files)
-        if entries > max_entries:
-            break
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
+    for path in paths:
+        for root, dirs, files in os.walk(path):
+            entries += len(dirs) + len(files)
+            if entries > max_entries:
+                return total, entries
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(root, name)).st_size
+                except OSError:
+                    pass
     return total, entries
 
 
@@ -252,9 +253,21 @@ class Worker:
         self.limits = limits
         self.isolation = isolation or sandbox.detect()
         self.root = Path(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-"))
+        os.chmod(self.root, 0o711)  # a worker under a host uid of its own reaches job/, tmp/ and shm/ by name only
         self.job_dir = self.root / "job"
         self.job_dir.mkdir()
         os.chmod(self.job_dir, 0o777)  # the sandbox's uid must be able to write here
+        # The sandbox's /tmp and /dev/shm (bubblewrap): host folders beside the job directory, polled with it, so
+        # that files there count against the same byte and entry caps (a tmpfs of the sandbox's own is not seen
+        # by the poll, and its memory by no RSS count).
+        self.scratch_dirs: list[Path] = []
+        if self.isolation is sandbox.Isolation.BUBBLEWRAP:
+            self.scratch_dirs = [self.root / "tmp", self.root / "shm"]
+            for d in self.scratch_dirs:
+                d.mkdir()
+                os.chmod(d, 0o1777)
+        uids = sandbox.host_uids() if self.isolation is sandbox.Isolation.BUBBLEWRAP else None
+        self.host_uid = uids.acquire() if uids else None
         inside = sandbox.INSIDE_JOB_DIR if self.isolation is sandbox.Isolation.BUBBLEWRAP else str(self.job_dir)
         read_fd, write_fd = os.pipe()
         self._stdout = open(self.root / "stdout.log", "wb")
@@ -281,8 +294,15 @@ class Worker:
                     cpu_seconds,
                     address_space_bytes=max(64 * 2**30, 4 * limits.memory_bytes),
                     cgroup=self.cgroup,
+                    tmp_dir=self.scratch_dirs[0] if self.scratch_dirs else None,
+                    shm_dir=self.scratch_dirs[1] if self.scratch_dirs else None,
+                    host_uid=self.host_uid,
+                    max_processes=limits.max_processes,
                 )
             )
+        except BaseException:
+            self._release_uid()
+            raise
         finally:
             os.close(write_fd)
         self._events = os.fdopen(read_fd, "rb", buffering=0)
@@ -386,7 +406,15 @@ class Worker:
         for f in (self._stdout, self._stderr, self._events):
             f.close()
         self._disposed = True
+        self._release_uid()
         REGISTRY.discard(self)
+
+    def _release_uid(self) -> None:
+        """The host uid goes back to the pool once no process of this worker runs under it."""
+        uids = sandbox.host_uids() if self.host_uid is not None else None
+        if uids is not None and self.host_uid is not None:
+            uids.release(self.host_uid)
+        self.host_uid = None
 
     def tail(self, name: str) -> str:
         with open(self.root / name, "rb") as f:
@@ -450,7 +478,7 @@ class Worker:
                 if sandbox.rss_bytes(self.pids()) > self.limits.memory_bytes:
                     outcome.killed_for = "memory"
                 else:
-                    size, entries = _dir_usage(self.job_dir, self.limits.max_job_dir_entries)
+                    size, entries = _dir_usage([self.job_dir, *self.scratch_dirs], self.limits.max_job_dir_entries)
                     if size > self.limits.max_job_dir_bytes:
                         outcome.killed_for = "disk"
                     elif entries > self.limits.max_job_dir_entries:

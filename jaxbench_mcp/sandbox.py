@@ -23,6 +23,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -129,7 +131,12 @@ def _hidden_dirs() -> list[str]:
     return sorted(set(hidden))
 
 
-def bwrap_command(argv: list[str], job_dir: Path) -> list[str]:
+def bwrap_command(
+    argv: list[str], job_dir: Path, tmp_dir: Path | None = None, shm_dir: Path | None = None
+) -> list[str]:
+    """The bwrap command line for argv. `tmp_dir` and `shm_dir` (host folders beside the job directory, polled
+    with it) become the sandbox's /tmp and /dev/shm; without them /tmp is a private tmpfs and /dev/shm the
+    sandbox's own /dev's."""
     package = Path(assets.__file__).resolve().parent
     cmd = [
         "bwrap",
@@ -154,7 +161,10 @@ def bwrap_command(argv: list[str], job_dir: Path) -> list[str]:
     ]
     # Mounted first: a later bind (a checkout or venv under /tmp) then lands on top of the fresh /tmp instead of
     # being hidden by it.
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(256 * 2**20), "--tmpfs", "/tmp"]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    cmd += ["--bind", str(tmp_dir), "/tmp"] if tmp_dir else ["--size", str(256 * 2**20), "--tmpfs", "/tmp"]
+    if shm_dir:
+        cmd += ["--bind", str(shm_dir), "/dev/shm"]
     for path in _SYSTEM_DIRS + _SYSFS:
         cmd += ["--ro-bind-try", path, path]
     for path in _SYSTEM_FILES:
@@ -178,9 +188,12 @@ def bwrap_command(argv: list[str], job_dir: Path) -> list[str]:
 # ---- resource limits -----------------------------------------------------------------------------
 
 
-def _rlimit_prefix(max_file_bytes: int, cpu_seconds: int, address_space_bytes: int) -> list[str]:
+def _rlimit_prefix(
+    max_file_bytes: int, cpu_seconds: int, address_space_bytes: int, max_processes: int | None = None
+) -> list[str]:
     """util-linux prlimit in front of the command: limits set without running Python code between fork and exec
-    (unsafe in the server, which has threads)."""
+    (unsafe in the server, which has threads). With `max_processes` (a worker under a host uid of its own, see
+    HostUids) RLIMIT_NPROC is that cap: the kernel counts the processes of the real uid, which are the worker's."""
     limits = [
         f"--fsize={max_file_bytes}",
         "--core=0",
@@ -188,10 +201,88 @@ def _rlimit_prefix(max_file_bytes: int, cpu_seconds: int, address_space_bytes: i
         f"--cpu={cpu_seconds}",
         f"--as={address_space_bytes}",
     ]
-    if os.getuid() != 0:  # root is exempt from RLIMIT_NPROC; the cgroup's pids cap covers it there
+    if max_processes is not None:
+        limits.append(f"--nproc={max_processes}")
+    elif os.getuid() != 0:  # root is exempt from RLIMIT_NPROC; the cgroup's pids cap covers it there
         running = sum(1 for _ in Path("/proc").glob("[0-9]*/task/[0-9]*"))
         limits.append(f"--nproc={running + 1024}")
     return [shutil.which("prlimit") or "prlimit", *limits, "--"]
+
+
+# ---- a host uid of its own for every worker --------------------------------------------------------
+
+# Host uids handed to workers: "BASE:COUNT" (default below), or "off". None of them may belong to an account.
+HOST_UIDS_ENV = "JAXBENCH_MCP_SANDBOX_UIDS"
+_DEFAULT_HOST_UIDS = (1_500_000_000, 1024)
+
+
+class HostUids:
+    """Host uids for workers, one per live worker, for a server run as root.
+
+    bubblewrap maps the sandbox's uid 65534 to the uid that starts it, so under a root server every candidate's
+    per-uid kernel quotas were root's: fs.inotify.max_user_instances (a candidate that took all 128 left none to
+    the host's root processes), and RLIMIT_NPROC, which does not apply to root at all. setpriv(1) starts bwrap as
+    a uid that no other process has; the user namespace is then owned by it and every per-uid count (inotify
+    instances and watches, processes, message queues) is the worker's own, and RLIMIT_NPROC caps its processes
+    even where no cgroup can be made. Off for a server that is not root (it cannot change uid) or where the
+    probe fails (unprivileged user namespaces refused, a Python installation that uid cannot read)."""
+
+    def __init__(self, base: int, count: int):
+        self.base, self.count = base, count
+        self._free = list(range(base, base + count))
+        self._lock = threading.Lock()
+
+    def acquire(self) -> int:
+        with self._lock:
+            if not self._free:
+                raise RuntimeError(f"all {self.count} sandbox uids are in use ({HOST_UIDS_ENV})")
+            return self._free.pop(0)
+
+    def release(self, uid: int) -> None:
+        with self._lock:
+            if self.base <= uid < self.base + self.count and uid not in self._free:
+                self._free.append(uid)
+
+
+def parse_host_uids(value: str | None) -> tuple[int, int] | None:
+    if value is None or not value.strip():
+        return _DEFAULT_HOST_UIDS
+    if value.strip().lower() in ("off", "0", "no", "false"):
+        return None
+    try:
+        base, count = (int(part) for part in value.split(":"))
+    except ValueError:
+        raise ValueError(f"{HOST_UIDS_ENV}={value!r}: write BASE:COUNT (e.g. 1500000000:1024) or off") from None
+    if base <= 0 or count <= 0 or base + count > 2**32 - 2:
+        raise ValueError(f"{HOST_UIDS_ENV}={value!r}: uids must lie in 1..4294967293")
+    return base, count
+
+
+def as_uid(uid: int, argv: list[str]) -> list[str]:
+    """argv run as host uid and gid `uid`, with no supplementary groups and no way back to privileges."""
+    setpriv = shutil.which("setpriv") or "setpriv"
+    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--", *argv]
+
+
+@functools.cache
+def host_uids() -> HostUids | None:
+    """The pool of host uids for workers, or None where workers keep the server's uid (see HostUids)."""
+    chosen = parse_host_uids(os.environ.get(HOST_UIDS_ENV))
+    if chosen is None or os.geteuid() != 0 or not shutil.which("setpriv") or detect() is not Isolation.BUBBLEWRAP:
+        return None
+    pool = HostUids(*chosen)
+    uid = pool.acquire()
+    probe_dir = Path(tempfile.mkdtemp(prefix="jaxbench-uid-probe-"))
+    try:
+        os.chmod(probe_dir, 0o777)
+        probe = as_uid(uid, bwrap_command([sys.executable, "-I", "-c", "import jaxbench_mcp.protocol"], probe_dir))
+        works = subprocess.run(probe, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        works = False
+    finally:
+        pool.release(uid)
+        remove_tree(probe_dir)
+    return pool if works else None
 
 
 class Cgroup:
@@ -374,17 +465,27 @@ def launch(
     cpu_seconds: int,
     address_space_bytes: int,
     cgroup: Cgroup | None = None,
+    tmp_dir: Path | None = None,
+    shm_dir: Path | None = None,
+    host_uid: int | None = None,
+    max_processes: int | None = None,
 ) -> subprocess.Popen:
     """Start argv in the sandbox for `isolation`, with job_dir as its working (and only writable) directory, inside
-    `cgroup` from its first instruction (joined before anything forks, so every descendant is in it)."""
+    `cgroup` from its first instruction (joined before anything forks, so every descendant is in it). With
+    bubblewrap, `tmp_dir` and `shm_dir` are its /tmp and /dev/shm; with `host_uid` (bubblewrap only, a root
+    server: HostUids) it runs as that host uid, with RLIMIT_NPROC at `max_processes`."""
     cwd = None
+    nproc = None
     if isolation is Isolation.BUBBLEWRAP:
-        argv = bwrap_command(argv, job_dir)
+        argv = bwrap_command(argv, job_dir, tmp_dir, shm_dir)
+        if host_uid is not None:
+            argv = as_uid(host_uid, argv)
+            nproc = max_processes
     else:
         cwd = job_dir
         if isolation is Isolation.NAMESPACES:
             argv = [shutil.which("unshare") or "unshare", *_UNSHARE_FLAGS, "--", *argv]
-    argv = _rlimit_prefix(max_file_bytes, cpu_seconds, address_space_bytes) + argv
+    argv = _rlimit_prefix(max_file_bytes, cpu_seconds, address_space_bytes, nproc) + argv
     if cgroup is not None:
         argv = cgroup.joining_command(argv)
     return subprocess.Popen(

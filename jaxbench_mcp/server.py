@@ -16,6 +16,7 @@ object (built on first access). Over HTTP, `serve_http` adds a bearer token, Hos
 import functools
 import hmac
 import ipaddress
+import json
 import logging
 import os
 import sys
@@ -29,13 +30,19 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.resources import FunctionResource
+from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from mcp_types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
     CallToolResult,
     Completion,
+    ErrorData,
+    JSONRPCError,
     PromptReference,
     ResourceTemplateReference,
     TextContent,
@@ -46,7 +53,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from jaxbench_mcp import __version__, api, docs, workloads
+from jaxbench_mcp import __version__, api, docs, store, workloads
 from jaxbench_mcp import targets as tpu_targets
 from jaxbench_mcp.checking import DEFAULT_SEEDS
 from jaxbench_mcp.models import (
@@ -146,8 +153,8 @@ async def _run_long(ctx: Context, method, *args, **kwargs) -> tuple[int, Any]:
         # as cancelled, rather than running on to its stage limits.
         box["cancel"].set()
         raise
-    if "error" in box:
-        exc = box["error"]
+    if "error" in box or "attempt_id" not in box:
+        exc = box.get("error") or RuntimeError("the job ended with neither an attempt nor an error")
         if isinstance(exc, _AGENT_ERRORS):
             raise ToolError(_agent_message(exc)) from exc
         # The library turns every failure after the attempt is recorded into a server_error verdict; what
@@ -158,6 +165,121 @@ async def _run_long(ctx: Context, method, *args, **kwargs) -> tuple[int, Any]:
             f"{type(exc).__name__}: {exc}. Call again; server_info shows the host's state."
         ) from exc
     return box["attempt_id"], box.get("result")
+
+
+# ---- requests the transport cannot parse ----------------------------------------------------------
+
+
+def _lone_surrogate(value: Any, path: str = "") -> str | None:
+    """The path of the first string in a parsed JSON value that holds a lone surrogate, or None."""
+    if isinstance(value, str):
+        return (path or "the request") if store.text_problem(value) else None
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _lone_surrogate(key, path) or _lone_surrogate(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
+
+
+def unparsed_request_reply(raw: str) -> JSONRPCError | None:
+    """The answer to a line the transport could not parse as a JSON-RPC message, or None for a line that needs
+    none (blank, a notification, a response).
+
+    JSON's \\u escapes can spell a lone UTF-16 surrogate, which pydantic's JSON parser refuses (Python's accepts
+    it): such a request gets invalid-params naming the field, which the agent can fix (send UTF-8 text). Anything
+    else that is not JSON gets a parse error with no id, a JSON object that is not a valid request an
+    invalid-request error with its id."""
+    if not raw.strip():
+        return None
+    try:
+        message = json.loads(raw)
+    except ValueError as exc:
+        return JSONRPCError(
+            jsonrpc="2.0", id=None, error=ErrorData(code=PARSE_ERROR, message=f"the line is not JSON: {exc}")
+        )
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return None
+    request_id = (
+        message["id"] if isinstance(message["id"], (int, str)) and not isinstance(message["id"], bool) else None
+    )
+    if isinstance(request_id, str) and store.text_problem(request_id):
+        request_id = None
+    where = _lone_surrogate(message)
+    if where:
+        text = (
+            f"{where} holds a lone UTF-16 surrogate (a \\udXXX escape with no partner): it is not valid Unicode. "
+            "Send the text as UTF-8; a character beyond U+FFFF must be one surrogate pair"
+        )
+        return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=INVALID_PARAMS, message=text))
+    return JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=ErrorData(code=INVALID_REQUEST, message="the message is JSON but not a valid JSON-RPC 2.0 request"),
+    )
+
+
+class AnsweringReadStream:
+    """A transport's read stream, with an answer for every request it could not parse.
+
+    The SDK hands a line that fails to parse to the session as an exception, which the session only logs, so the
+    client waits for an answer that never comes (a check_kernel source holding a lone surrogate did). Here such an
+    item is answered on the write stream (unparsed_request_reply) and not passed on; everything else is."""
+
+    def __init__(self, inner, write_stream):
+        self._inner, self._write = inner, write_stream
+
+    @property
+    def last_context(self):
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self):
+        while True:
+            item = await self._inner.receive()
+            reply = None
+            if isinstance(item, ValidationError):
+                raw = next((e.get("input") for e in item.errors() if e.get("type") == "json_invalid"), None)
+                reply = unparsed_request_reply(raw) if isinstance(raw, str) else None
+            if reply is None:
+                return item
+            logger.info("answered an unparsable request: %s", reply.error.message[:200])
+            await self._write.send(SessionMessage(reply))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+
+def serve_stdio(server: MCPServer) -> None:
+    """MCP over stdin/stdout, as `server.run("stdio")`, with every request answered (AnsweringReadStream)."""
+
+    async def run() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            lowlevel = server._lowlevel_server
+            await lowlevel.run(
+                AnsweringReadStream(read_stream, write_stream), write_stream, lowlevel.create_initialization_options()
+            )
+
+    anyio.run(run)
 
 
 # ---- prompts/get errors ---------------------------------------------------------------------------

@@ -38,6 +38,25 @@ def default_path() -> Path:
     return Path(base) / "attempts.sqlite3"
 
 
+class InvalidText(ValueError):
+    """Text that SQLite (UTF-8) cannot store: a lone UTF-16 surrogate. The message says where."""
+
+
+def text_problem(text: str, what: str = "the source") -> str | None:
+    """Why `text` cannot be stored as UTF-8 (a lone surrogate, which no UTF-8 file decodes to: a client that
+    escaped invalid bytes or half of a pair as \\udXXX), with its line and column; None when it can."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        column = exc.start - (text.rfind("\n", 0, exc.start) + 1) + 1
+        return (
+            f"{what} is not valid Unicode: a lone surrogate U+{ord(text[exc.start]):04X} at line {line}, column "
+            f"{column}; send the file's text as UTF-8 (a surrogate pair must be one character)"
+        )
+    return None
+
+
 class Store:
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path else default_path()
@@ -64,6 +83,9 @@ class Store:
         return len(dead)
 
     def start(self, kind: str, workload_id: str, source: str) -> int:
+        problem = text_problem(source)
+        if problem:
+            raise InvalidText(problem)
         with self._lock:
             cur = self._db.execute(
                 "INSERT INTO attempts (created, kind, workload_id, state, source, server) "

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from jaxbench_mcp.taxonomy import ErrorClass
 from jaxbench_mcp import cost_model, targets, workloads
 from jaxbench_mcp.models import OptionalReal, Verdict
+from jaxbench_mcp.store import text_problem
 
 MAX_VARIANTS = 48
 MAX_SECONDS = 900.0
@@ -179,6 +180,9 @@ class Tuner:
     ) -> TuneResult:
         bench = self.bench
         w = workloads.get_workload(workload_id)
+        problem = text_problem(source)
+        if problem:
+            raise TuneError(problem)
         generation = targets.check_generation(target) if target else (bench.executor.default_targets() or [None])[0]
         if generation is None:
             raise TuneError(

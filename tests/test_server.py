@@ -190,3 +190,71 @@ def test_a_check_for_every_generation_compiles_and_reports_each_even_after_a_fai
     assert verdict["message"].startswith("compile failed for v4, v5e, v5p, v6e, 7x; the first failure (v4)")
     text = result.content[0].text
     assert all(f"compile {t}: FAILED" in text for t in ("v4", "v5e", "v5p", "v6e", "7x"))
+
+
+def test_a_source_holding_a_lone_surrogate_is_refused_before_any_attempt(bench):
+    with pytest.raises(api.BadRequest, match=r"lone surrogate U\+D800 at line 2, column 6"):
+        bench.check_kernel("12p_RMSNorm", "import jax\nx = '\ud800'\n")
+    with pytest.raises(api.BadRequest, match="lone surrogate"):
+        bench.profile_kernel("12p_RMSNorm", "\udfff")
+    assert bench.store.recent() == []
+
+
+def test_every_request_the_transport_cannot_parse_gets_an_answer():
+    from jaxbench_mcp.server import unparsed_request_reply
+
+    # JSON's escapes spell a lone surrogate; pydantic's parser refuses the line, the client still gets an answer.
+    line = '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":{"source":"x = \\ud800"}}}'
+    reply = unparsed_request_reply(line)
+    assert reply is not None and reply.id == 7 and reply.error.code == -32602
+    assert reply.error.message.startswith("params.arguments.source holds a lone UTF-16 surrogate")
+    garbage = unparsed_request_reply("{not json")
+    assert garbage is not None and garbage.id is None and garbage.error.code == -32700
+    not_rpc = unparsed_request_reply('{"id": "a", "method": 3}')
+    assert not_rpc is not None and not_rpc.id == "a" and not_rpc.error.code == -32600
+    # Nothing to answer: a blank line, a notification.
+    assert unparsed_request_reply("  ") is None
+    assert unparsed_request_reply('{"jsonrpc":"2.0","method":"notifications/x","params":{"a":"\\ud800"}}') is None
+
+
+@pytest.mark.slow
+def test_the_stdio_server_answers_a_raw_request_with_a_lone_surrogate_and_keeps_serving(tmp_path):
+    import json
+    import os
+    import selectors
+    import subprocess
+    import sys
+
+    env = {**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jaxbench_mcp.cli", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+
+    def send(message: str) -> None:
+        server.stdin.write(message.encode() + b"\n")
+        server.stdin.flush()
+
+    def answer(timeout: float) -> dict:
+        with selectors.DefaultSelector() as sel:
+            sel.register(server.stdout, selectors.EVENT_READ)
+            assert sel.select(timeout), "no answer"
+        return json.loads(server.stdout.readline())
+
+    try:
+        init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}))
+        assert answer(120)["id"] == 1
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        call = {"name": "check_kernel", "arguments": {"workload_id": "12p_RMSNorm", "source": "x = '\ud800'"}}
+        send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}))  # escapes it as \ud800
+        refused = answer(60)
+        assert refused["id"] == 2 and "lone UTF-16 surrogate" in refused["error"]["message"]
+        send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))
+        assert answer(60)["id"] == 3
+    finally:
+        server.kill()
+        server.wait()

@@ -31,17 +31,27 @@ SENTINELS = __SENTINELS__
 purelib = sysconfig.get_paths()["purelib"]
 
 
-def private(directory):
-    """On one of the sandbox's own tmpfs mounts (its /, /tmp, /dev): what lands there dies with it. The test checks the
-    host for anything that did not."""
-    path, best, fstype = os.path.realpath(directory), "", ""
+def _mounts():
+    """(root within its file system, mount point, file system type) of every mount this process sees."""
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
-            point, kind = fields[4], fields[fields.index("-") + 1]
-            if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
-                best, fstype = point, kind
-    return fstype == "tmpfs"
+            yield fields[3], fields[4], fields[fields.index("-") + 1]
+
+
+# The host folder the job directory lies in (the worker's own, removed with it): the sandbox's /tmp and /dev/shm
+# are folders beside the job directory there, which the job's poll counts.
+JOB_PARENT = next((os.path.dirname(root) for root, point, _ in _mounts() if point == "/job"), None)
+
+
+def private(directory):
+    """On one of the sandbox's own tmpfs mounts (its /, /dev), or in the worker's own folder beside the job directory
+    (its /tmp and /dev/shm): what lands there dies with it. The test checks the host for anything that did not."""
+    path, best, fstype, source = os.path.realpath(directory), "", "", ""
+    for root, point, kind in _mounts():
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+            best, fstype, source = point, kind, root
+    return fstype == "tmpfs" or (JOB_PARENT is not None and os.path.dirname(source) == JOB_PARENT)
 
 
 for directory in (
