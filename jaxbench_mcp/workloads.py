@@ -373,10 +373,10 @@ def _validate(path: Path, module: ModuleType, custom: bool = False, number: int 
 
     if custom:
         match = None
-        if not _CUSTOM_ID_PATTERN.match(module.ID):
-            fail("ID", f"{module.ID!r} must be an identifier: a letter, then letters, digits or '_' (at most 64)")
         if _ID_PATTERN.match(module.ID):
             fail("ID", f"{module.ID!r} has the form of a JAXBench id (<number><p|k>_<Name>), kept for the 50")
+        if not _CUSTOM_ID_PATTERN.match(module.ID):
+            fail("ID", f"{module.ID!r} must be an identifier: a letter, then letters, digits or '_' (at most 64)")
     else:
         match = _ID_PATTERN.match(module.ID)
         if not match:
