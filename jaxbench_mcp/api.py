@@ -309,9 +309,11 @@ class JaxBench:
             for name, v in verdicts
         ]
         verdict_of = ", ".join(f"{c.config} {c.status}" for c in combined.configs)
-        combined.message = f"configurations: {verdict_of}. " + (
-            f"This verdict is configuration {combined.size!r}'s. " if failing else ""
-        ) + combined.message
+        combined.message = (
+            f"configurations: {verdict_of}. "
+            + (f"This verdict is configuration {combined.size!r}'s. " if failing else "")
+            + combined.message
+        )
         return combined
 
     def profile_kernel(

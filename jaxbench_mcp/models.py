@@ -403,7 +403,9 @@ class Verdict(BaseModel):
             + ")"
         ]
         for c in self.configs:
-            err = f", max error {c.max_abs_error:.3g} (allowed {c.tolerance:.3g})" if c.max_abs_error is not None else ""
+            err = (
+                f", max error {c.max_abs_error:.3g} (allowed {c.tolerance:.3g})" if c.max_abs_error is not None else ""
+            )
             lines.append(f"config {c.config}: {c.status}{err} (attempt {c.attempt_id})")
         if self.message:
             lines.append(self.message)

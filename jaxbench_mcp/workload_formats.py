@@ -263,8 +263,10 @@ def _adapt(source: Path, kind: str) -> types.ModuleType:
     small_set = overrides.get("small", {})
     if not isinstance(small_set, dict) or not set(small_set) <= set(params):
         unknown = sorted(set(small_set) - set(params)) if isinstance(small_set, dict) else small_set
-        raise _Fail(f"{OVERRIDES_FILE}: small", f"names no size parameter of the file: {unknown}; "
-                    f"the size parameters are {sorted(params)}")
+        raise _Fail(
+            f"{OVERRIDES_FILE}: small",
+            f"names no size parameter of the file: {unknown}; the size parameters are {sorted(params)}",
+        )
     small = {k: small_set.get(k, derive_small(v)) for k, v in params.items()}
     if overrides.get("small"):
         rule = f"small size set in {OVERRIDES_FILE}: " + ", ".join(f"{k}={v}" for k, v in small_set.items())
@@ -348,9 +350,7 @@ def _adapt(source: Path, kind: str) -> types.ModuleType:
         values = signature_to_values.get(_leaves_signature(inputs))
         if values is None:  # shapes never built here (e.g. a truth on upcast inputs): match shapes only
             shapes = tuple(s[0] for s in _leaves_signature(inputs))
-            values = next(
-                (v for sig, v in signature_to_values.items() if tuple(s[0] for s in sig) == shapes), params
-            )
+            values = next((v for sig, v in signature_to_values.items() if tuple(s[0] for s in sig) == shapes), params)
         return getattr(copy_for(values), fn_name)(*inputs)
 
     fn = getattr(base, fn_name)
@@ -370,9 +370,9 @@ def _adapt(source: Path, kind: str) -> types.ModuleType:
     if kind == MAXKERNEL:
         ident = overrides.get("id") or task.get("task_id") or folder.name
         description = str(task.get("description") or "").strip() or f"MaxKernel task {folder.name}"
-        tolerances = {
-            k: task[k] for k in ("atol", "rtol", "sort_outputs") if k in task
-        } | {"source": "kernel_task.yaml"}
+        tolerances = {k: task[k] for k in ("atol", "rtol", "sort_outputs") if k in task} | {
+            "source": "kernel_task.yaml"
+        }
         operator = overrides.get("operator") or str(ident)
     else:
         ident = overrides.get("id") or config.get("name") or folder.name
@@ -383,8 +383,9 @@ def _adapt(source: Path, kind: str) -> types.ModuleType:
         tolerances = dict(_JAXBENCH_TOLERANCES)
         operator = overrides.get("operator") or str(config.get("operator") or ident)
     adapted.ID = _identifier(str(ident))
-    adapted.MODEL = str(config.get("model") or f"{'MaxKernel task' if kind == MAXKERNEL else 'JAXBench baseline'} "
-                        f"({folder.name})")
+    adapted.MODEL = str(
+        config.get("model") or f"{'MaxKernel task' if kind == MAXKERNEL else 'JAXBench baseline'} ({folder.name})"
+    )
     adapted.OPERATOR = str(operator)
     adapted.DESCRIPTION = description
     adapted.SIZES = sizes

@@ -67,7 +67,7 @@ class Report:
 def divisibility_gap(full: int, small: int, cap: int = 2048) -> str:
     """In words, what a small dimension that breaks keeps_divisibility hides about the full one."""
     if (full == 1) != (small == 1):
-        return f"one is 1 and the other is not: a broadcast at one size is a real axis at the other"
+        return "one is 1 and the other is not: a broadcast at one size is a real axis at the other"
     block = 1
     while block <= cap:
         if (full % block == 0) != (small % block == 0):
@@ -199,7 +199,9 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
         if dims.keys() != full_dims.keys():
             steps.append(Step("divisibility", False, f"size {size!r} has other arrays or ranks than full"))
             continue
-        broken = {k: (full_dims[k], dims[k]) for k in dims if not workloads.keeps_divisibility(*(full_dims[k], dims[k]))}
+        broken = {
+            k: (full_dims[k], dims[k]) for k in dims if not workloads.keeps_divisibility(*(full_dims[k], dims[k]))
+        }
         if broken:
             detail = "; ".join(f"{k}: {f} -> {s}: {divisibility_gap(f, s)}" for k, (f, s) in broken.items())
             steps.append(Step("divisibility", False, f"size {size!r}: {detail}"))
@@ -209,8 +211,12 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
     small_bytes = w.io_bytes("small")
     if small_bytes > SMALL_BYTES_LIMIT:
         steps.append(
-            Step("budget", False, f"the small size moves {small_bytes / 2**20:,.0f} MiB, over the interpret run's "
-                 f"{SMALL_BYTES_LIMIT / 2**20:,.0f} MiB: choose a smaller small size")
+            Step(
+                "budget",
+                False,
+                f"the small size moves {small_bytes / 2**20:,.0f} MiB, over the interpret run's "
+                f"{SMALL_BYTES_LIMIT / 2**20:,.0f} MiB: choose a smaller small size",
+            )
         )
         return
     try:
@@ -221,15 +227,23 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
         steps.append(Step("seeds", False, f"create_inputs fails at small size: {type(exc).__name__}: {exc}"))
         return
     floats = [
-        i for i, x in enumerate(inputs[0]) if hasattr(x, "dtype") and np.issubdtype(np.asarray(x).dtype, np.inexact)
+        i
+        for i, x in enumerate(inputs[0])
+        if hasattr(x, "dtype")
+        and np.issubdtype(np.asarray(x).dtype, np.inexact)
         or str(getattr(x, "dtype", "")) == "bfloat16"
     ]
     differs = any(not np.array_equal(np.asarray(inputs[0][i]), np.asarray(inputs[1][i])) for i in floats)
     steps.append(
-        Step("seeds", differs, "hidden seeds draw different inputs" if differs else
-             "the inputs are the same for every seed: a kernel could return a remembered output; draw them "
-             "from the `seed` argument (imported formats: from jax.random.PRNGKey/key or numpy's generators, "
-             "reached by module-level names)")
+        Step(
+            "seeds",
+            differs,
+            "hidden seeds draw different inputs"
+            if differs
+            else "the inputs are the same for every seed: a kernel could return a remembered output; draw them "
+            "from the `seed` argument (imported formats: from jax.random.PRNGKey/key or numpy's generators, "
+            "reached by module-level names)",
+        )
     )
 
     from jaxbench_mcp import checking
@@ -243,17 +257,27 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
     wide = "float64" if t.dtype == "float32" else "float32"
     finite = bool(np.isfinite(t.truth).all())
     if not finite:
-        steps.append(Step("truth", False, f"the {wide} truth has {int((~np.isfinite(t.truth)).sum())} non-finite values"))
+        steps.append(
+            Step("truth", False, f"the {wide} truth has {int((~np.isfinite(t.truth)).sum())} non-finite values")
+        )
     elif t.baseline_error == 0.0:
         steps.append(
-            Step("truth", None, f"the {t.dtype} reference equals the {wide} truth exactly: it may compute in a "
-                 "fixed precision whatever its inputs; the tolerance is then one ulp of the output's magnitude "
-                 f"({t.tolerance:.3g})")
+            Step(
+                "truth",
+                None,
+                f"the {t.dtype} reference equals the {wide} truth exactly: it may compute in a "
+                "fixed precision whatever its inputs; the tolerance is then one ulp of the output's magnitude "
+                f"({t.tolerance:.3g})",
+            )
         )
     else:
         steps.append(
-            Step("truth", True, f"{t.dtype} output, truth in {wide}; the native reference is {t.baseline_error:.3g} "
-                 f"off it, so a kernel may be {t.tolerance:.3g} off (calibrated)")
+            Step(
+                "truth",
+                True,
+                f"{t.dtype} output, truth in {wide}; the native reference is {t.baseline_error:.3g} "
+                f"off it, so a kernel may be {t.tolerance:.3g} off (calibrated)",
+            )
         )
 
     caught, passed = [], []
@@ -264,14 +288,22 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
     passed_names = sorted(set(passed))
     if passed_names and not w.degenerate_output:
         steps.append(
-            Step("degenerate", False, f"{', '.join(passed_names)} pass the check: the output is (near) constant or a "
-                 "copy of an input; change the inputs or the op (or declare DEGENERATE_OUTPUT = True and say why)")
+            Step(
+                "degenerate",
+                False,
+                f"{', '.join(passed_names)} pass the check: the output is (near) constant or a "
+                "copy of an input; change the inputs or the op (or declare DEGENERATE_OUTPUT = True and say why)",
+            )
         )
     else:
         steps.append(
-            Step("degenerate", True if not passed_names else None,
-                 f"{', '.join(sorted(set(caught)))} are all caught" if not passed_names
-                 else f"{', '.join(passed_names)} pass, as DEGENERATE_OUTPUT declares")
+            Step(
+                "degenerate",
+                True if not passed_names else None,
+                f"{', '.join(sorted(set(caught)))} are all caught"
+                if not passed_names
+                else f"{', '.join(passed_names)} pass, as DEGENERATE_OUTPUT declares",
+            )
         )
 
     import jax
@@ -287,10 +319,13 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
         return
     allowed = RUN_STAGE_SECONDS / (checking.DEFAULT_SEEDS * INTERPRET_SLOWDOWN)
     steps.append(
-        Step("budget", run_seconds <= allowed,
-             f"the reference runs in {run_seconds:.3f} s at small size (inputs {inputs_seconds:.3f} s); allowed "
-             f"{allowed:.1f} s: an interpret run is ~{INTERPRET_SLOWDOWN:g}x slower and the run stage gives "
-             f"{RUN_STAGE_SECONDS:g} s for {checking.DEFAULT_SEEDS} seeds")
+        Step(
+            "budget",
+            run_seconds <= allowed,
+            f"the reference runs in {run_seconds:.3f} s at small size (inputs {inputs_seconds:.3f} s); allowed "
+            f"{allowed:.1f} s: an interpret run is ~{INTERPRET_SLOWDOWN:g}x slower and the run stage gives "
+            f"{RUN_STAGE_SECONDS:g} s for {checking.DEFAULT_SEEDS} seeds",
+        )
     )
 
     if w.format_tolerances:
@@ -302,8 +337,12 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
         else:
             theirs = ", ".join(f"{k}={v}" for k, v in tol.items() if k != "source") or "none set"
         steps.append(
-            Step("tolerances", None, f"theirs ({tol.get('source')}): {theirs}; ours: max |error| <= {t.tolerance:.3g} "
-                 "(2x the native reference's own error against the truth, at this seed)")
+            Step(
+                "tolerances",
+                None,
+                f"theirs ({tol.get('source')}): {theirs}; ours: max |error| <= {t.tolerance:.3g} "
+                "(2x the native reference's own error against the truth, at this seed)",
+            )
         )
 
 

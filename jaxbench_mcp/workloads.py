@@ -398,7 +398,9 @@ def _validate(path: Path, module: ModuleType, custom: bool = False, number: int 
         if not isinstance(params, dict):
             fail(f"SIZES[{name!r}]", f"must be a dict of size parameters, got {type(params).__name__}")
         if set(params) != set(sizes["full"]):
-            fail(f"SIZES[{name!r}]", f"must have the parameters of 'full' {sorted(sizes['full'])}, has {sorted(params)}")
+            fail(
+                f"SIZES[{name!r}]", f"must have the parameters of 'full' {sorted(sizes['full'])}, has {sorted(params)}"
+            )
     for fn in ("create_inputs", "flops"):
         if not callable(getattr(module, fn, None)):
             continue

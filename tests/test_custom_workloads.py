@@ -115,13 +115,24 @@ def test_broken_entries_are_listed_field_by_field_and_stop_nothing(use_dirs, tmp
             "return jnp.tanh(x) * scale", "return (x > 0).astype(jnp.int32)"
         ),
     )
-    _write(tmp_path, "no_reference.py", _GOOD.replace('"scaled_tanh"', '"no_reference"').replace("def reference", "def ref"))
+    _write(
+        tmp_path,
+        "no_reference.py",
+        _GOOD.replace('"scaled_tanh"', '"no_reference"').replace("def reference", "def ref"),
+    )
     use_dirs(tmp_path)
     assert workloads.get_workload("scaled_tanh").tier == "custom"
     assert len(workloads.all_workloads()) == 51  # the 50 and good.py
     broken = {b.path.name: (b.field, b.problem) for b in workloads.broken_workloads()}
-    assert broken.keys() == {"raises.py", "z_dup.py", "clash.py", "jaxbench_like.py", "bad_size.py", "int_output.py",
-                             "no_reference.py"}
+    assert broken.keys() == {
+        "raises.py",
+        "z_dup.py",
+        "clash.py",
+        "jaxbench_like.py",
+        "bad_size.py",
+        "int_output.py",
+        "no_reference.py",
+    }
     assert broken["raises.py"][0] == "module" and "RuntimeError: no GPU here" in broken["raises.py"][1]
     assert broken["z_dup.py"][0] == "ID" and "good.py" in broken["z_dup.py"][1]
     # The 50's ids start with a digit and custom ones with a letter: the id form itself keeps them apart.
@@ -187,7 +198,9 @@ def test_validate_reports_a_module_that_fails_to_import(tmp_path):
 
 
 def test_the_divisibility_gap_names_the_block():
-    assert "a block of 512 divides the full 7168 but not the small 768" in workload_validation.divisibility_gap(7168, 768)
+    assert "a block of 512 divides the full 7168 but not the small 768" in workload_validation.divisibility_gap(
+        7168, 768
+    )
     assert "a block of 1024 divides the small 6144 but not the full 1536" in workload_validation.divisibility_gap(
         1536, 6144
     )
@@ -338,7 +351,11 @@ def _size_names_reach_the_worker() -> bool:
 
 
 @pytest.mark.slow
-def test_a_custom_workload_end_to_end_through_the_mcp_client(use_dirs, tmp_path):
+def test_a_custom_workload_end_to_end_through_the_mcp_client(use_dirs, tmp_path, monkeypatch):
+    from jaxbench_mcp import server as server_module
+
+    # Results in the call itself, not 'running' plus an attempt id, however loaded the test host is.
+    monkeypatch.setattr(server_module, "CALL_BUDGET_SECONDS", 600)
     use_dirs(EXAMPLE_DIR)
     bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
     good = EXAMPLE_KERNEL.read_text()
@@ -349,7 +366,9 @@ def test_a_custom_workload_end_to_end_through_the_mcp_client(use_dirs, tmp_path)
         async with Client(build_server(bench)) as client:
             listed = await client.call_tool("list_workloads", {"tier": "custom"})
             spec = await client.call_tool("get_workload", {"workload_id": "swiglu_softcap", "size": "full"})
-            right = await client.call_tool("check_kernel", {"workload_id": "swiglu_softcap", "source": good, "seeds": 1})
+            right = await client.call_tool(
+                "check_kernel", {"workload_id": "swiglu_softcap", "source": good, "seeds": 1}
+            )
             bad = await client.call_tool("check_kernel", {"workload_id": "swiglu_softcap", "source": wrong, "seeds": 1})
             prof = await client.call_tool("profile_kernel", {"workload_id": "swiglu_softcap", "source": good})
             pack = await client.call_tool("read_docs", {"workload_id": "swiglu_softcap"})
