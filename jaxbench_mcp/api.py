@@ -298,7 +298,6 @@ class JaxBench:
         combined.configs = [
             ConfigCheck(
                 config=name,
-                params=_jsonable(w.size_params(name)),
                 status=v.status,
                 error_class=v.error_class,
                 attempt_id=v.attempt_id,

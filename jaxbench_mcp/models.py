@@ -337,7 +337,6 @@ class ConfigCheck(BaseModel):
     """One input configuration's check within a multi-configuration check (check_kernel with config='all')."""
 
     config: str = Field(description="The configuration (a key of the workload's sizes)")
-    params: dict[str, int | float | list[int] | str] = Field(default_factory=dict)
     status: Status
     error_class: ErrorClass | None = None
     attempt_id: int | None = None
