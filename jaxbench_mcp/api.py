@@ -19,6 +19,7 @@ from jaxbench_mcp.checking import DEFAULT_SEEDS, Cancelled, Checker
 from jaxbench_mcp.jobs import Limits
 from jaxbench_mcp.models import (
     AttemptDetail,
+    ConfigCheck,
     AttemptList,
     AttemptSummary,
     Profile,
@@ -203,12 +204,21 @@ class JaxBench:
         on_progress: Callable[[str], None] | None = None,
         on_attempt: Callable[[int], None] | None = None,
         cancel: threading.Event | None = None,
+        config: str | None = None,
     ) -> Verdict:
         """Check one candidate; the attempt and its full log are stored whatever happens.
+
+        `config` runs at a named input configuration of the workload (a key of its sizes) instead of `size`;
+        'all' runs one check per configuration this tier can run (see runnable_configs) and returns the first
+        failing verdict (else the last), listing each configuration's result in `configs`.
 
         Mistakes in the request (unknown id, size or target) raise before an attempt is recorded. Once it is
         recorded, a failure of the server's own machinery (a worker that does not start, a bug) comes back as a
         `server_error` verdict with the attempt id and the end of the log, never as a bare exception."""
+        if config is not None:
+            return self._check_configs(
+                workload_id, source, targets_, config, seeds, require_pallas, on_progress, on_attempt, cancel
+            )
         w = workloads.get_workload(workload_id)  # unknown ids fail before an attempt is recorded
         check_source(source)
         chosen = targets.parse_targets(targets_) if targets_ else None
@@ -244,6 +254,67 @@ class JaxBench:
             attempt_id, verdict.status, verdict.error_class, verdict.model_dump(mode="json"), log, verdict.total_seconds
         )
         return verdict
+
+    def runnable_configs(self, workload_id: str) -> list[str]:
+        """The configurations a check with config='all' runs here: all of them on a TPU; elsewhere all but
+        'full', which an interpret-mode run on the CPU cannot afford (full size is still traced and compiled)."""
+        w = workloads.get_workload(workload_id)
+        on_tpu = self.executor.tier is targets.Tier.TPU
+        return [name for name in w.sizes if on_tpu or name != "full"]
+
+    def _check_configs(
+        self,
+        workload_id: str,
+        source: str,
+        targets_,
+        config: str,
+        seeds: int,
+        require_pallas: bool,
+        on_progress,
+        on_attempt,
+        cancel,
+    ) -> Verdict:
+        w = workloads.get_workload(workload_id)
+        if config != "all" and config not in w.sizes:
+            raise workloads.UnknownSize(
+                f"unknown configuration {config!r} for {w.id}; choose 'all' or one of {', '.join(w.sizes)}"
+            )
+        names = self.runnable_configs(w.id) if config == "all" else [config]
+        progress = on_progress or (lambda _m: None)
+        verdicts: list[tuple[str, Verdict]] = []
+        for name in names:
+            progress(f"configuration {name}")
+            verdicts.append(
+                (
+                    name,
+                    self.check_kernel(
+                        w.id, source, targets_, name, seeds, require_pallas, on_progress, on_attempt, cancel
+                    ),
+                )
+            )
+        if len(verdicts) == 1:
+            return verdicts[0][1]
+        failing = [v for _, v in verdicts if v.status != "correct"]
+        combined = (failing[0] if failing else verdicts[-1][1]).model_copy(deep=True)
+        combined.configs = [
+            ConfigCheck(
+                config=name,
+                status=v.status,
+                error_class=v.error_class,
+                attempt_id=v.attempt_id,
+                max_abs_error=max((s.max_abs_error for s in v.seeds), default=None),
+                tolerance=min((s.tolerance for s in v.seeds), default=None),
+                message=v.message.splitlines()[0] if v.message else "",
+            )
+            for name, v in verdicts
+        ]
+        verdict_of = ", ".join(f"{c.config} {c.status}" for c in combined.configs)
+        combined.message = (
+            f"configurations: {verdict_of}. "
+            + (f"This verdict is configuration {combined.size!r}'s. " if failing else "")
+            + combined.message
+        )
+        return combined
 
     def profile_kernel(
         self,

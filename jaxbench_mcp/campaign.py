@@ -182,8 +182,9 @@ def _judge_digest() -> str:
     from jaxbench_mcp import assets
 
     h = hashlib.sha256()
-    for root in (Path(__file__).resolve().parent, assets.asset_dir("workloads"), assets.asset_dir("tokamax_refs")):
-        for path in sorted(root.rglob("*.py")):
+    roots = (Path(__file__).resolve().parent, assets.asset_dir("workloads"), assets.asset_dir("tokamax_refs"))
+    for root in (*roots, *workloads.custom_dirs()):  # custom workloads decide their results too
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml", ".json") and p.is_file()):
             h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -200,6 +201,15 @@ def score(bench, workload_id: str, source: str, target: str | None, cancel: thre
     """Check one attempt and, when correct, profile it (profile_kernel checks first): its AttemptResult fields."""
     profile = bench.profile_kernel(workload_id, source, [target] if target else None, cancel=cancel)
     verdict = profile.verdict
+    # Held-out shapes: a kernel correct at the run size is checked at each further named configuration of the
+    # workload too (kernels specialised to one shape are the commonest hack after no-ops); the first failure
+    # is the attempt's verdict, and a failing attempt gets no speedup.
+    for name in workloads.get_workload(workload_id).configs if verdict.status == "correct" else ():
+        held = bench.check_kernel(workload_id, source, [target] if target else None, config=name, cancel=cancel)
+        if held.status != "correct":
+            held.message = f"held-out configuration {name!r}: {held.message}"
+            verdict = held
+            break
     entry = next((t for t in profile.targets if t.target == target), profile.targets[0] if profile.targets else None)
     worst = max((s.max_abs_error for s in verdict.seeds), default=None)
     compiled = (

@@ -13,7 +13,22 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-COMMANDS = ("list", "show", "info", "serve", "check", "profile", "docs", "evaluate", "compare", "estimate", "tune")
+COMMANDS = (
+    "list",
+    "show",
+    "info",
+    "serve",
+    "check",
+    "profile",
+    "docs",
+    "evaluate",
+    "compare",
+    "estimate",
+    "tune",
+    "workload",
+)
+# Subcommands that take --workloads DIR (the operator's custom workloads).
+_WITH_WORKLOADS = ("list", "show", "serve", "check", "profile", "docs", "evaluate", "estimate", "tune")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,14 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"jaxbench-mcp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("list", help="list the 50 workloads")
-    p.add_argument("--tier", choices=["production", "kernelbench"])
+    p = sub.add_parser("list", help="list the workloads (the 50, and custom ones with --workloads)")
+    p.add_argument("--tier", choices=["production", "kernelbench", "custom"])
     p.add_argument("--operator", help="substring of the operator name")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("show", help="what one workload must compute")
     p.add_argument("workload_id")
-    p.add_argument("--size", choices=["small", "full"], default="small")
+    p.add_argument("--size", default="small", help="small, full or a named configuration")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("info", help="the tier this host offers, versions, compile targets")
@@ -105,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", required=True, type=Path, help="Python file defining workload(*inputs)")
     p.add_argument("--target", help="comma-separated TPU generations: v4,v5e,v5p,v6e,7x")
     p.add_argument("--size", choices=["small", "full"], help="size of the run stage")
+    p.add_argument(
+        "--config",
+        metavar="NAME|all",
+        help="run at this named input configuration (a key of the workload's SIZES), or 'all': one check per "
+        "configuration this tier can run, and a combined verdict",
+    )
     p.add_argument("--seeds", type=int, default=3, help="hidden seeds to run (1-16)")
     p.add_argument("--allow-no-pallas", action="store_true", help="do not require a pallas_call")
     p.add_argument("--json", action="store_true")
@@ -176,12 +197,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_a", type=Path)
     p.add_argument("run_b", type=Path)
     p.add_argument("--chart", type=Path, help="also write a PNG scatter of the two runs' speedups here")
+
+    p = sub.add_parser("workload", help="your own workloads: validate a module, task folder or directory")
+    wsub = p.add_subparsers(dest="workload_command", required=True, parser_class=_Parser)
+    v = wsub.add_parser(
+        "validate",
+        help="whether a custom workload can be checked (exit 0 when every entry is valid)",
+    )
+    v.add_argument("path", type=Path, metavar="FILE_OR_DIR")
+    v.add_argument("--json", action="store_true")
+
+    for name in _WITH_WORKLOADS:
+        sub.choices[name].add_argument(
+            "--workloads",
+            action="append",
+            type=Path,
+            metavar="DIR",
+            help="also serve the custom workloads in DIR (repeat for more; default: $JAXBENCH_MCP_WORKLOADS)",
+        )
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from jaxbench_mcp import api, docs, targets, workloads
+
+    if getattr(args, "workloads", None):
+        missing = [str(d) for d in args.workloads if not d.is_dir()]
+        if missing:
+            _fail(f"--workloads: no directory at {', '.join(missing)}")
+        # Through the environment: a check's worker inherits it and loads the same workloads.
+        workloads.use_directories(args.workloads)
+    if args.command not in ("workload", "compare", "info"):
+        for broken in workloads.broken_workloads():
+            sys.stderr.write(f"jaxbench-mcp: custom workload left out: {broken.message()}\n")
 
     agent_errors = (
         workloads.UnknownWorkload,
@@ -191,7 +240,18 @@ def main(argv: list[str] | None = None) -> None:
         ValueError,
     )
     try:
-        if args.command == "list":
+        if args.command == "workload":
+            from jaxbench_mcp import workload_validation
+
+            reports = workload_validation.validate(args.path)
+            if args.json:
+                import json
+
+                print(json.dumps([r.as_dict() for r in reports], indent=2))
+            else:
+                print(workload_validation.reports_text(reports))
+            sys.exit(0 if all(r.ok for r in reports) else 1)
+        elif args.command == "list":
             _emit(api.list_workloads(tier=args.tier, operator=args.operator), args.json)
         elif args.command == "show":
             _emit(api.get_workload(args.workload_id, args.size), args.json)
@@ -217,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
                         args.size,
                         args.seeds,
                         require_pallas=not args.allow_no_pallas,
+                        config=args.config,
                     )
                 else:
                     result = bench.profile_kernel(args.workload, args.kernel.read_text(), args.target)

@@ -38,6 +38,9 @@ _ENV_ALLOWED = (
     "TPU_WORKER_HOSTNAMES",
     "TPU_WORKER_ID",
     "TPU_SKIP_MDS_QUERY",
+    # The operator's custom workload directories (workloads.CUSTOM_ENV): the worker's registry must hold the
+    # same workloads as the server's; sandbox.py mounts each directory read-only.
+    "JAXBENCH_MCP_WORKLOADS",
 )
 _LOG_TAIL_BYTES = 20_000
 # The stored event log of one job keeps this much of its head and tail.

@@ -333,6 +333,18 @@ class SeedReport(BaseModel):
     )
 
 
+class ConfigCheck(BaseModel):
+    """One input configuration's check within a multi-configuration check (check_kernel with config='all')."""
+
+    config: str = Field(description="The configuration (a key of the workload's sizes)")
+    status: Status
+    error_class: ErrorClass | None = None
+    attempt_id: int | None = None
+    max_abs_error: Real | None = Field(None, description="Worst |candidate - truth| over this configuration's seeds")
+    tolerance: Real | None = None
+    message: str = ""
+
+
 class Verdict(BaseModel):
     # Enums, so that the output schema lists every value a client may meet.
     status: Status
@@ -380,6 +392,11 @@ class Verdict(BaseModel):
     host: str | None = Field(
         None, description="The fleet host that produced this verdict (unset: the server's own host)"
     )
+    configs: list[ConfigCheck] = Field(
+        default_factory=list,
+        description="A multi-configuration check: each configuration's result (this verdict is the first "
+        "failing one's, or the last one's when all are correct)",
+    )
 
     def summary(self) -> str:
         head = f"{self.status.upper()}" + (f" [{self.error_class}]" if self.error_class else "")
@@ -388,6 +405,11 @@ class Verdict(BaseModel):
             + (f"; host {self.host}" if self.host else "")
             + ")"
         ]
+        for c in self.configs:
+            err = (
+                f", max error {c.max_abs_error:.3g} (allowed {c.tolerance:.3g})" if c.max_abs_error is not None else ""
+            )
+            lines.append(f"config {c.config}: {c.status}{err} (attempt {c.attempt_id})")
         if self.message:
             lines.append(self.message)
         if self.hint:

@@ -178,6 +178,13 @@ def bwrap_command(
         cmd += ["--ro-bind", str(workloads_dir), str(workloads_dir)]
     for path in _hidden_dirs():
         cmd += ["--tmpfs", path]
+    # The operator's custom workload directories (trusted like workloads/), read-only at the same paths, after
+    # the tmpfs mounts so that none hides them.
+    from jaxbench_mcp.workloads import custom_dirs
+
+    for path in custom_dirs():
+        if path.is_dir():
+            cmd += ["--ro-bind", str(path), str(path)]
     for pattern in _DEVICE_GLOBS:
         for path in glob.glob(pattern):
             cmd += ["--dev-bind", path, path]

@@ -412,12 +412,21 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
         seeds: Annotated[
             int, Field(ge=1, le=api.MAX_SEEDS, description="How many hidden seeds to run")
         ] = DEFAULT_SEEDS,
+        config: Annotated[
+            str | None,
+            Field(
+                description="A named input configuration to run at instead of size (get_workload lists them "
+                "in other_sizes), or 'all': one check per configuration this host can run, combined"
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, CheckOutcome]:
         """Compile and check a candidate kernel: load, trace, lower for TPU, compile for the target generations at full
         size, run on hidden seeds, compare with a float32-or-better truth. Returns a verdict with the decisive error
         lines, a fix hint and the doc sections to read. A check that outlasts about 45 s returns state 'running' and
         an attempt id: collect the verdict with list_attempts(attempt_id=...)."""
-        attempt_id, verdict = await _run_long(ctx, bench.check_kernel, workload_id, source, targets, size, seeds)
+        attempt_id, verdict = await _run_long(
+            ctx, bench.check_kernel, workload_id, source, targets, size, seeds, config=config
+        )
         return _result(CheckOutcome(state="done" if verdict else "running", attempt_id=attempt_id, verdict=verdict))
 
     @mcp.tool(title="Profile kernel", annotations=ToolAnnotations(title="Profile kernel", **_RECORDS_ATTEMPT))

@@ -18,6 +18,15 @@ A workload module is data-like. It declares, at module level:
   flops(**size)                   the FLOP count JAXBench reports
 
 Copy any file in workloads/ to add one: the registry finds it by itself.
+
+Custom workloads (tier `custom`) live in the operator's own directories, named by `--workloads DIR` or the
+variable JAXBENCH_MCP_WORKLOADS (several joined with os.pathsep). There the id is any identifier that is not
+one of the 50 (e.g. "swiglu_softcap"), MODEL, NOTES, DEGENERATE_OUTPUT and flops are optional (FLOPs come
+from XLA's cost analysis of the reference), create_inputs need not match any published seed, and SIZES may
+name further input configurations besides "full" and "small" (each with full's parameters and its
+divisibility). A directory may also hold tasks in other formats (workload_formats.py: a MaxKernel task
+directory, a JAXBench baseline.py). A custom entry that breaks the contract is kept aside as broken, with
+the field and the problem, and never stops the registry: see broken_workloads().
 """
 
 from __future__ import annotations
@@ -25,19 +34,28 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib.util
+import hashlib
 import inspect
+import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
 from jaxbench_mcp.assets import asset_dir
 
-SIZE_NAMES = ("full", "small")
-TIERS = ("production", "kernelbench")
+SIZE_NAMES = ("full", "small")  # every workload has these two; more named configurations may follow
+TIERS = ("production", "kernelbench", "custom")
+CUSTOM_ENV = "JAXBENCH_MCP_WORKLOADS"
 _ID_PATTERN = re.compile(r"^(\d+)([pk])_[A-Za-z0-9_]+$")
+_CUSTOM_ID_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+# Output dtypes the check compares: the truth is computed one precision level up from these.
+_CHECKED_DTYPES = ("bfloat16", "float16", "float32")
+_CUSTOM_NUMBER_BASE = 1000  # custom workloads sort after the 50
+# A size's name travels to the worker in the check job, which accepts these.
+_CONFIG_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
 class WorkloadDefinitionError(ValueError):
@@ -52,7 +70,7 @@ class UnknownWorkload(KeyError):
     def __init__(self, workload_id: str, close_matches: list[str]):
         self.workload_id, self.close_matches = workload_id, close_matches
         hint = f" Did you mean: {', '.join(close_matches)}?" if close_matches else ""
-        super().__init__(f"unknown workload {workload_id!r}.{hint} `jaxbench-mcp list` shows all 50.")
+        super().__init__(f"unknown workload {workload_id!r}.{hint} `jaxbench-mcp list` shows them all.")
 
     def __str__(self) -> str:
         return self.args[0]
@@ -99,13 +117,27 @@ class Workload:
     degenerate_output: bool
     path: Path
     module: ModuleType
+    # What the module's source format is ("jaxbench-mcp", "maxkernel", "jaxbench-baseline"), the format's own
+    # tolerances (reported beside ours, never used to judge), and how the small size was chosen.
+    source_format: str = "jaxbench-mcp"
+    format_tolerances: dict[str, Any] = field(default_factory=dict)
+    size_rule: str = ""
+    # False where create_inputs is host code (numpy) that cannot be traced with a symbolic seed.
+    jit_inputs: bool = True
+
+    @property
+    def configs(self) -> tuple[str, ...]:
+        """The named input configurations besides full and small (held-out shapes)."""
+        return tuple(k for k in self.sizes if k not in SIZE_NAMES)
 
     def size_params(self, size: str) -> dict[str, Any]:
         if size not in self.sizes:
-            raise UnknownSize(f"unknown size {size!r} for {self.id}; choose one of {', '.join(SIZE_NAMES)}")
+            raise UnknownSize(f"unknown size {size!r} for {self.id}; choose one of {', '.join(self.sizes)}")
         return dict(self.sizes[size])
 
     def create_inputs(self, size: str = "small", seed: int = 42) -> tuple:
+        if not self.jit_inputs:
+            return tuple(self.module.create_inputs(seed=seed, **self.size_params(size)))
         return _jitted_create_inputs(self.id, size)(seed)
 
     def reference(self, *inputs):
@@ -117,7 +149,14 @@ class Workload:
         return jax.jit(self.module.reference, static_argnums=self.static_argnums)
 
     def flops(self, size: str) -> int:
-        return int(self.module.flops(**self.size_params(size)))
+        """The module's FLOP formula, or (custom workloads without one) XLA's cost analysis of the reference."""
+        if callable(getattr(self.module, "flops", None)):
+            return int(self.module.flops(**self.size_params(size)))
+        return _xla_flops(self.id, size)
+
+    @property
+    def flops_source(self) -> str:
+        return "formula" if callable(getattr(self.module, "flops", None)) else "XLA cost analysis of the reference"
 
     def input_specs(self, size: str) -> list[ArgSpec]:
         return _input_specs(self, size)
@@ -132,7 +171,8 @@ class Workload:
         )
 
     def reference_source(self) -> str:
-        return inspect.getsource(self.module.reference)
+        own = getattr(self.module, "REFERENCE_SOURCE", None)  # imported formats: the user's file as it is
+        return own if isinstance(own, str) else inspect.getsource(self.module.reference)
 
     @property
     def has_expert_reference(self) -> bool:
@@ -173,9 +213,12 @@ def _tensor_spec(x) -> TensorSpec:
 
 @functools.lru_cache(maxsize=None)
 def _input_specs_cached(workload_id: str, size: str) -> tuple[ArgSpec, ...]:
+    return _compute_input_specs(get_workload(workload_id), size)
+
+
+def _compute_input_specs(w: Workload, size: str) -> tuple[ArgSpec, ...]:
     import jax
 
-    w = get_workload(workload_id)
     params = w.size_params(size)
     static_values: dict[int, Any] = {}
 
@@ -196,10 +239,13 @@ def _input_specs(w: Workload, size: str) -> list[ArgSpec]:
 
 @functools.lru_cache(maxsize=None)
 def _output_specs_cached(workload_id: str, size: str) -> tuple[TensorSpec, ...]:
+    w = get_workload(workload_id)
+    return _compute_output_specs(w, abstract_inputs(w, size))
+
+
+def _compute_output_specs(w: Workload, args: list) -> tuple[TensorSpec, ...]:
     import jax
 
-    w = get_workload(workload_id)
-    args = abstract_inputs(w, size)
     static = {i: a for i, a in enumerate(args) if i in w.static_argnums}
 
     def call(*dynamic):
@@ -215,14 +261,29 @@ def _output_specs(w: Workload, size: str) -> list[TensorSpec]:
     return list(_output_specs_cached(w.id, size))
 
 
-def abstract_inputs(w: Workload, size: str) -> list:
-    """ShapeDtypeStructs for array inputs and the Python values for static ones."""
+@functools.lru_cache(maxsize=None)
+def _xla_flops(workload_id: str, size: str) -> int:
+    """FLOPs of the reference as XLA's HLO cost analysis counts them (lowered only: nothing is allocated)."""
     import jax
 
-    return [
-        a.static_value if a.tensor is None else jax.ShapeDtypeStruct(a.tensor.shape, a.tensor.dtype)
-        for a in w.input_specs(size)
-    ]
+    w = get_workload(workload_id)
+    args = abstract_inputs(w, size)
+    lowered = jax.jit(w.module.reference, static_argnums=w.static_argnums).lower(*args)
+    cost = lowered.cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    return int(max(0.0, float((cost or {}).get("flops", 0.0))))
+
+
+def abstract_inputs(w: Workload, size: str) -> list:
+    """ShapeDtypeStructs for array inputs and the Python values for static ones."""
+    return _abstract(w.input_specs(size))
+
+
+def _abstract(specs) -> list:
+    import jax
+
+    return [a.static_value if a.tensor is None else jax.ShapeDtypeStruct(a.tensor.shape, a.tensor.dtype) for a in specs]
 
 
 # ---- discovery and validation ------------------------------------------------------------------
@@ -235,12 +296,54 @@ _REQUIRED = {
     "SIZES": dict,
     "INPUT_NAMES": tuple,
 }
+_OPTIONAL_FOR_CUSTOM = ("MODEL",)
 _FUNCTIONS = ("create_inputs", "reference", "flops")
+_OPTIONAL_FUNCTIONS_FOR_CUSTOM = ("flops",)
 
 
-def _load_module(path: Path) -> ModuleType:
-    name = f"jaxbench_workloads.{path.stem}"
+@dataclass(frozen=True)
+class BrokenWorkload:
+    """A custom entry that breaks the contract: left out of the registry, with what is wrong."""
+
+    path: Path
+    field: str
+    problem: str
+
+    def message(self) -> str:
+        return f"{self.path}: {self.field}: {self.problem}"
+
+
+def custom_dirs() -> list[Path]:
+    """The operator's workload directories (JAXBENCH_MCP_WORKLOADS, os.pathsep-separated), as absolute paths.
+
+    The variable is the one place the choice lives: the CLI's --workloads sets it, and a check's worker
+    inherits it (jobs.py passes it through; sandbox.py mounts each directory read-only)."""
+    raw = os.environ.get(CUSTOM_ENV, "")
+    return [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
+
+
+def use_directories(dirs: list[Path | str] | None) -> None:
+    """Serve the custom workloads of `dirs` (None or []: none) from now on, in this process and its workers."""
+    if dirs:
+        os.environ[CUSTOM_ENV] = os.pathsep.join(str(Path(d).expanduser().resolve()) for d in dirs)
+    else:
+        os.environ.pop(CUSTOM_ENV, None)
+    reset_caches()
+
+
+def reset_caches() -> None:
+    for cached in (_registry, _jitted_create_inputs, _input_specs_cached, _output_specs_cached, _xla_flops):
+        cached.cache_clear()
+
+
+def _load_module(path: Path, package: str = "jaxbench_workloads") -> ModuleType:
+    if package == "jaxbench_workloads":
+        name = f"{package}.{path.stem}"
+    else:  # custom files from anywhere: the path's digest keeps two `gemm.py` apart
+        name = f"{package}.{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:10]}"
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise WorkloadDefinitionError(path, "module", "is not a Python file that can be imported")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # inspect.getsource and pickling look modules up here
     try:
@@ -251,37 +354,63 @@ def _load_module(path: Path) -> ModuleType:
     return module
 
 
-def _validate(path: Path, module: ModuleType) -> Workload:
+def _validate(path: Path, module: ModuleType, custom: bool = False, number: int = 0) -> Workload:
     def fail(field: str, problem: str):
         raise WorkloadDefinitionError(path, field, problem)
 
-    for field, kind in _REQUIRED.items():
-        if not hasattr(module, field):
-            fail(field, "missing")
-        if not isinstance(getattr(module, field), kind):
-            fail(field, f"must be a {kind.__name__}, got {type(getattr(module, field)).__name__}")
+    for field_, kind in _REQUIRED.items():
+        if not hasattr(module, field_):
+            if custom and field_ in _OPTIONAL_FOR_CUSTOM:
+                continue
+            fail(field_, "missing")
+        if not isinstance(getattr(module, field_), kind):
+            fail(field_, f"must be a {kind.__name__}, got {type(getattr(module, field_)).__name__}")
     for fn in _FUNCTIONS:
         if not callable(getattr(module, fn, None)):
+            if custom and fn in _OPTIONAL_FUNCTIONS_FOR_CUSTOM and not hasattr(module, fn):
+                continue
             fail(fn, "missing function")
 
-    match = _ID_PATTERN.match(module.ID)
-    if not match:
-        fail("ID", f"{module.ID!r} is not of the form <number><p|k>_<Name>")
+    if custom:
+        match = None
+        if _ID_PATTERN.match(module.ID):
+            fail("ID", f"{module.ID!r} has the form of a JAXBench id (<number><p|k>_<Name>), kept for the 50")
+        if not _CUSTOM_ID_PATTERN.match(module.ID):
+            fail("ID", f"{module.ID!r} must be an identifier: a letter, then letters, digits or '_' (at most 64)")
+    else:
+        match = _ID_PATTERN.match(module.ID)
+        if not match:
+            fail("ID", f"{module.ID!r} is not of the form <number><p|k>_<Name>")
     if not module.DESCRIPTION.strip():
         fail("DESCRIPTION", "empty")
 
     sizes = module.SIZES
-    if set(sizes) != set(SIZE_NAMES):
-        fail("SIZES", f"needs exactly the keys {SIZE_NAMES}, has {tuple(sizes)}")
-    if set(sizes["full"]) != set(sizes["small"]):
-        fail("SIZES", "'full' and 'small' must have the same parameters")
+    missing_sizes = [k for k in SIZE_NAMES if k not in sizes]
+    if missing_sizes:
+        fail("SIZES", f"needs the keys {SIZE_NAMES} (more named configurations may follow), lacks {missing_sizes}")
+    for name, params in sizes.items():
+        if not isinstance(name, str) or not _CONFIG_NAME.match(name) or name == "all":
+            fail(
+                "SIZES",
+                f"{name!r} is not a configuration name: lowercase letters, digits and '_', a letter first, at "
+                "most 32 characters, and not 'all'",
+            )
+        if not isinstance(params, dict):
+            fail(f"SIZES[{name!r}]", f"must be a dict of size parameters, got {type(params).__name__}")
+        if set(params) != set(sizes["full"]):
+            fail(
+                f"SIZES[{name!r}]", f"must have the parameters of 'full' {sorted(sizes['full'])}, has {sorted(params)}"
+            )
     for fn in ("create_inputs", "flops"):
+        if not callable(getattr(module, fn, None)):
+            continue
         params = inspect.signature(getattr(module, fn)).parameters
         accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         missing = [k for k in sizes["full"] if k not in params and not accepts_any]
         if missing:
             fail(fn, f"does not accept the size parameters {missing}")
-    if "seed" not in inspect.signature(module.create_inputs).parameters:
+    create_params = inspect.signature(module.create_inputs).parameters
+    if "seed" not in create_params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in create_params.values()):
         fail("create_inputs", "must take a keyword argument `seed`")
 
     static = tuple(getattr(module, "STATIC_ARGNUMS", ()))
@@ -296,9 +425,9 @@ def _validate(path: Path, module: ModuleType) -> Workload:
 
     return Workload(
         id=module.ID,
-        number=int(match.group(1)),
-        tier="production" if match.group(2) == "p" else "kernelbench",
-        model=module.MODEL,
+        number=int(match.group(1)) if match else number,
+        tier="custom" if custom else "production" if match and match.group(2) == "p" else "kernelbench",
+        model=getattr(module, "MODEL", None) or f"custom workload ({path.name})",
         operator=module.OPERATOR,
         description=" ".join(module.DESCRIPTION.split()),
         sizes={k: dict(v) for k, v in sizes.items()},
@@ -309,7 +438,90 @@ def _validate(path: Path, module: ModuleType) -> Workload:
         degenerate_output=bool(getattr(module, "DEGENERATE_OUTPUT", False)),
         path=path,
         module=module,
+        source_format=str(getattr(module, "SOURCE_FORMAT", "jaxbench-mcp")),
+        format_tolerances=dict(getattr(module, "FORMAT_TOLERANCES", {}) or {}),
+        size_rule=str(getattr(module, "SIZE_RULE", "")),
+        jit_inputs=bool(getattr(module, "JIT_INPUTS", True)),
     )
+
+
+def _trace_check(w: Workload) -> None:
+    """Every size of a custom workload traces (abstractly: nothing is allocated) and its reference returns one
+    floating-point array of the same dtype at every size: what the check can compare. Raises
+    WorkloadDefinitionError naming the size."""
+    dtypes = {}
+    for size in w.sizes:
+        try:
+            specs = _compute_input_specs(w, size)
+        except Exception as exc:
+            raise WorkloadDefinitionError(
+                w.path, f"SIZES[{size!r}]", f"create_inputs does not trace: {type(exc).__name__}: {exc}"
+            ) from exc
+        if len(specs) != len(w.input_names):
+            raise WorkloadDefinitionError(
+                w.path, "INPUT_NAMES", f"names {len(w.input_names)} inputs; create_inputs returns {len(specs)}"
+            )
+        try:
+            outputs = _compute_output_specs(w, _abstract(specs))
+        except Exception as exc:
+            raise WorkloadDefinitionError(
+                w.path, "reference", f"does not trace at size {size!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        if len(outputs) != 1:
+            raise WorkloadDefinitionError(
+                w.path,
+                "reference",
+                f"returns {len(outputs)} arrays at size {size!r}; the check compares one output array "
+                "(return a single array, e.g. the outputs concatenated)",
+            )
+        dtype = outputs[0].dtype
+        if dtype not in _CHECKED_DTYPES:
+            raise WorkloadDefinitionError(
+                w.path,
+                "reference",
+                f"returns {dtype} at size {size!r}; the check compares {', '.join(_CHECKED_DTYPES)} outputs "
+                "against a truth one precision level up",
+            )
+        declared = getattr(w.module, "OUTPUT_DTYPE", None)
+        if declared is not None and str(declared) != dtype:
+            raise WorkloadDefinitionError(
+                w.path, "reference", f"returns {dtype} at size {size!r}; OUTPUT_DTYPE declares {declared}"
+            )
+        dtypes[size] = dtype
+    if len(set(dtypes.values())) > 1:
+        raise WorkloadDefinitionError(w.path, "reference", f"returns different dtypes by size: {dtypes}")
+
+
+def custom_entries(directory: Path) -> list[Path]:
+    """What in `directory` is a workload: our modules (*.py not starting with '_') and task folders of the
+    imported formats; `directory` itself when it is one task folder."""
+    from jaxbench_mcp import workload_formats
+
+    if workload_formats.format_of(directory) is not None:
+        return [directory]
+    entries = []
+    for path in sorted(directory.iterdir()):
+        if path.name.startswith(("_", ".")):
+            continue
+        if path.is_file() and path.suffix == ".py":
+            entries.append(path)
+        elif path.is_dir() and workload_formats.format_of(path) is not None:
+            entries.append(path)
+    return entries
+
+
+def load_custom(path: Path, number: int = _CUSTOM_NUMBER_BASE) -> Workload:
+    """One custom entry, validated (not yet traced): our module, a MaxKernel task folder or a baseline.py."""
+    from jaxbench_mcp import workload_formats
+
+    kind = workload_formats.format_of(path)
+    if kind is not None:
+        module = workload_formats.adapt(path, kind)
+        return _validate(workload_formats.entry_file(path, kind), module, custom=True, number=number)
+    return _validate(path, _load_module(path, "jaxbench_custom_workloads"), custom=True, number=number)
+
+
+_BROKEN: list[BrokenWorkload] = []
 
 
 @functools.lru_cache(maxsize=1)
@@ -324,7 +536,34 @@ def _registry() -> dict[str, Workload]:
                 path, "ID", f"{workload.id!r} is also defined in {registry[workload.id].path.name}"
             )
         registry[workload.id] = workload
+    builtin_lower = {k.lower(): k for k in registry}
+    _BROKEN.clear()
+    number = _CUSTOM_NUMBER_BASE
+    for directory in custom_dirs():
+        if not directory.is_dir():
+            _BROKEN.append(BrokenWorkload(directory, "directory", "does not exist or is not a directory"))
+            continue
+        for entry in custom_entries(directory):
+            try:
+                workload = load_custom(entry, number)
+                clash = registry.get(workload.id) or registry.get(builtin_lower.get(workload.id.lower(), ""))
+                if clash is not None:
+                    where = "one of the 50 JAXBench workloads" if clash.tier != "custom" else str(clash.path)
+                    raise WorkloadDefinitionError(entry, "ID", f"{workload.id!r} is already taken by {where}")
+                _trace_check(workload)
+                registry[workload.id] = workload
+            except WorkloadDefinitionError as exc:
+                _BROKEN.append(BrokenWorkload(entry, exc.field, exc.problem))
+            except Exception as exc:  # noqa: BLE001 - a user's module must never stop the registry
+                _BROKEN.append(BrokenWorkload(entry, "module", f"{type(exc).__name__}: {exc}"))
+            number += 1
     return dict(sorted(registry.items(), key=lambda kv: kv[1].number))
+
+
+def broken_workloads() -> list[BrokenWorkload]:
+    """The custom entries left out, each with the field at fault and the problem."""
+    _registry()
+    return list(_BROKEN)
 
 
 def all_workloads() -> list[Workload]:

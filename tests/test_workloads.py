@@ -108,3 +108,24 @@ def test_small_size_keeps_the_full_sizes_divisibility(workload_id):
         assert broken and any("small size" in n and "divisib" in n for n in w.notes), "say why in NOTES"
         return
     assert not broken, f"full -> small dimensions that break workloads.keeps_divisibility: {broken}"
+
+
+@pytest.mark.parametrize("workload_id", IDS)
+def test_held_out_configurations_keep_the_full_sizes_divisibility(workload_id):
+    w = workloads.get_workload(workload_id)
+    full = _dimensions(w, "full")
+    for name in w.configs:
+        held = _dimensions(w, name)
+        assert held.keys() == full.keys()
+        broken = {k: (full[k], held[k]) for k in full if not workloads.keeps_divisibility(full[k], held[k])}
+        assert not broken, f"full -> {name} dimensions that break workloads.keeps_divisibility: {broken}"
+        assert held != _dimensions(w, "small"), f"{name} must be another shape than small"
+
+
+def test_every_operator_family_but_the_exempt_one_has_a_held_out_shape():
+    from jaxbench_mcp.campaign import operator_family
+
+    families = {operator_family(w.operator) for w in workloads.all_workloads()}
+    covered = {operator_family(w.operator) for w in workloads.all_workloads() if w.configs}
+    # "other" is 17p_Triangle_Multiplication alone, whose small size already cannot keep the rule.
+    assert covered == families - {"other"}

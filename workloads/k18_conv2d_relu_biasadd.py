@@ -17,6 +17,15 @@ JAXBench harness passes them.
 SIZES = {
     "full": {"batch_size": 128, "in_channels": 64, "out_channels": 128, "kernel_size": 3, "height": 128, "width": 128},
     "small": {"batch_size": 4, "in_channels": 64, "out_channels": 128, "kernel_size": 3, "height": 32, "width": 32},
+    # Held out (campaigns; check --config): a non-square image (outputs 62 x 14 = 2 * 31 x 2 * 7).
+    "held_out": {
+        "batch_size": 2,
+        "in_channels": 64,
+        "out_channels": 128,
+        "kernel_size": 3,
+        "height": 64,
+        "width": 16,
+    },
 }
 INPUT_NAMES = ("x", "weight", "conv_bias", "bias")
 

@@ -18,6 +18,8 @@ output is probabilities @ V as a bfloat16 einsum. No GQA, bias, soft-cap or drop
 SIZES = {
     "full": {"batch": 4, "seq_len": 4096, "num_heads": 64, "head_dim": 128},
     "small": {"batch": 2, "seq_len": 512, "num_heads": 4, "head_dim": 128},
+    # Held out (campaigns; check --config): a longer sequence over fewer heads.
+    "held_out": {"batch": 2, "seq_len": 1024, "num_heads": 2, "head_dim": 128},
 }
 INPUT_NAMES = ("query", "key", "value")
 NOTES = (

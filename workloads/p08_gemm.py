@@ -17,6 +17,9 @@ SIZES = {
     # N = 2^11 * 3 keeps the full N's factor 2^12 * 7 up to the 2048 cap (see NOTES); the output's spread
     # shrinks with K (std ~0.45 instead of ~1.8).
     "small": {"M": 512, "K": 512, "N": 6144},
+    # Held out (checked in campaigns, and by check --config): another aspect ratio, the same divisibility
+    # (N = 2^11 * 5).
+    "held_out": {"M": 128, "K": 1024, "N": 10240},
 }
 INPUT_NAMES = ("A", "B")
 NOTES = (

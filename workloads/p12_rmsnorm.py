@@ -19,6 +19,8 @@ EPSILON = 1e-5
 SIZES = {
     "full": {"batch": 8, "seq_len": 4096, "emb_dim": 8192},
     "small": {"batch": 2, "seq_len": 256, "emb_dim": 1024},
+    # Held out (campaigns; check --config): fewer rows, a wider one.
+    "held_out": {"batch": 4, "seq_len": 128, "emb_dim": 2048},
 }
 INPUT_NAMES = ("x", "scale")
 NOTES = (

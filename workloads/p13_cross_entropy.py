@@ -19,6 +19,8 @@ SIZES = {
     "full": {"batch_tokens": 8192, "hidden_dim": 4096, "vocab_size": 128256},
     # vocab = 2^8 * 33 keeps the full 128256 = 2^8 * 501: a multiple of 256 but of no larger power of two.
     "small": {"batch_tokens": 256, "hidden_dim": 256, "vocab_size": 8448},
+    # Held out (campaigns; check --config): vocab = 2^8 * 21, another odd part above the same 2^8.
+    "held_out": {"batch_tokens": 128, "hidden_dim": 512, "vocab_size": 5376},
 }
 INPUT_NAMES = ("hidden", "weight", "labels")
 NOTES = (
