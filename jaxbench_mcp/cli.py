@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="let get_workload return the expert kernel's source (hidden by default, as in JAXBench)",
     )
     p.add_argument(
+        "--context",
+        choices=["docs", "none"],
+        default="docs",
+        help="the docs ablation: 'docs' serves the curated docs; 'none' serves no docs and no doc pointers",
+    )
+    p.add_argument(
         "--ray",
         metavar="ADDRESS",
         help="run checks and profiles on a Ray cluster of hosts (HEAD:6379, or 'auto' on a "
@@ -320,7 +326,7 @@ def _serve(args) -> None:
         bench = _fleet_bench(args.ray, args.host_slots)
     else:
         bench = api.JaxBench()
-    server = build_server(bench, show_expert_source=args.show_expert_source)
+    server = build_server(bench, show_expert_source=args.show_expert_source, context=args.context)
     if args.transport == "stdio":
         # Ctrl-C: the shutdown handlers above kill the workers and exit at once (the stdin reader would block a
         # clean exit). Over HTTP, uvicorn takes the signals while it runs and closes the server's lifespan.
