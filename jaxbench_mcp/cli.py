@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="re-run attempts whose results are cached")
     p.add_argument("--jobs", type=int, help="attempts checked at once (default: the executor's slots)")
     p.add_argument(
+        "--context",
+        choices=["docs", "none"],
+        help="the condition the attempts were made in (else what run.json / trajectory.json record)",
+    )
+    p.add_argument("--model", help="the model that made the attempts (else what run.json / trajectory.json record)")
+    p.add_argument(
         "--ray",
         metavar="ADDRESS",
         help="check and profile on a Ray cluster of hosts (HEAD:6379); needs the fleet extra",
@@ -259,6 +265,8 @@ def _campaign(args) -> None:
                 force=args.force,
                 progress=campaign.ProgressBar(),
                 jobs=args.jobs,
+                context=args.context,
+                model=args.model,
             )
         except KeyboardInterrupt:
             _fail(
