@@ -497,7 +497,8 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
 def _instructions(context: str) -> str:
     how = "read_docs (how), " if context == "docs" else ""
     return (
-        "Write Pallas TPU kernels for the 50 JAXBench workloads. Loop: get_workload (what to compute), "
+        "Write Pallas TPU kernels for the 50 JAXBench workloads (list_workloads lists them). Loop: get_workload "
+        "(what to compute), "
         f"{how}check_kernel (does it compile for TPU and compute the right thing), profile_kernel "
         "(how fast, next to XLA and the expert kernel), tune_kernel (try block sizes: compile, estimate and check "
         "the variants), list_attempts (earlier results; collects a check still running). server_info says what "

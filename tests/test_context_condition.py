@@ -179,3 +179,17 @@ def test_unknown_condition_is_refused():
         [sys.executable, "-m", "jaxbench_mcp", "serve", "--context", "some"], capture_output=True, text=True
     )
     assert out.returncode == 2 and "--context" in out.stderr
+
+
+def test_every_tool_is_named_in_the_instructions_gemini_md_and_the_skill(bench):
+    async def body(client):
+        return client.instructions, [t.name for t in (await client.list_tools()).tools]
+
+    instructions, tools = run(bench, body, "docs")
+    texts = {
+        "instructions": instructions,
+        "GEMINI.md": (ROOT / "GEMINI.md").read_text(),
+        "skill": (ROOT / "skills" / "pallas-kernel-loop" / "SKILL.md").read_text(),
+    }
+    missing = {where: [t for t in tools if t not in text] for where, text in texts.items()}
+    assert missing == {where: [] for where in texts}
