@@ -14,7 +14,18 @@ from collections.abc import Callable
 import jax
 import jaxlib
 
-from jaxbench_mcp import executors, expert_refs, jobs, profiling, protocol, sandbox, targets, workloads
+from jaxbench_mcp import (
+    conditions,
+    executors,
+    expert_refs,
+    jobs,
+    profiling,
+    protocol,
+    provenance,
+    sandbox,
+    targets,
+    workloads,
+)
 from jaxbench_mcp.checking import DEFAULT_SEEDS, Cancelled, Checker
 from jaxbench_mcp.jobs import Limits
 from jaxbench_mcp.models import (
@@ -150,9 +161,13 @@ def get_workload(workload_id: str, size: str = "small", show_expert_source: bool
 class JaxBench:
     """An executor (this host's checker, or a fleet) plus the attempt store, which only this object writes."""
 
-    def __init__(self, store: Store | None = None, checker: Checker | None = None, executor=None):
+    def __init__(
+        self, store: Store | None = None, checker: Checker | None = None, executor=None, context: str = "docs"
+    ):
         self.store = store or Store()
         self.executor = executor or executors.LocalExecutor(checker or Checker(), cache=self.store)
+        # The docs ablation's condition (jaxbench_mcp.conditions): recorded with every result this bench stores.
+        self.context = conditions.check_context(context)
 
     @property
     def checker(self) -> Checker:
@@ -191,6 +206,8 @@ class JaxBench:
             queue=self.executor.queue(),
             isolation=str(self.executor.isolation),
             fleet=self.executor.fleet(),
+            context=self.context,
+            provenance=provenance.provenance(self.context),
         )
 
     def check_kernel(
@@ -250,6 +267,7 @@ class JaxBench:
                 time.monotonic() - started,
             )
         verdict.attempt_id = attempt_id
+        verdict.context = self.context
         self.store.finish(
             attempt_id, verdict.status, verdict.error_class, verdict.model_dump(mode="json"), log, verdict.total_seconds
         )
@@ -359,6 +377,7 @@ class JaxBench:
                 checked=verdict,
             )
         result.attempt_id = attempt_id
+        result.context = self.context
         self.store.finish(
             attempt_id, verdict.status, verdict.error_class, result.model_dump(mode="json"), "", verdict.total_seconds
         )
@@ -403,6 +422,7 @@ class JaxBench:
             attempt_id=attempt_id,
             total_seconds=seconds,
             log_tail=log[-_SERVER_LOG_TAIL_CHARS:],
+            context=self.context,
         )
         result = (
             verdict
@@ -414,6 +434,7 @@ class JaxBench:
                 label="not profiled: the server failed",
                 verdict=verdict,
                 attempt_id=attempt_id,
+                context=self.context,
             )
         )
         self.store.finish(attempt_id, verdict.status, verdict.error_class, result.model_dump(mode="json"), log, seconds)
@@ -488,7 +509,14 @@ def check_source(source: str) -> None:
 
 
 # Mistakes in a request that the agent can fix; anything else raised during a check is the server's fault.
-AGENT_ERRORS = (workloads.UnknownWorkload, workloads.UnknownSize, targets.UnknownTarget, UnknownAttempt, BadRequest)
+AGENT_ERRORS = (
+    workloads.UnknownWorkload,
+    workloads.UnknownSize,
+    targets.UnknownTarget,
+    UnknownAttempt,
+    BadRequest,
+    conditions.UnknownContext,
+)
 
 
 def _summary_fields(row) -> dict:

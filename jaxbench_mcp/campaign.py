@@ -8,6 +8,16 @@ costs nothing, while a changed checker or estimator recomputes), and
 writes RUN_DIR/results.json and RUN_DIR/summary.json. `report` turns them into a self-contained report.html
 with charts; `compare` puts two runs side by side.
 
+A run directory may also hold trajectories: each sample's ordered attempts, as an agent made them,
+RUN_DIR/<workload_id>/<sample>/*.py with an optional RUN_DIR/<workload_id>/<sample>/trajectory.json:
+
+    {"model": "provider/name", "context": "docs" | "none",
+     "attempts": [{"file": "attempt_001.py", "turn": 3}, {"file": "attempt_002.py", "turn": 7}]}
+
+(without it the sample's *.py files are its attempts in name order, e.g. attempt_001.py, attempt_002.py).
+RUN_DIR/run.json may give the run's "model" and "context" once for all samples. A flat RUN_DIR/<workload_id>.py,
+and each RUN_DIR/<workload_id>/<name>.py, is a sample of one attempt. `evaluate` keeps every sample's order.
+
 Conventions (each named in summary.json):
   best attempt   per workload: the correct attempt with the highest speedup vs XLA; else the first attempt
   correct rate   best attempts correct, over attempted workloads and over all 50
@@ -16,6 +26,12 @@ Conventions (each named in summary.json):
                  expert over attempted workloads that have an expert kernel
   geomean        geometric mean speedup vs XLA over solved (correct) workloads
   clipped        MaxKernel's convention: every attempted workload counts, failures and slowdowns as 1x
+  per-sample correctness   JAXBench's: correct attempts / all attempts (every generated kernel a sample)
+  solved samples           samples (trajectories) with at least one correct attempt / all samples
+  pass@k         per workload with n >= k samples, c of them solved: 1 - C(n-c, k) / C(n, k) (the unbiased
+                 estimator of Chen et al. 2021), averaged over those workloads
+  to first correct         per solved sample, the 1-based index of its first correct attempt (checks) and
+                           that attempt's turn (turns, where trajectory.json gives them): mean and median
 Estimated and measured speeds are never mixed: each speed metric is computed per speed kind.
 """
 
@@ -38,6 +54,10 @@ from jaxbench_mcp import expert_refs, targets, workloads
 
 FAST_P = (0.0, 1.0, 1.2, 2.0)
 RESULTS_FILE, SUMMARY_FILE, REPORT_FILE, CHART_FILE = "results.json", "summary.json", "report.html", "speedup.png"
+TRAJECTORY_FILE, RUN_FILE = "trajectory.json", "run.json"
+PASS_AT_K = (1, 2, 5, 10)
+# A run whose attempts name no condition (no run.json, trajectory.json or --context).
+UNRECORDED = "unrecorded"
 _FAMILIES = (
     ("attention", ("attention", "mha", "retention", "state_space")),
     ("convolution", ("conv",)),
@@ -91,6 +111,13 @@ class AttemptResult(BaseModel):
     sha256: str
     attempt_id: int | None = None
     cached: bool = False
+    sample: str = Field("", description="The sample (trajectory) this attempt belongs to")
+    index: int = Field(1, description="1-based position of the attempt in its sample")
+    turn: int | None = Field(None, description="The agent's turn that produced it (from trajectory.json)")
+    model: str | None = None
+    context: str = Field(UNRECORDED, description="The condition the attempt was made in: docs | none")
+    workload_sha256: str | None = Field(None, description="Content hash of the workload module it was judged by")
+    provenance: dict[str, str] = Field(default_factory=dict, description="jaxbench_mcp.provenance at evaluation")
 
 
 class Summary(BaseModel):
@@ -115,6 +142,17 @@ class Summary(BaseModel):
     clipped_geomean_speedup_vs_xla: float | None
     by_category: dict[str, dict[str, float | int]]
     best: dict[str, str] = Field(description="workload -> its best attempt")
+    samples: int = 0
+    per_sample_correctness: float = Field(0.0, description="JAXBench's: correct attempts / all attempts")
+    solved_sample_rate: float = Field(0.0, description="samples with a correct attempt / all samples")
+    pass_at_k: dict[str, float] = Field(default_factory=dict, description="k -> mean unbiased pass@k")
+    pass_at_k_workloads: dict[str, int] = Field(default_factory=dict, description="k -> workloads with n >= k")
+    checks_to_first_correct: dict[str, float] | None = Field(None, description="mean, median, samples")
+    turns_to_first_correct: dict[str, float] | None = Field(None, description="mean, median, samples")
+    model: str | None = None
+    context: str = UNRECORDED
+    provenance: dict[str, str] = Field(default_factory=dict)
+    workload_sha256: dict[str, str] = Field(default_factory=dict, description="workload -> module content hash")
 
     def summary(self) -> str:
         pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
@@ -134,7 +172,20 @@ class Summary(BaseModel):
             f"geomean speedup vs XLA over solved: {_x(self.geomean_speedup_vs_xla_solved)}; clipped (MaxKernel, "
             f"failures and slowdowns = 1x): {_x(self.clipped_geomean_speedup_vs_xla)}",
             "status: " + ", ".join(f"{k} {v}" for k, v in sorted(self.status_counts.items())),
+            f"context {self.context}"
+            + (f", model {self.model}" if self.model else "")
+            + f": per-sample correctness {pct(self.per_sample_correctness)} of {self.attempts} attempts; "
+            f"{pct(self.solved_sample_rate)} of {self.samples} samples solved; "
+            + ", ".join(
+                f"pass@{k} {pct(v)} ({self.pass_at_k_workloads[k]} workloads)" for k, v in self.pass_at_k.items()
+            ),
         ]
+        for name, value in (("checks", self.checks_to_first_correct), ("turns", self.turns_to_first_correct)):
+            if value:
+                lines.append(
+                    f"{name} to first correct: mean {value['mean']:.2f}, median {value['median']:g} "
+                    f"over {value['samples']:g} solved samples"
+                )
         return "\n".join(lines)
 
 
@@ -145,17 +196,80 @@ def _x(value: float | None) -> str:
 # ---- finding the attempts -----------------------------------------------------------------------
 
 
-def discover(run_dir: Path) -> tuple[list[tuple[str, Path]], list[str]]:
-    """(workload id, file) per attempt, and one problem line per file that cannot be an attempt."""
+class Found(BaseModel):
+    """One attempt found in a run directory, with its place in its sample."""
+
+    workload_id: str
+    path: Path
+    sample: str
+    index: int = 1
+    turn: int | None = None
+    model: str | None = None
+    context: str | None = None
+
+
+def _read_meta(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CampaignError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CampaignError(f"{path}: must hold a JSON object")
+    context = data.get("context")
+    if context is not None and context not in ("docs", "none"):
+        raise CampaignError(f"{path}: context must be 'docs' or 'none', not {context!r}")
+    return data
+
+
+def _trajectory(workload_id: str, folder: Path, run_dir: Path, defaults: dict) -> list[Found]:
+    meta = _read_meta(folder / TRAJECTORY_FILE) if (folder / TRAJECTORY_FILE).is_file() else {}
+    sample = str(folder.relative_to(run_dir))
+    model, context = meta.get("model", defaults.get("model")), meta.get("context", defaults.get("context"))
+    if "attempts" in meta:
+        steps = meta["attempts"]
+        if not isinstance(steps, list) or not all(isinstance(x, dict) and "file" in x for x in steps):
+            raise CampaignError(f"{folder / TRAJECTORY_FILE}: attempts must be a list of {{'file': ..., 'turn': ...}}")
+        found = []
+        for index, step in enumerate(steps, 1):
+            path = folder / step["file"]
+            if path.parent != folder or not path.is_file():
+                raise CampaignError(f"{folder / TRAJECTORY_FILE}: attempt {step['file']!r} is not a file of {sample}")
+            found.append(
+                Found(
+                    workload_id=workload_id,
+                    path=path,
+                    sample=sample,
+                    index=index,
+                    turn=step.get("turn"),
+                    model=model,
+                    context=context,
+                )
+            )
+        return found
+    return [
+        Found(workload_id=workload_id, path=path, sample=sample, index=index, model=model, context=context)
+        for index, path in enumerate(sorted(folder.glob("*.py")), 1)
+    ]
+
+
+def discover(run_dir: Path) -> tuple[list[Found], list[str]]:
+    """Every attempt, in its sample's order, and one problem line per file that cannot be an attempt."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CampaignError(f"{run_dir} is not a directory: give the run directory that holds <workload_id>.py files")
-    found, problems = [], []
+    defaults = _read_meta(run_dir / RUN_FILE) if (run_dir / RUN_FILE).is_file() else {}
+    found: list[Found] = []
+    problems: list[str] = []
     for path in sorted(run_dir.iterdir()):
         if path.name.startswith((".", "_")) or path.name in (RESULTS_FILE, SUMMARY_FILE, REPORT_FILE, CHART_FILE):
             continue
         files = sorted(path.glob("*.py")) if path.is_dir() else [path] if path.suffix == ".py" else []
-        if not files:
+        samples = (
+            sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+            if path.is_dir()
+            else []
+        )
+        if not files and not samples:
             continue
         name = path.name if path.is_dir() else path.stem
         try:
@@ -163,7 +277,18 @@ def discover(run_dir: Path) -> tuple[list[tuple[str, Path]], list[str]]:
         except workloads.UnknownWorkload as exc:
             problems.append(f"{path.relative_to(run_dir)}: skipped, its name is not a workload id ({exc})")
             continue
-        found += [(workload_id, f) for f in files]
+        found += [
+            Found(
+                workload_id=workload_id,
+                path=f,
+                sample=str(f.relative_to(run_dir).with_suffix("")),
+                model=defaults.get("model"),
+                context=defaults.get("context"),
+            )
+            for f in files
+        ]
+        for folder in samples:
+            found += _trajectory(workload_id, folder, run_dir, defaults)
     if not found:
         raise CampaignError(
             f"{run_dir} holds no attempt: put one file per attempt as <workload_id>.py or "
@@ -252,24 +377,36 @@ def evaluate(
     force: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
     jobs: int | None = None,
+    context: str | None = None,
+    model: str | None = None,
 ) -> Summary:
     """Score every attempt in run_dir; write results.json and summary.json there; return the summary.
 
     Up to `jobs` attempts run at once (default: as many as the executor has slots, e.g. one per fleet host).
     Results are cached in the bench's store; force re-runs them. On KeyboardInterrupt the attempts in flight
     are cancelled (their workers killed, nothing cached for them) and what finished is written, with
-    summary.interrupted set, before the interrupt goes on."""
-    from jaxbench_mcp import api
+    summary.interrupted set, before the interrupt goes on.
+
+    `context` and `model` say under which condition and by which model the attempts were made (the campaign's
+    condition; run.json and trajectory.json may say it instead, and must not say otherwise)."""
+    from jaxbench_mcp import api, conditions, provenance
 
     run_dir = Path(run_dir)
     attempts, problems = discover(run_dir)
+    if context is not None:
+        context = conditions.check_context(context)
+        clash = sorted({str(a.path.relative_to(run_dir)) for a in attempts if a.context not in (None, context)})
+        if clash:
+            raise CampaignError(f"--context {context} contradicts the context recorded for {', '.join(clash[:3])}")
+    attempts = [a.model_copy(update={"context": a.context or context, "model": a.model or model}) for a in attempts]
     own = bench is None
     bench = bench or api.JaxBench.one_shot()
     target = targets.check_generation(target) if target else (bench.executor.default_target or None)
     tier = str(bench.executor.tier)
     stop = threading.Event()
 
-    def one(workload_id: str, path: Path) -> AttemptResult:
+    def one(found: Found) -> AttemptResult:
+        workload_id, path = found.workload_id, found.path
         source = path.read_text(errors="replace")
         key = _cache_key(source, workload_id, target, tier)
         kept = None if force else bench.store.cache_get(key)
@@ -277,14 +414,24 @@ def evaluate(
         if kept is None and fields["status"] != "server_error":  # the server's failure is worth retrying
             bench.store.cache_put(key, json.loads(json.dumps(fields, default=lambda m: m.model_dump(mode="json"))))
         return AttemptResult(
-            attempt=str(path.relative_to(run_dir)), sha256=key.split("/")[1], cached=kept is not None, **fields
+            attempt=str(path.relative_to(run_dir)),
+            sha256=key.split("/")[1],
+            cached=kept is not None,
+            sample=found.sample,
+            index=found.index,
+            turn=found.turn,
+            model=found.model,
+            context=found.context or UNRECORDED,
+            workload_sha256=provenance.workload_hash(workload_id),
+            provenance=provenance.provenance(found.context or UNRECORDED),
+            **fields,
         )
 
     finished: dict[int, AttemptResult] = {}
     interrupted = False
     pool = ThreadPoolExecutor(max_workers=jobs or max(1, bench.executor.queue().slots), thread_name_prefix="campaign")
     try:
-        futures = {pool.submit(one, *attempt): index for index, attempt in enumerate(attempts)}
+        futures = {pool.submit(one, attempt): index for index, attempt in enumerate(attempts)}
         if progress:
             progress(0, len(attempts), "")
         for future in as_completed(futures):
@@ -349,6 +496,7 @@ def summarize(
             cat["correct"] += int(r.correctness.correct)
     for cat in categories.values():
         cat["correct_rate"] = cat["correct"] / cat["attempted"]
+    trials = sample_metrics(results)
     return Summary(
         run_dir=str(run_dir),
         attempts=len(results),
@@ -365,6 +513,10 @@ def summarize(
             "geomean": "geometric mean of speedup vs XLA over workloads whose best attempt is correct",
             "clipped_geomean": "MaxKernel: geometric mean over all attempted workloads of max(1, speedup); failures count as 1x",
             "compile_rate": "share of attempts that loaded, traced, lowered and compiled for every target",
+            "per_sample_correctness": "JAXBench's: correct attempts / all attempts",
+            "solved_sample_rate": "samples (trajectories) with at least one correct attempt / all samples",
+            "pass_at_k": "per workload with n >= k samples, c solved: 1 - C(n-c,k)/C(n,k); mean over those workloads",
+            "to_first_correct": "per solved sample: the 1-based index (checks) and turn of its first correct attempt",
         },
         compile_rate=sum(r.compiled for r in results) / len(results) if results else 0.0,
         correct_rate_attempted=len(solved) / len(best) if best else 0.0,
@@ -387,6 +539,71 @@ def summarize(
         ),
         by_category=categories,
         best={w: r.attempt for w, r in best.items()},
+        **trials,
+    )
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of pass@k from n samples of which c are correct: 1 - C(n-c, k) / C(n, k)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _spread(values: list[int]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {"mean": sum(values) / len(values), "median": float(median), "samples": float(len(values))}
+
+
+def sample_metrics(results: list[AttemptResult]) -> dict:
+    """The per-sample metrics of summary.json (see the module's conventions), plus the run's model, condition,
+    provenance and workload hashes. Mixed conditions or models in one run are refused, as mixed speed kinds are."""
+    samples: dict[str, list[AttemptResult]] = {}
+    for r in results:
+        samples.setdefault(r.sample or r.attempt, []).append(r)
+    for attempts in samples.values():
+        attempts.sort(key=lambda r: r.index)
+    per_workload: dict[str, list[bool]] = {}
+    checks, turns = [], []
+    for attempts in samples.values():
+        first = next((r for r in attempts if r.correctness.correct), None)
+        per_workload.setdefault(attempts[0].workload_id, []).append(first is not None)
+        if first is not None:
+            checks.append(first.index)
+            if first.turn is not None:
+                turns.append(first.turn)
+    pass_k, pass_k_workloads = {}, {}
+    for k in PASS_AT_K:
+        eligible = [solved for solved in per_workload.values() if len(solved) >= k]
+        if eligible:
+            pass_k[str(k)] = sum(pass_at_k(len(x), sum(x), k) for x in eligible) / len(eligible)
+            pass_k_workloads[str(k)] = len(eligible)
+    contexts = {r.context for r in results}
+    if len(contexts) > 1:
+        raise CampaignError(
+            f"attempts made under different context conditions ({', '.join(sorted(contexts))}) cannot be "
+            "summarised together: put each condition in its own run directory and compare them"
+        )
+    models = {r.model for r in results if r.model}
+    if len(models) > 1:
+        raise CampaignError(f"attempts by different models ({', '.join(sorted(models))}) in one run: split the run")
+    provenance = next((r.provenance for r in results if r.provenance), {})
+    return dict(
+        samples=len(samples),
+        per_sample_correctness=sum(r.correctness.correct for r in results) / len(results) if results else 0.0,
+        solved_sample_rate=sum(sum(x) for x in per_workload.values()) / len(samples) if samples else 0.0,
+        pass_at_k=pass_k,
+        pass_at_k_workloads=pass_k_workloads,
+        checks_to_first_correct=_spread(checks),
+        turns_to_first_correct=_spread(turns),
+        model=next(iter(models), None),
+        context=next(iter(contexts), UNRECORDED),
+        provenance=provenance,
+        workload_sha256={r.workload_id: r.workload_sha256 for r in results if r.workload_sha256},
     )
 
 

@@ -181,6 +181,7 @@ def compare(run_a: Path | str, run_b: Path | str, chart: Path | str | None = Non
         f"B {summary_b.correct_rate_attempted:.1%} of {summary_b.workloads_attempted}; geomean vs XLA over solved: "
         f"A {campaign._x(summary_a.geomean_speedup_vs_xla_solved)}, B {campaign._x(summary_b.geomean_speedup_vs_xla_solved)}"
     )
+    lines += condition_effect(summary_a, summary_b)
     if chart is not None:
         plt = _pyplot()
         fig, ax = plt.subplots(figsize=(5, 5))
@@ -197,3 +198,38 @@ def compare(run_a: Path | str, run_b: Path | str, chart: Path | str | None = Non
         ax.set_title("Workloads solved in both runs (above the line: B faster)")
         Path(chart).write_bytes(_png(fig))
     return "\n".join(lines)
+
+
+def condition_effect(a: campaign.Summary, b: campaign.Summary) -> list[str]:
+    """The per-sample metrics of two runs side by side; for a `docs` and a `none` run, the docs' effect
+    (docs minus none, in percentage points)."""
+
+    def pp(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    rows = [("per-sample correctness", a.per_sample_correctness, b.per_sample_correctness)]
+    rows.append(("solved samples", a.solved_sample_rate, b.solved_sample_rate))
+    rows += [(f"pass@{k}", a.pass_at_k[k], b.pass_at_k[k]) for k in a.pass_at_k if k in b.pass_at_k]
+    rows.append(("correct (best of run)", a.correct_rate_attempted, b.correct_rate_attempted))
+    lines = [
+        f"conditions: A {a.context}"
+        + (f" ({a.model})" if a.model else "")
+        + f", B {b.context}"
+        + (f" ({b.model})" if b.model else "")
+    ]
+    lines += [f"{name}: A {pp(x)}, B {pp(y)} (B - A {100 * (y - x):+.1f} pp)" for name, x, y in rows]
+    if {a.context, b.context} == {"docs", "none"}:
+        docs, none = (a, b) if a.context == "docs" else (b, a)
+        lines.append(
+            "docs effect (docs - none): "
+            + ", ".join(f"{name} {100 * ((x, y)[docs is b] - (x, y)[none is b]):+.1f} pp" for name, x, y in rows)
+        )
+    stale = sorted(
+        w for w in set(a.workload_sha256) & set(b.workload_sha256) if a.workload_sha256[w] != b.workload_sha256[w]
+    )
+    if stale:
+        lines.append(f"warning: the workload modules differ between the runs for {', '.join(stale)}")
+    for key in ("jaxbench_commit", "jax", "libtpu", "jaxbench_mcp"):
+        if a.provenance.get(key) and b.provenance.get(key) and a.provenance[key] != b.provenance[key]:
+            lines.append(f"warning: {key} differs: A {a.provenance[key]}, B {b.provenance[key]}")
+    return lines

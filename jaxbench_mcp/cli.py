@@ -102,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="let get_workload return the expert kernel's source (hidden by default, as in JAXBench)",
     )
     p.add_argument(
+        "--context",
+        choices=["docs", "none"],
+        default="docs",
+        help="the docs ablation: 'docs' serves the curated docs; 'none' serves no docs and no doc pointers",
+    )
+    p.add_argument(
         "--ray",
         metavar="ADDRESS",
         help="run checks and profiles on a Ray cluster of hosts (HEAD:6379, or 'auto' on a "
@@ -150,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="the TPU generation to compile and estimate for (default: the host's)")
     p.add_argument("--force", action="store_true", help="re-run attempts whose results are cached")
     p.add_argument("--jobs", type=int, help="attempts checked at once (default: the executor's slots)")
+    p.add_argument(
+        "--context",
+        choices=["docs", "none"],
+        help="the condition the attempts were made in (else what run.json / trajectory.json record)",
+    )
+    p.add_argument("--model", help="the model that made the attempts (else what run.json / trajectory.json record)")
     p.add_argument(
         "--ray",
         metavar="ADDRESS",
@@ -314,6 +326,8 @@ def _campaign(args) -> None:
                 force=args.force,
                 progress=campaign.ProgressBar(),
                 jobs=args.jobs,
+                context=args.context,
+                model=args.model,
             )
         except KeyboardInterrupt:
             _fail(
@@ -381,7 +395,7 @@ def _serve(args) -> None:
         bench = _fleet_bench(args.ray, args.host_slots)
     else:
         bench = api.JaxBench()
-    server = build_server(bench, show_expert_source=args.show_expert_source)
+    server = build_server(bench, show_expert_source=args.show_expert_source, context=args.context)
     if args.transport == "stdio":
         # Ctrl-C: the shutdown handlers above kill the workers and exit at once (the stdin reader would block a
         # clean exit). Over HTTP, uvicorn takes the signals while it runs and closes the server's lifespan.

@@ -56,6 +56,10 @@ OptionalReal = Annotated[
 ]
 
 
+# The docs ablation's two arms (jaxbench_mcp.conditions).
+ContextCondition = Literal["docs", "none"]
+
+
 def plain_number(value: float | None, spec: str = ".3g") -> str:
     """A number for the text rendering, with NaN and Inf spelled out."""
     if value is None:
@@ -263,6 +267,13 @@ class ServerInfo(BaseModel):
     fleet: FleetInfo | None = Field(
         None, description="The Ray fleet that runs this server's checks, if any (`serve --ray`)"
     )
+    context: ContextCondition = Field(
+        "docs", description="'docs': curated docs are served; 'none': the no-docs arm of the docs ablation"
+    )
+    provenance: dict[str, str] = Field(
+        default_factory=dict,
+        description="What results of this server depend on: JAXBench commit mirrored, tolerance rule, versions",
+    )
 
     def summary(self) -> str:
         targets = ", ".join(self.compile_targets) or "none (lowering only)"
@@ -276,6 +287,8 @@ class ServerInfo(BaseModel):
                 f"check queue: {self.queue.running} running, {self.queue.waiting} waiting, {self.queue.slots} slots",
                 f"candidate isolation: {self.isolation}",
                 *(self.fleet.summary_lines() if self.fleet else []),
+                f"context condition: {self.context}",
+                *[f"provenance {k}: {v}" for k, v in self.provenance.items()],
             ]
         )
 
@@ -397,6 +410,7 @@ class Verdict(BaseModel):
         description="A multi-configuration check: each configuration's result (this verdict is the first "
         "failing one's, or the last one's when all are correct)",
     )
+    context: ContextCondition = Field("docs", description="The server's context condition when this was checked")
 
     def summary(self) -> str:
         head = f"{self.status.upper()}" + (f" [{self.error_class}]" if self.error_class else "")
@@ -637,6 +651,7 @@ class Profile(BaseModel):
     host: str | None = Field(
         None, description="The fleet host that produced this profile (unset: the server's own host)"
     )
+    context: ContextCondition = Field("docs", description="The server's context condition when this was profiled")
 
     def summary(self) -> str:
         if self.verdict.status == Status.SERVER_ERROR:

@@ -53,7 +53,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from jaxbench_mcp import __version__, api, docs, store, workloads
+from jaxbench_mcp import __version__, api, conditions, docs, store, workloads
 from jaxbench_mcp import targets as tpu_targets
 from jaxbench_mcp.checking import DEFAULT_SEEDS
 from jaxbench_mcp.models import (
@@ -98,7 +98,7 @@ def _agent_message(exc: Exception) -> str:
     return str(exc)
 
 
-def _result(model: BaseModel) -> CallToolResult:
+def _plain_result(model: BaseModel) -> CallToolResult:
     # mode="json": NaN and Inf become the strings the output schema declares (models.Real), never null.
     return CallToolResult(
         content=[TextContent(type="text", text=text_of(model))], structured_content=model.model_dump(mode="json")
@@ -312,9 +312,16 @@ async def _prompt_errors(ctx, call_next):
 # ---- the server -----------------------------------------------------------------------------------
 
 
-def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPServer:
+def build_server(bench: api.JaxBench, show_expert_source: bool = False, context: str | None = None) -> MCPServer:
     """The MCP server; `show_expert_source` lets get_workload return the expert kernel's code (hidden by
-    default, as in JAXBench, so that agents write their own)."""
+    default, as in JAXBench, so that agents write their own). `context` is the docs ablation's condition
+    (default: the bench's): 'none' serves no docs and strips every doc pointer from results
+    (jaxbench_mcp.conditions)."""
+    condition = conditions.check_context(context or bench.context)
+    bench.context = condition  # what the bench records with every attempt
+
+    def _result(model: BaseModel) -> CallToolResult:
+        return _plain_result(conditions.for_context(model, condition))
 
     @asynccontextmanager
     async def lifespan(_server):
@@ -328,11 +335,7 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
         name="jaxbench-mcp",
         title="JAXBench Pallas kernels",
         version=__version__,
-        instructions=(
-            "Write Pallas TPU kernels for the 50 JAXBench workloads. Loop: get_workload (what to compute), "
-            "read_docs (how), check_kernel (does it compile for TPU and compute the right thing), profile_kernel "
-            "(how fast, next to XLA and the expert kernel). Every error points to the doc sections that explain the fix."
-        ),
+        instructions=_instructions(condition),
         lifespan=lifespan,
         middleware=[_prompt_errors],
     )
@@ -534,10 +537,14 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
         """A workload's full specification at full and small size."""
         return workload_text(workload_id)
 
-    @mcp.resource("jaxbench://docs/{topic}", name="docs-topic", title="Docs topic", mime_type="text/markdown")
     def docs_resource(topic: str) -> str:
         """A documentation topic, whole."""
         return docs_text(topic)
+
+    if condition == "docs":
+        mcp.resource("jaxbench://docs/{topic}", name="docs-topic", title="Docs topic", mime_type="text/markdown")(
+            docs_resource
+        )
 
     for w in workloads.all_workloads():
         mcp.add_resource(
@@ -550,7 +557,7 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
                 fn=functools.partial(workload_text, w.id),
             )
         )
-    for t in docs.all_topics():
+    for t in docs.all_topics() if condition == "docs" else []:
         mcp.add_resource(
             FunctionResource(
                 uri=f"jaxbench://docs/{t.id}",
@@ -573,14 +580,23 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
             message = _agent_message(exc)
             logger.info("prompts/get 'optimize_workload': %s", message)
             raise MCPError(code=INVALID_PARAMS, message=message) from exc
-        return (
-            f"Write a Pallas TPU kernel for JAXBench workload {w.id} ({w.operator}).\n"
-            f"1. Call get_workload('{w.id}', size='full') and get_workload('{w.id}', size='small'): the contract and shapes.\n"
-            f"2. Call read_docs(workload_id='{w.id}') and read what it returns; search read_docs(query=...) when stuck.\n"
-            "3. Write workload(*inputs) with a pallas_call; derive block sizes from the input shapes.\n"
-            "4. Call check_kernel with your source; fix what the verdict says, reading the doc sections it names.\n"
-            "5. Once it is correct, call profile_kernel and compare with the XLA baseline and the expert kernel; "
-            "tune block sizes and repeat from 4.\n"
+        steps = [
+            f"Call get_workload('{w.id}', size='full') and get_workload('{w.id}', size='small'): the contract and shapes.",
+            *(
+                [
+                    f"Call read_docs(workload_id='{w.id}') and read what it returns; search read_docs(query=...) when stuck."
+                ]
+                if condition == "docs"
+                else []
+            ),
+            "Write workload(*inputs) with a pallas_call; derive block sizes from the input shapes.",
+            "Call check_kernel with your source; fix what the verdict says"
+            + (", reading the doc sections it names." if condition == "docs" else "."),
+            "Once it is correct, call profile_kernel and compare with the XLA baseline and the expert kernel; "
+            "try block sizes with tune_kernel and repeat the check.",
+        ]
+        return f"Write a Pallas TPU kernel for JAXBench workload {w.id} ({w.operator}).\n" + "".join(
+            f"{n}. {step}\n" for n, step in enumerate(steps, 1)
         )
 
     @mcp.completion()
@@ -588,7 +604,7 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
         """Workload ids for `workload_id`, doc topics and sections for `topic`."""
         if argument.name == "workload_id" and isinstance(ref, PromptReference | ResourceTemplateReference):
             choices = [w.id for w in workloads.all_workloads()]
-        elif argument.name == "topic" and isinstance(ref, ResourceTemplateReference):
+        elif argument.name == "topic" and isinstance(ref, ResourceTemplateReference) and condition == "docs":
             choices = [t.id for t in docs.all_topics()]
         else:
             return None
@@ -604,7 +620,45 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False) -> MCPSe
         # Needs no token and says nothing about the host: a liveness probe only.
         return PlainTextResponse("ok")
 
+    if condition == "none":
+        _remove_docs(mcp)
     return mcp
+
+
+def _instructions(context: str) -> str:
+    how = "read_docs (how), " if context == "docs" else ""
+    return (
+        "Write Pallas TPU kernels for the 50 JAXBench workloads (list_workloads lists them). Loop: get_workload "
+        "(what to compute), "
+        f"{how}check_kernel (does it compile for TPU and compute the right thing), profile_kernel "
+        "(how fast, next to XLA and the expert kernel), tune_kernel (try block sizes: compile, estimate and check "
+        "the variants), list_attempts (earlier results; collects a check still running). server_info says what "
+        "this host can do."
+        + (" Every error points to the doc sections that explain the fix." if context == "docs" else "")
+    )
+
+
+def _remove_docs(mcp: MCPServer) -> None:
+    """The `none` condition: no read_docs tool, and no tool description or output schema that points to it."""
+    mcp.remove_tool("read_docs")
+    # The SDK keeps registered tools in its tool manager; their descriptions and output schemas are plain
+    # strings and dicts, so the doc pointers in them are cut in place (a schema keeps its structure).
+    for tool in mcp._tool_manager.list_tools():
+        tool.description = conditions.scrub_text(tool.description)
+        tool.description = tool.description.replace(" and the doc sections to read", "")
+        if tool.fn_metadata.output_schema is not None:
+            tool.fn_metadata.output_schema = _scrub_schema(tool.fn_metadata.output_schema)
+
+
+def _scrub_schema(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: conditions.scrub_text(v) if k == "description" and isinstance(v, str) else _scrub_schema(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_scrub_schema(v) for v in node]
+    return node
 
 
 # ---- `mcp run jaxbench_mcp/server.py` ---------------------------------------------------------------
