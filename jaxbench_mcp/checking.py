@@ -720,14 +720,14 @@ class Checker:
             return (
                 ErrorClass.PROTOCOL_VIOLATION,
                 f"the candidate wrote more than {self.limits.max_job_dir_bytes / 2**30:.1f} GiB into "
-                "its job directory and was killed",
+                "its job directory, /tmp and /dev/shm and was killed",
                 None,
             )
         if killed_for == "files":
             return (
                 ErrorClass.PROTOCOL_VIOLATION,
                 f"the candidate created more than {self.limits.max_job_dir_entries:,} files and folders in "
-                "its job directory and was killed",
+                "its job directory, /tmp and /dev/shm and was killed",
                 None,
             )
         stage = killed_for.split(":", 1)[1]

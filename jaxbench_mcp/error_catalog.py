@@ -117,6 +117,14 @@ CATALOG: tuple[CatalogEntry, ...] = (
     ),
     # ---- trace (the kernel body and the wrapper are traced) -------------------------------------
     _entry(
+        "program-too-large",
+        "trace",
+        r"^program too large: ",
+        E.PROGRAM_TOO_LARGE,
+        "Nested calls multiply once XLA inlines them: loop with lax.fori_loop or lax.scan instead.",
+        "errors#program-too-large",
+    ),
+    _entry(
         "traced-control-flow",
         _TRACE_ON,
         r"TracerBoolConversionError|TracerIntegerConversionError|ConcretizationTypeError|TracerArrayConversionError"

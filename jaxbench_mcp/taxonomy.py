@@ -41,6 +41,7 @@ class ErrorClass(StrEnum):
     MISSING_WORKLOAD = "missing_workload"
     HOST_CALLBACK = "host_callback"
     SIZE_DEPENDENT_PROGRAM = "size_dependent_program"
+    PROGRAM_TOO_LARGE = "program_too_large"
     # trace and lower for TPU
     TRACE_ERROR = "trace_error"
     TRACED_CONTROL_FLOW = "traced_control_flow"
@@ -106,6 +107,11 @@ ERROR_CLASSES: dict[ErrorClass, ClassInfo] = {
         S.INVALID_KERNEL,
         "Compute the same program at every size: derive block sizes from the shapes, never switch algorithms on them.",
         ("errors#size-dependent-program",),
+    ),
+    E.PROGRAM_TOO_LARGE: ClassInfo(
+        S.INVALID_KERNEL,
+        "Loop with lax.fori_loop / lax.scan instead of nesting calls that call each other several times.",
+        ("errors#program-too-large",),
     ),
     E.TRACE_ERROR: ClassInfo(
         S.LOWERING_ERROR,

@@ -168,7 +168,7 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp import cost_model, targets, tpu_facade, workloads
+    from jaxbench_mcp import cost_model, program_size, targets, tpu_facade, workloads
     from jaxbench_mcp.internals import jaxpr as jx
 
     w = workloads.get_workload(job.workload_id)
@@ -194,6 +194,10 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
                 closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, "full"))
         except Exception as exc:  # noqa: BLE001
             report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
+            return
+        too_large = program_size.program_too_large(closed)
+        if too_large:  # before any analysis: XLA would inline it into something no stage could finish
+            report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=too_large)
             return
         run_closed, run_trace_error = closed, None
         if job.size != "full":
@@ -265,7 +269,7 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
                 # The probe runs in the same program under the same parameters: it must read NaN.
                 # The recorded kernels get the strict parameters by rewriting the program (jax picks the interpret
                 # mode when pallas_call is traced, and the candidate is never traced again).
-                run_program = targets.replay(jx.with_interpret(run_closed, strict[index]))
+                run_program = jx.interpreting(run_closed, strict[index])
                 out, probe_out = targets.interpret_on_cpu(
                     lambda *a: (run_program(*a), probe(strict[index])), inputs, (), chip, strict[index]
                 )

@@ -101,33 +101,54 @@ def unsharded_params(eqn: JaxprEqn) -> dict:
 
 
 # The kernel primitives that take the interpret-mode switch as a parameter (chosen when pallas_call / core_map is
-# traced, from the force_tpu_interpret_mode context): a recorded program is interpreted by rewriting it.
+# traced, from the force_tpu_interpret_mode context): a recorded program is interpreted by binding them again.
 _INTERPRET_PARAM = {"pallas_call": "interpret", "core_map": "interpret", "mpmd_map": "interpret"}
 
 
-def with_interpret(closed: Any, params: Any) -> Any:
-    """A copy of a recorded program (ClosedJaxpr) whose kernels, at any depth, run with interpret=`params`."""
-    from jax.extend.core import ClosedJaxpr, Jaxpr
+def _holds_kernel(jaxpr: Jaxpr) -> bool:
+    return any(
+        eqn.primitive.name in _INTERPRET_PARAM or any(_holds_kernel(s) for s in sub_jaxprs(eqn)) for eqn in jaxpr.eqns
+    )
 
-    def rewrite_value(value):
-        if isinstance(value, ClosedJaxpr):
-            return ClosedJaxpr(rewrite(value.jaxpr), value.consts)
-        if isinstance(value, Jaxpr):
-            return rewrite(value)
-        if isinstance(value, tuple) and any(isinstance(v, (ClosedJaxpr, Jaxpr)) for v in value):
-            return tuple(rewrite_value(v) for v in value)
-        return value
 
-    def rewrite(jaxpr):
-        eqns = []
+def interpreting(closed: Any, params: Any):
+    """A function that evaluates a recorded program (a ClosedJaxpr) with its kernels, at any depth, run with
+    interpret=`params`. Plain calls holding a kernel are inlined; loops and branches holding one get bodies traced
+    anew (interpret mode gives a kernel effects of its own, which their recorded bodies do not declare)."""
+    import jax
+    from jax.extend.core import ClosedJaxpr, Literal
+
+    def evaluate(jaxpr: Jaxpr, consts, *args):
+        env = dict(zip(jaxpr.constvars, consts)) | dict(zip(jaxpr.invars, args))
+
+        def read(v):
+            return v.val if isinstance(v, Literal) else env[v]
+
         for eqn in jaxpr.eqns:
-            switch = _INTERPRET_PARAM.get(eqn.primitive.name)
+            inputs = [read(v) for v in eqn.invars]
+            name = eqn.primitive.name
+            switch = _INTERPRET_PARAM.get(name)
             if switch is not None:
                 if switch not in eqn.params:
-                    raise RuntimeError(f"jax's {eqn.primitive.name} has no '{switch}' parameter any more")
-                eqns.append(eqn.replace(params={**eqn.params, switch: params}))
+                    raise RuntimeError(f"jax's {name} has no '{switch}' parameter any more")
+                bound = {**eqn.params, switch: params}
+            elif not any(_holds_kernel(sub) for sub in sub_jaxprs(eqn)):
+                bound = eqn.params
+            elif (body := call_body(eqn)) is not None:
+                env.update(zip(eqn.outvars, evaluate(body.jaxpr, body.consts, *inputs)))
+                continue
             else:
-                eqns.append(eqn.replace(params={k: rewrite_value(v) for k, v in eqn.params.items()}))
-        return jaxpr.replace(eqns=eqns)
+                bound = {k: retraced(v) for k, v in eqn.params.items()}
+            out = eqn.primitive.bind(*inputs, **bound)
+            env.update(zip(eqn.outvars, out if eqn.primitive.multiple_results else [out]))
+        return [read(v) for v in jaxpr.outvars]
 
-    return ClosedJaxpr(rewrite(closed.jaxpr), closed.consts)
+    def retraced(value):
+        if isinstance(value, ClosedJaxpr) and _holds_kernel(value.jaxpr):
+            avals = [v.aval for v in value.jaxpr.invars]
+            return jax.make_jaxpr(lambda *a: evaluate(value.jaxpr, value.consts, *a))(*avals)
+        if isinstance(value, tuple) and any(isinstance(v, ClosedJaxpr) for v in value):
+            return tuple(retraced(v) for v in value)
+        return value
+
+    return lambda *args: evaluate(closed.jaxpr, closed.consts, *args)

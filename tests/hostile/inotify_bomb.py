@@ -1,5 +1,6 @@
 # expect: workload=12p_RMSNorm status=correct
 # attack: exhaust the inotify instances of the host uid the sandbox maps to (fs.inotify.max_user_instances, per uid): found when the count it gets shows it shares that uid's quota with the host (the test holds one instance)
+# known gap without a host uid of its own: workers share the server's uid and its per-uid kernel quotas (README, Threat model)
 # Placeholders (__NAME__) are filled in by tests/test_hostile.py.
 import os
 import sys
