@@ -20,7 +20,9 @@ from tests.test_mcp_contract import TOOLS, _serve_http, _stop
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "tests" / "kernels"
-PACKAGE = "@modelcontextprotocol/inspector"
+# The major version named: unpinned, npm on a node older than 22 resolves Inspector 0.15 (the newest release
+# without an engines field), whose CLI is another program.
+PACKAGE = "@modelcontextprotocol/inspector@2"
 FETCH_TIMEOUT = 300
 
 
@@ -48,6 +50,8 @@ def inspector() -> list[str]:
         pytest.skip(f"fetching {PACKAGE} (and node@22) took over {FETCH_TIMEOUT} s")
     if probe.returncode != 0 or "--cli" not in probe.stdout:
         pytest.skip(f"could not get {PACKAGE} with node >= 22 through npx: {(probe.stderr or probe.stdout)[-500:]}")
+    version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=FETCH_TIMEOUT)
+    assert version.stdout.strip().startswith("2."), f"npx ran Inspector {version.stdout.strip()!r}, not 2.x"
     return command
 
 

@@ -1,9 +1,17 @@
-"""A non-editable install from a built wheel works outside the source tree."""
+"""A non-editable install from a built wheel works outside the source tree: the CLI lists the workloads, and
+`serve` started from that install (the way `uvx --from WHEEL jaxbench-mcp serve` or `pipx run --spec WHEEL
+jaxbench-mcp serve` starts it: the console script of an isolated environment) answers an MCP client."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from test_mcp_contract import TOOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,3 +76,19 @@ def test_wheel_installs_into_a_fresh_venv_and_lists_the_workloads(tmp_path):
     )
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["count"] == 50
+
+    # The isolated install's console script as an MCP server, outside the source tree: initialize + tools/list.
+    params = StdioServerParameters(
+        command=str(venv / "bin" / "jaxbench-mcp"),
+        args=["serve"],
+        cwd=str(tmp_path),
+        env={**env, "JAXBENCH_MCP_HOME": str(tmp_path / "state")},
+    )
+
+    async def initialize_and_list():
+        async with Client(stdio_client(params)) as client:
+            return client.server_capabilities, [t.name for t in (await client.list_tools()).tools]
+
+    capabilities, tools = anyio.run(initialize_and_list)
+    assert capabilities.tools is not None and capabilities.resources is not None and capabilities.prompts is not None
+    assert tools == TOOLS, tools
