@@ -663,13 +663,17 @@ class Checker:
                         f"{finding.message} ({finding.operand.split(' (')[0]} is sparse: a kernel may skip parts of it)"
                     )
                     continue
-                cls = ErrorClass.UNWRITTEN_OUTPUT if finding.kind == "unwritten_output" else ErrorClass.UNREAD_INPUT
+                cls = {
+                    "unwritten_output": ErrorClass.UNWRITTEN_OUTPUT,
+                    "low_precision_accumulation": ErrorClass.LOW_PRECISION_ACCUMULATION,
+                }.get(finding.kind, ErrorClass.UNREAD_INPUT)
                 failures.append((cls, finding.message, None))
         # An unwritten output decides over an unread input: it is the more direct fault.
         failures.sort(
             key=lambda f: [
                 ErrorClass.SIZE_DEPENDENT_PROGRAM,
                 ErrorClass.UNWRITTEN_OUTPUT,
+                ErrorClass.LOW_PRECISION_ACCUMULATION,
                 ErrorClass.UNREAD_INPUT,
                 ErrorClass.PARALLEL_REDUCTION_AXIS,
             ].index(f[0])

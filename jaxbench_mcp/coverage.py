@@ -616,6 +616,87 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
     }
 
 
+# ---- low-precision accumulation ------------------------------------------------------------------
+
+
+def low_precision_accumulators(closed) -> list[dict]:
+    """Refs a kernel accumulates into in a 16-bit float type across its grid steps: an output or scratch ref that
+    the body updates from its own value (acc[...] = acc[...] + x, or addupdate) in a kernel whose grid runs more
+    than one step along an "arbitrary" axis at this size. Each rounding to bfloat16 loses ~3 significant digits, so
+    the error grows with the number of steps: at a small size with one reduction step it rounds once, like the
+    baseline, and only the full size shows it. [{"kernel", "ref", "dtype", "steps"}]."""
+    found = []
+    for eqn in ka._walk_eqns(getattr(closed, "jaxpr", closed)):
+        if eqn.primitive.name != "pallas_call":
+            continue
+        info = pallas_call_info(eqn)
+        steps = [
+            g
+            for g, sem in zip(info.grid, info.dimension_semantics or ("arbitrary",) * len(info.grid))
+            if isinstance(g, int) and g > 1 and "arbitrary" in sem.lower()
+        ]
+        if not steps:
+            continue
+        body = info.kernel
+        first_output = info.num_scalar_prefetch + info.num_inputs
+        for position in sorted(_updated_from_themselves(body)):
+            if position < first_output:
+                continue
+            dtype = np.dtype(getattr(body.invars[position].aval, "inner_aval", body.invars[position].aval).dtype)
+            if np.issubdtype(dtype, np.floating) and dtype.itemsize <= 2:
+                kind = "scratch" if position >= len(body.invars) - info.num_scratch else "output"
+                found.append(
+                    {
+                        "kernel": info.name,
+                        "ref": f"{kind} ref {position}",
+                        "dtype": str(dtype),
+                        "steps": math.prod(steps),
+                    }
+                )
+    return found
+
+
+def _updated_from_themselves(body) -> set[int]:
+    """Positions (in the body's invars) of the refs that some swap or addupdate writes with a value computed from a
+    read of the same ref, following refs and values into branches, loops and calls."""
+    updated: set[int] = set()
+
+    def walk(jaxpr, refs: dict, taint: dict) -> None:
+        def taint_of(v) -> frozenset:
+            return taint.get(v, frozenset()) if not hasattr(v, "val") else frozenset()
+
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            ins = list(eqn.invars)
+            if name == "get" and ins[0] in refs:
+                for out in eqn.outvars:
+                    taint[out] = frozenset({refs[ins[0]]}) | taint_of(ins[0])
+                continue
+            if name in ("swap", "addupdate") and ins[0] in refs:
+                value_taint = taint_of(ins[1]) if len(ins) > 1 else frozenset()
+                if name == "addupdate" or refs[ins[0]] in value_taint:
+                    updated.add(refs[ins[0]])
+            merged = frozenset().union(*(taint_of(v) for v in ins))
+            for sub in jx.sub_jaxprs(eqn):
+                operands = ins[len(ins) - len(sub.invars) :] if len(sub.invars) <= len(ins) else ins
+                sub_refs = {inner: refs[outer] for inner, outer in zip(sub.invars, operands) if outer in refs}
+                sub_taint = {inner: taint_of(outer) for inner, outer in zip(sub.invars, operands)}
+                walk(sub, sub_refs, sub_taint)
+            for out in eqn.outvars:
+                taint[out] = merged
+
+    walk(body, {v: i for i, v in enumerate(body.invars)}, {})
+    return updated
+
+
+def describe_accumulator(a: dict) -> str:
+    return (
+        f"kernel {a['kernel']} accumulates into its {a['ref']} in {a['dtype']} across {a['steps']:,} grid steps at "
+        "full size: every step rounds the running sum to 16 bits, so the error grows with the reduction length "
+        "(the small run takes fewer steps and hides it); accumulate in a float32 scratch and cast once at the end"
+    )
+
+
 def describe_revisit(r: dict) -> str:
     """One sentence for a parallel_revisits entry of full_size_coverage."""
     return (

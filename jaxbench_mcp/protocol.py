@@ -168,7 +168,7 @@ class Aval(_Strict):
 
 
 class CoverageFinding(_Strict):
-    kind: Literal["unwritten_output", "unread_input", "parallel_revisit"]
+    kind: Literal["unwritten_output", "unread_input", "parallel_revisit", "low_precision_accumulation"]
     operand: str = Field(description="The workload input or output, as named by the workload")
     message: str
 

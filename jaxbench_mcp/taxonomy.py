@@ -67,6 +67,7 @@ class ErrorClass(StrEnum):
     NAN_OUTPUT = "nan_output"
     WRONG_VALUES = "wrong_values"
     UNWRITTEN_OUTPUT = "unwritten_output"
+    LOW_PRECISION_ACCUMULATION = "low_precision_accumulation"
     UNREAD_INPUT = "unread_input"
     PARALLEL_REDUCTION_AXIS = "parallel_reduction_axis"
     IMPLAUSIBLE_TIME = "implausible_time"
@@ -208,6 +209,11 @@ ERROR_CLASSES: dict[ErrorClass, ClassInfo] = {
         S.INCORRECT,
         "Values beyond tolerance: check index maps, reduction-axis semantics, masks, f32 accumulation.",
         ("errors#wrong-values", "debugging#wrong-values", "accumulation#f32-accumulators"),
+    ),
+    E.LOW_PRECISION_ACCUMULATION: ClassInfo(
+        S.INCORRECT,
+        "Accumulate across grid steps in a float32 VMEM scratch and cast to the output dtype once, at the last step.",
+        ("errors#low-precision-accumulation", "accumulation#f32-accumulators"),
     ),
     E.UNWRITTEN_OUTPUT: ClassInfo(
         S.INCORRECT,

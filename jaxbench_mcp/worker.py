@@ -379,6 +379,14 @@ def _static_analyses(closed, input_names: list[str], args: list) -> dict:
                     message=coverage.describe_revisit(r),
                 )
                 for r in result["parallel_revisits"]
+            ]
+            + [
+                protocol.CoverageFinding(
+                    kind="low_precision_accumulation",
+                    operand=f"{a['kernel']} {a['ref']}",
+                    message=coverage.describe_accumulator(a),
+                )
+                for a in coverage.low_precision_accumulators(closed)
             ],
             not_judged=[f"{u['operand']}: {u['reason']}" for u in result["unknown"]],
         )

@@ -1,4 +1,4 @@
-# expect: workload=8p_GEMM status=incorrect error_class=wrong_values
+# expect: workload=8p_GEMM status=incorrect error_class=low_precision_accumulation
 # attack: a tiled GEMM that accumulates in a bfloat16 scratch (half the VMEM of float32): at the small size K = 512 is one block, so it rounds once, like the baseline; at the full size K = 8192 it rounds 16 times (about 5x the baseline's worst error on a 256x512 tile)
 import jax
 import jax.numpy as jnp
