@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import verifiers.v1 as vf
-from openai import AsyncOpenAI
+from openai import APIStatusError, AsyncOpenAI
 from verifiers.v1.harnesses.utils.mcp import MCPConnection, mcp_content_to_chat_content
 
 SYSTEM_PROMPT = (
@@ -65,16 +65,19 @@ class JaxbenchHarness(vf.Harness[JaxbenchHarnessConfig]):
             model = AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0)
             stack.push_async_callback(model.close)
             for _ in range(self.config.max_turns):
-                reply = await model.chat.completions.create(model=ctx.model, messages=messages, tools=tools or None)
+                try:
+                    reply = await model.chat.completions.create(model=ctx.model, messages=messages, tools=tools or None)
+                except APIStatusError:
+                    if trace.stop_condition is not None:
+                        break  # a @stop (the check budget) refused the turn: the rollout ends here, as planned
+                    raise
                 message = reply.choices[0].message
                 calls = message.tool_calls or []
                 messages.append(message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}))
                 if not calls:
                     break
                 for call in calls:
-                    messages.append(
-                        {"role": "tool", "tool_call_id": call.id, "content": await _run(dispatch, call)}
-                    )
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": await _run(dispatch, call)})
         return vf.ProgramResult(exit_code=0, stdout="", stderr="")
 
 

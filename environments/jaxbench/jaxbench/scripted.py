@@ -39,7 +39,9 @@ def scripted_turn(messages: list[dict[str, Any]], kernels: dict[str, str | None]
     prompt = next(_text(m.get("content")) for m in messages if m.get("role") == "user")
     workload_id = _WORKLOAD.search(prompt).group(1)
     source = kernels.get(workload_id)
-    called = [c["function"]["name"] for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+    called = [
+        c["function"]["name"] for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []
+    ]
     results = [_text(m.get("content")) for m in messages if m.get("role") == "tool"]
     args = {"workload_id": workload_id, "source": source}
     if source is None:

@@ -95,6 +95,13 @@ def summarize(profile: dict[str, Any] | None, verdict: dict[str, Any] | None, ta
     return {"status": status, "speedup": speedup, "error_class": (verdict or {}).get("error_class")}
 
 
+def describe(exc: BaseException) -> str:
+    """An error's innermost cause, through the exception groups anyio wraps it in."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
 async def judge(
     workload_id: str,
     source: str | None,
@@ -126,7 +133,7 @@ async def judge(
                 judged = summarize(profile, None, target)
     except Exception as exc:  # noqa: BLE001 - every way of getting no verdict is the machinery's failure
         result = outcomes.outcome(None, machinery_failed=True)
-        detail = f"no verdict came back: {type(exc).__name__}: {exc}"
+        detail = f"no verdict came back: {describe(exc)}"
         return {"outcome": result, "status": None, "speedup": None, "detail": detail, **outcomes.rewards(result)}
     result = outcomes.outcome(judged["status"])
     return {**judged, "outcome": result, "detail": judged["status"], **outcomes.rewards(result, judged["speedup"])}

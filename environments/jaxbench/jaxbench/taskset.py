@@ -41,7 +41,11 @@ def task_prompt(workload_id: str, context: str, max_checks: int) -> str:
     steps = [
         f"Call get_workload('{workload_id}', size='full') and get_workload('{workload_id}', size='small') for the "
         "contract.",
-        *([f"Call read_docs(workload_id='{workload_id}') for the Pallas docs that matter here."] if context == "docs" else []),
+        *(
+            [f"Call read_docs(workload_id='{workload_id}') for the Pallas docs that matter here."]
+            if context == "docs"
+            else []
+        ),
         "Write a Python file that defines workload(*inputs) with a Pallas TPU kernel (pallas_call).",
         f"Call check_kernel with its source and fix what the verdict says (at most {max_checks} checks).",
         "Once it is correct you may call profile_kernel to compare with the XLA baseline.",
@@ -160,9 +164,7 @@ class JaxbenchTaskset(vf.Taskset[JaxbenchTask, JaxbenchTasksetConfig]):
         task = self.config.task
         return [
             JaxbenchTask(
-                JaxbenchData(
-                    id=w, name=w, workload_id=w, prompt=task_prompt(w, task.server.context, task.max_checks)
-                ),
+                JaxbenchData(id=w, name=w, workload_id=w, prompt=task_prompt(w, task.server.context, task.max_checks)),
                 task,
             )
             for w in ids

@@ -65,7 +65,7 @@ class JaxbenchToolset(vf.Toolset[JaxbenchToolsetConfig]):
             with anyio.fail_after(self.config.call_timeout):
                 return await self.client.call_tool(name, arguments)
         except Exception as exc:  # noqa: BLE001 - any call without an answer is the machinery's failure
-            text = f"{NO_ANSWER}: {type(exc).__name__}: {exc}"
+            text = f"{NO_ANSWER}: {server.describe(exc)}"
             return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
