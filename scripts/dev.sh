@@ -76,6 +76,26 @@ else
     say ".venv is up to date with pyproject.toml; nothing to install"
 fi
 
+# The verifiers environment (environments/jaxbench) needs a venv of its own: every verifiers release pins an
+# mcp that conflicts with ours. The tests make it (idempotent, stamped with the hash of its pyproject.toml);
+# the checkout goes on its path through a .pth file, with no dependencies, for jaxbench_mcp.outcomes.
+setup_verifiers_venv() {
+    local venv=.venv-verifiers env_hash start=$SECONDS
+    env_hash=$(sha256sum environments/jaxbench/pyproject.toml | cut -d' ' -f1)
+    if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.jaxbench-installed" 2>/dev/null)" = "$env_hash" ]; then
+        say "$venv is up to date with environments/jaxbench/pyproject.toml; nothing to install"
+    else
+        say "installing the verifiers environment into $venv (environments/jaxbench/pyproject.toml is new or changed)"
+        [ -x "$venv/bin/python" ] || $(find_python) -m venv "$venv" >&2
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e environments/jaxbench >&2
+        echo "$env_hash" >"$venv/.jaxbench-installed"
+        say "$venv installed in $((SECONDS - start)) s"
+    fi
+    # Written each time, so that the venv follows the checkout it belongs to.
+    echo "$PWD" >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/jaxbench-checkout.pth"
+}
+if [ "$command" = test ] || [ "$command" = test-fast ]; then setup_verifiers_venv; fi
+
 case "$command" in
     serve)
         if [[ " $* " == *" http "* || " $* " == *"--transport=http"* ]]; then
