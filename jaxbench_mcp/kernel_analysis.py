@@ -118,6 +118,15 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
                 "num_scratch": info.num_scratch,
                 "scratch_bytes": sum(_nbytes(a) for a in scratch_avals),
                 "dimension_semantics": list(info.dimension_semantics),
+                "scratch": [
+                    {
+                        "shape": [int(d) for d in a.shape],
+                        "dtype": str(a.dtype),
+                        "memory_space": str(getattr(a, "memory_space", "") or ""),
+                    }
+                    for a in scratch_avals
+                    if hasattr(a, "shape") and hasattr(a, "dtype")
+                ],
             }
         )
     return kernels, callbacks

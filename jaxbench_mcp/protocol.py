@@ -152,6 +152,12 @@ class BlockInfo(_Strict):
     in_hbm: bool
 
 
+class ScratchInfo(_Strict):
+    shape: list[int]
+    dtype: str
+    memory_space: str = Field("", description="vmem, smem, semaphore_mem, ... (as jax names it)")
+
+
 class KernelInfo(_Strict):
     name: str
     grid: list[int | str]
@@ -160,6 +166,7 @@ class KernelInfo(_Strict):
     num_scratch: int
     scratch_bytes: int
     dimension_semantics: list[str]
+    scratch: list[ScratchInfo] = Field(default_factory=list, description="Each scratch buffer's shape and space")
 
 
 class Aval(_Strict):
