@@ -167,6 +167,7 @@ class KernelInfo(_Strict):
     scratch_bytes: int
     dimension_semantics: list[str]
     scratch: list[ScratchInfo] = Field(default_factory=list, description="Each scratch buffer's shape and space")
+    body_values_bytes: int = Field(0, description="VMEM the body's large intermediate values take at their peak")
 
 
 class Aval(_Strict):
