@@ -207,9 +207,14 @@ def test_xla_baseline_estimate_never_beats_its_own_roofline():
     from jaxbench_mcp import targets
 
     counts = {"xla_flops": 2 * 8192**3, "xla_bytes": 3 * 8192**2 * 2}
-    bound = targets.roofline_seconds(counts["xla_flops"], counts["xla_bytes"], "v6e")[0]
-    assert cost_model.xla_baseline_s({**counts, "xla_optimal_seconds": -1.0}, "v6e") == bound  # XLA: "unknown"
-    assert cost_model.xla_baseline_s({**counts, "xla_optimal_seconds": None}, "v6e") == bound
+    roofline = targets.roofline_seconds(counts["xla_flops"], counts["xla_bytes"], "v6e")[0]
+    # A compute-bound program: XLA's matmuls at the share of the MXUs' peak they reach (fit on JAXBench's 8p_GEMM).
+    bound = roofline / cost_model.XLA_MXU_EFFICIENCY
+    assert 0.5 < cost_model.XLA_MXU_EFFICIENCY < 1
+    assert cost_model.xla_baseline_s({**counts, "xla_optimal_seconds": -1.0}, "v6e") == pytest.approx(
+        bound
+    )  # XLA: "unknown"
+    assert cost_model.xla_baseline_s({**counts, "xla_optimal_seconds": None}, "v6e") == pytest.approx(bound)
     assert cost_model.xla_baseline_s({**counts, "xla_optimal_seconds": 2 * bound}, "v6e") == 2 * bound
 
 
@@ -269,11 +274,16 @@ def test_profile_text_says_what_the_numbers_are():
         verdict=verdict,
         targets=[measured, estimated],
     ).summary()
-    assert "v6e (measured): candidate 5,000.0 us | XLA baseline 4,500.0 us" in text
-    assert "speedup vs XLA 0.90x; 84% of roofline (770.0 TFLOP/s, 281 GB/s)" in text
+    # The peak fraction comes first, for every time: the candidate's, the baseline's and the expert's.
+    assert (
+        "v6e (measured): candidate 5,000.0 us = 84% of roofline (770.0 TFLOP/s, 281 GB/s) | "
+        "XLA baseline 4,500.0 us = 93% of roofline | expert n/a | roofline >= 4,183.0 us; speedup vs XLA 0.90x"
+    ) in text
     assert "candidate: median 5,000.0 us, min 4,950.0 us, spread 2.0% over 20 runs" in text
     assert (
-        "v5e (static estimate): candidate ~9,000.0 us | XLA baseline n/a | expert n/a | roofline >= 8,000.0 us" in text
+        "v5e (static estimate): candidate ~9,000.0 us = 89% of roofline | XLA baseline n/a | expert n/a | "
+        "roofline >= 8,000.0 us"
+        in text
         and "speedup vs XLA n/a" in text
     )
     assert "64 steps x 900 bundles x 0.62 run; compute 8,800.0 us, HBM 1,300.0 us (1,024 MiB)" in text
@@ -404,10 +414,16 @@ def test_an_xla_baseline_estimate_below_the_memory_bound_is_flagged_and_not_comp
     low = _static_profile(w.id, candidate_us=bound * 2, expert_us=bound * 2, xla_bytes=w.io_bytes("full") / 4)
     assert low.xla_baseline_us < bound and low.speedup_vs_xla is None
     assert [f for f in low.flags if f.startswith("XLA's own estimate of the baseline") and "no speedup" in f]
-    # The candidate above the FLOP roofline, so that only the baseline's position decides the comparison.
+    # Instead of the implausible baseline, the profile says what to aim for: a share of the roofline.
     roofline = cost_model.workload_roofline_us(w, "v6e")
+    assert low.aim_us == pytest.approx(max(roofline / cost_model.AIM_ROOFLINE_SHARE, bound))
+    assert [f for f in low.flags if f"aim for {low.aim_us:,.1f} us" in f]
+    assert low.xla_roofline_pct == pytest.approx(100 * roofline / low.xla_baseline_us)
+    assert low.expert_roofline_pct == pytest.approx(100 * roofline / low.expert_us)
+    # The candidate above the FLOP roofline, so that only the baseline's position decides the comparison.
     fair = _static_profile(w.id, candidate_us=roofline, expert_us=roofline, xla_bytes=w.io_bytes("full") * 3)
     assert fair.xla_baseline_us >= bound and fair.speedup_vs_xla == pytest.approx(fair.xla_baseline_us / roofline)
+    assert fair.aim_us is None or fair.xla_baseline_us > profiling.FAR_FROM_ROOFLINE * roofline
 
 
 def test_a_profile_stopped_while_compiling_says_timeout_with_the_real_stage_and_budget():
