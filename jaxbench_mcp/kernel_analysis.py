@@ -90,25 +90,17 @@ def _value_vmem_bytes(aval) -> int:
         return 0
 
 
-# Primitives whose results Mosaic cannot recompute from a VMEM load (a matmul, a reduction across the tile).
-_COMPUTING = {"dot_general", "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "cumsum"}
-
-
 def body_values_bytes(jaxpr) -> int:
     """VMEM the large intermediate values of a kernel body take at their peak: values over the vreg file that are a
-    matmul's result (the MXU's output is staged in VMEM), or that derive from a matmul or a reduction and are read
-    by more than one equation (logits feeding a row max and then an exp must be kept whole; a value read once, or
-    one recomputed from a VMEM load, streams through registers), counted while they are live, with a nested body's
-    (pl.when branch, loop) own peak on top of what is live around it. A model of Mosaic's allocation, not its
-    allocator: benchmarks/vmem_fidelity.py compares the total with the compiler."""
+    matmul's result (the MXU's output is staged in VMEM) or that more than one equation reads (logits feeding a row
+    max and then an exp, an f32 copy of a bf16 block squared and then scaled: kept whole; a value read once
+    streams through registers), counted while they are live (one read for the last time leaves its room to the
+    results), with a nested body's (pl.when branch, loop) own peak on top of what is live around it. A model of
+    Mosaic's allocation, not its allocator: benchmarks/vmem_fidelity.py compares the total with the compiler."""
     from jax.extend.core import Literal
 
     uses: dict = {}
     last: dict = {}
-    computed: set = set()  # values a matmul or a reduction produced (or that depend on one): not reloaded cheaply
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name in _COMPUTING or any(v in computed for v in eqn.invars if not isinstance(v, Literal)):
-            computed.update(eqn.outvars)
     for i, eqn in enumerate(jaxpr.eqns):
         for v in eqn.invars:
             if not isinstance(v, Literal):
@@ -127,7 +119,7 @@ def body_values_bytes(jaxpr) -> int:
         for v in [v for v in live if last.get(v, -1) <= i]:
             del live[v]
         for v in eqn.outvars:
-            kept = eqn.primitive.name == "dot_general" or (uses.get(v, 0) > 1 and v in computed)
+            kept = eqn.primitive.name == "dot_general" or uses.get(v, 0) > 1
             if kept and hasattr(v.aval, "shape"):
                 size = _value_vmem_bytes(v.aval)
                 if size > VREG_FILE_BYTES:
