@@ -45,7 +45,7 @@ def big_tiles(source: str, factor: int = 4) -> str | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="v6e")
-    parser.add_argument("--only", default="", help="substring of the workload id")
+    parser.add_argument("--only", default="", help="comma-separated substrings of the workload ids")
     parser.add_argument("--big-tiles", action="store_true", help="also profile 4x block-size variants")
     parser.add_argument("--warm-refs", action="store_true", help="compute references and experts first, untimed")
     parser.add_argument("--budget", type=float, default=3600.0, help="stop starting new profiles after this")
@@ -58,7 +58,7 @@ def main() -> None:
     profiler = profiling.Profiler(checker)
     kernels = []
     for path in sorted((ROOT / "solutions").glob("*.py")):
-        if args.only not in path.stem:
+        if not any(part in path.stem for part in args.only.split(",")):
             continue
         source = path.read_text()
         kernels.append((path.stem, path.stem, source))

@@ -12,7 +12,7 @@ Corpus: tests/kernels/good_*.py (the workload from each file's "# expect:" line)
 Prints estimate / compiler per kernel; goal: within 10% (0.91x-1.1x) on every kernel that compiles.
 The compiler's figures are cached under ~/.cache/jaxbench-mcp/vmem (a kernel file's bytes, the workload, the
 generation and the jax and libtpu versions): a rerun after a change to the estimate costs only the traces.
-Usage: python benchmarks/vmem_fidelity.py [--targets v6e,v5e] [--only SUBSTRING] [--budget SECONDS]
+Usage: python benchmarks/vmem_fidelity.py [--targets v6e,v5e] [--only SUBSTRING] [--budget SECONDS] [--cached-only]
 """
 
 from __future__ import annotations
@@ -119,6 +119,7 @@ def main() -> None:
     parser.add_argument("--targets", default="v6e,v5e")
     parser.add_argument("--only", default="", help="substring of the kernel file's path")
     parser.add_argument("--budget", type=float, default=1800.0, help="stop starting new kernels after this many s")
+    parser.add_argument("--cached-only", action="store_true", help="only kernels whose compiler figure is cached")
     args = parser.parse_args()
 
     import jax
@@ -154,6 +155,8 @@ def main() -> None:
                 cached = CACHE / f"{key}.json"
                 if cached.exists():
                     need, how = json.loads(cached.read_text())
+                elif args.cached_only:
+                    continue
                 else:
                     need, how = compiler_need(module.workload, abstract, static, g, index, capacity)
                     CACHE.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,13 @@ def xla_rows() -> None:
     from jaxbench_mcp import cost_model, targets, workloads
 
     print(f"{'workload':<10} {'gen':<4} {'roofline':>9} {'XLA raw':>9} {'estimate':>9} {'measured':>9} {'est/meas':>8}")
+    pallas = {}
+    for (wid, g), (what, ms) in PUBLIC_PALLAS.items():
+        # First: estimate() must set libtpu's dump folder before anything else in this process compiles for a TPU.
+        w = workloads.get_workload(wid)
+        module = _load(ROOT / "tests" / "kernels" / "good_gemm_tiled.py")
+        args = estimator.workload_args(w, "full")
+        pallas[(wid, g)] = estimator.estimate(module.workload, *args, target=g, static_argnums=tuple(w.static_argnums))
     for (wid, g), (what, ms) in PUBLIC_XLA.items():
         w = workloads.get_workload(wid)
         args = estimator.workload_args(w, "full")
@@ -58,8 +65,7 @@ def xla_rows() -> None:
         )
         if (wid, g) in PUBLIC_PALLAS:
             what, ms = PUBLIC_PALLAS[(wid, g)]
-            module = _load(ROOT / "tests" / "kernels" / "good_gemm_tiled.py")
-            e = estimator.estimate(module.workload, *args, target=g, static_argnums=tuple(w.static_argnums))
+            e = pallas[(wid, g)]
             print(
                 f"{'':<10} {g:<4} our tiled GEMM (512x1024x1024) estimate {e.total_us / 1e3:.2f} ms beside {what} "
                 f"{ms:.2f} ms: {e.total_us / 1e3 / ms:.2f}x (different kernels: context, not a fit)"
