@@ -5,7 +5,8 @@ integer constants named B*, BLOCK*, TILE* or T*, are set to 4x their value) a wa
 as the server keeps one) runs what `profile_kernel` runs: the check, then the profile for the target (CPU host
 with libtpu: static estimates). The first profile of a workload also computes its reference (bundle calibration,
 XLA's cost analysis of the baseline) and its expert's estimate, which the server then caches; --warm-refs runs
-those first, untimed, so that the times printed are those of an agent's later profiles ("warm").
+those first (and the expert's estimate), untimed, so that the times printed are those of an agent's later
+profiles ("warm").
 
 Printed per kernel: seconds for check + profile, whether the profile holds an estimate for the target (else its
 reason), then the median and the worst time and the count of profiles without an estimate.
@@ -51,7 +52,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=3600.0, help="stop starting new profiles after this")
     args = parser.parse_args()
 
-    from jaxbench_mcp import profiling
+    from jaxbench_mcp import cost_model, expert_refs, profiling
     from jaxbench_mcp.checking import Checker
 
     checker = Checker(spares=1, slots=1)
@@ -72,7 +73,13 @@ def main() -> None:
             print(f"budget of {args.budget:.0f} s spent: stopped before {label}")
             break
         if args.warm_refs:
-            profiler.reference_estimates(workload_id, [args.target])
+            refs = profiler.reference_estimates(workload_id, [args.target])
+            expert = expert_refs.expert_source(workload_id)
+            if expert and refs[args.target].get("calibration_bundles"):
+                spb = {
+                    args.target: cost_model.seconds_per_bundle(args.target, refs[args.target]["calibration_bundles"])
+                }
+                profiler.expert_estimates(workload_id, expert, [args.target], spb)
         t0 = time.monotonic()
         verdict, _ = checker.check(workload_id, source, [args.target])
         t1 = time.monotonic()
