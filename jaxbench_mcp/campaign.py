@@ -41,6 +41,7 @@ import functools
 import hashlib
 import json
 import math
+import statistics
 import sys
 import threading
 import time
@@ -105,6 +106,9 @@ class AttemptResult(BaseModel):
     timings: Timings
     speedup_vs_baseline: float | None = None
     speedup_vs_pallas: float | None = None
+    roofline_pct: float | None = Field(
+        None, description="The kernel's peak fraction: the workload's roofline over its time, in percent"
+    )
     target: str | None
     tier: str
     estimate_kind: str
@@ -140,6 +144,12 @@ class Summary(BaseModel):
     expert_workloads_attempted: int
     geomean_speedup_vs_xla_solved: float | None
     clipped_geomean_speedup_vs_xla: float | None
+    median_roofline_pct_solved: float | None = Field(
+        None, description="Median peak fraction (roofline / time, in percent) over solved workloads"
+    )
+    roofline_pct_solved: dict[str, float] = Field(
+        default_factory=dict, description="Share of solved workloads at or above 25%, 50% and 75% of their roofline"
+    )
     by_category: dict[str, dict[str, float | int]]
     best: dict[str, str] = Field(description="workload -> its best attempt")
     samples: int = 0
@@ -162,6 +172,13 @@ class Summary(BaseModel):
             + (" -- INTERRUPTED, partial" if self.interrupted else ""),
             f"compiled {pct(self.compile_rate)} of attempts; correct {pct(self.correct_rate_attempted)} of attempted "
             f"workloads, {pct(self.correct_rate_all)} of all {self.workloads_total}",
+            "peak fraction (share of the roofline) over solved: "
+            + (
+                f"median {self.median_roofline_pct_solved:.0f}%; "
+                + ", ".join(f">= {k}%: {pct(v)}" for k, v in self.roofline_pct_solved.items())
+                if self.median_roofline_pct_solved is not None
+                else "n/a"
+            ),
             "fast_p vs XLA (attempted / all): "
             + ", ".join(
                 f"p={p}: {pct(self.fast_p_vs_xla_attempted[p])} / {pct(self.fast_p_vs_xla_all[p])}"
@@ -363,6 +380,7 @@ def score(bench, workload_id: str, source: str, target: str | None, cancel: thre
         ),
         speedup_vs_baseline=entry.speedup_vs_xla if entry and correct else None,
         speedup_vs_pallas=entry.speedup_vs_expert if entry and correct else None,
+        roofline_pct=entry.roofline_pct if entry and correct else None,
         target=target,
         tier=profile.tier,
         estimate_kind=profile.kind,
@@ -497,6 +515,7 @@ def summarize(
     for cat in categories.values():
         cat["correct_rate"] = cat["correct"] / cat["attempted"]
     trials = sample_metrics(results)
+    peaks = [r.roofline_pct for r in solved if r.roofline_pct]
     return Summary(
         run_dir=str(run_dir),
         attempts=len(results),
@@ -511,6 +530,8 @@ def summarize(
             "fast_p": "share of workloads whose best attempt is correct and has speedup > p",
             "fast_p_vs_expert": "over attempted workloads that have an expert kernel",
             "geomean": "geometric mean of speedup vs XLA over workloads whose best attempt is correct",
+            "peak_fraction": "roofline / time in percent (the workload's FLOPs at peak and its input+output bytes at "
+            "HBM bandwidth): read first; over 100% means fewer FLOPs than nominal or missed work",
             "clipped_geomean": "MaxKernel: geometric mean over all attempted workloads of max(1, speedup); failures count as 1x",
             "compile_rate": "share of attempts that loaded, traced, lowered and compiled for every target",
             "per_sample_correctness": "JAXBench's: correct attempts / all attempts",
@@ -537,6 +558,8 @@ def summarize(
         clipped_geomean_speedup_vs_xla=_geomean(
             [max(1.0, r.speedup_vs_baseline or 1.0) if r.correctness.correct else 1.0 for r in attempted]
         ),
+        median_roofline_pct_solved=statistics.median(peaks) if peaks else None,
+        roofline_pct_solved={str(p): sum(v >= p for v in peaks) / len(peaks) for p in (25, 50, 75)} if peaks else {},
         by_category=categories,
         best={w: r.attempt for w, r in best.items()},
         **trials,
@@ -621,11 +644,13 @@ def load(run_dir: Path | str) -> tuple[list[AttemptResult], Summary]:
 
 def table(results: list[AttemptResult]) -> str:
     """A compact per-attempt table for a terminal."""
-    rows = [f"{'attempt':<48} {'status':<15} {'max_diff':>9} {'vs XLA':>8} {'vs expert':>9}"]
+    rows = [f"{'attempt':<48} {'status':<15} {'max_diff':>9} {'roofline':>8} {'vs XLA':>8} {'vs expert':>9}"]
     for r in results:
         diff = "" if r.correctness.max_diff is None else f"{r.correctness.max_diff:.2g}"
+        peak = f"{r.roofline_pct:.0f}%" if r.roofline_pct else "n/a"
         rows.append(
-            f"{r.attempt[:48]:<48} {r.status:<15} {diff:>9} {_x(r.speedup_vs_baseline):>8} {_x(r.speedup_vs_pallas):>9}"
+            f"{r.attempt[:48]:<48} {r.status:<15} {diff:>9} {peak:>8} {_x(r.speedup_vs_baseline):>8} "
+            f"{_x(r.speedup_vs_pallas):>9}"
         )
     return "\n".join(rows)
 

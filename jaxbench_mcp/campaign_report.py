@@ -117,6 +117,7 @@ def write_report(run_dir: Path | str) -> Path:
                 r.status,
                 r.error_class or "",
                 "" if r.correctness.max_diff is None else f"{r.correctness.max_diff:.3g}",
+                f"{r.roofline_pct:.0f}%" if r.roofline_pct else "n/a",
                 campaign._x(r.speedup_vs_baseline),
                 campaign._x(r.speedup_vs_pallas),
                 r.message[:160],
@@ -136,7 +137,7 @@ td,th{{border:1px solid #ccc;padding:3px 6px;text-align:left}} pre{{background:#
 {_img(status_chart(summary), "verdict counts")}
 {_img(fast_p_chart(results, summary), "fast_p curve")}
 <h2>Attempts</h2>
-<table><tr><th>attempt</th><th>workload</th><th>status</th><th>error class</th><th>max diff</th><th>vs XLA</th><th>vs expert</th><th>message</th></tr>
+<table><tr><th>attempt</th><th>workload</th><th>status</th><th>error class</th><th>max diff</th><th>peak fraction (share of roofline)</th><th>vs XLA</th><th>vs expert</th><th>message</th></tr>
 {rows}</table>
 <h2>Conventions</h2><ul>{"".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in summary.conventions.items())}</ul>
 </body></html>

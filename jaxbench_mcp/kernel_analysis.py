@@ -76,6 +76,58 @@ def _nbytes(aval) -> int:
         return 0
 
 
+# A kernel's values above this size cannot stay in the vector registers (64 vregs of 4 KiB): Mosaic keeps them in
+# VMEM, inside the kernel's scoped allocation.
+VREG_FILE_BYTES = 64 * 4096
+
+
+def _value_vmem_bytes(aval) -> int:
+    from jaxbench_mcp import cost_model
+
+    try:
+        return cost_model.padded_block_bytes(list(aval.shape), str(aval.dtype))
+    except (TypeError, AttributeError, ValueError):
+        return 0
+
+
+def body_values_bytes(jaxpr) -> int:
+    """VMEM the large intermediate values of a kernel body take at their peak: values over the vreg file that are a
+    matmul's result (the MXU's output is staged in VMEM) or that more than one equation reads (logits feeding a row
+    max and then an exp, an f32 copy of a bf16 block squared and then scaled: kept whole; a value read once
+    streams through registers), counted while they are live (one read for the last time leaves its room to the
+    results), with a nested body's (pl.when branch, loop) own peak on top of what is live around it. A model of
+    Mosaic's allocation, not its allocator: benchmarks/vmem_fidelity.py compares the total with the compiler."""
+    from jax.extend.core import Literal
+
+    uses: dict = {}
+    last: dict = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.invars:
+            if not isinstance(v, Literal):
+                uses[v] = uses.get(v, 0) + 1
+                last[v] = i
+    for v in jaxpr.outvars:
+        if not isinstance(v, Literal):
+            uses[v] = uses.get(v, 0) + 1
+            last[v] = len(jaxpr.eqns)
+    live: dict = {}
+    peak = 0
+    for i, eqn in enumerate(jaxpr.eqns):
+        inner = max((body_values_bytes(sub) for sub in jx.sub_jaxprs(eqn)), default=0)
+        peak = max(peak, sum(live.values()) + inner)
+        # A value read for the last time here leaves its room to the results (an elementwise op works in place).
+        for v in [v for v in live if last.get(v, -1) <= i]:
+            del live[v]
+        for v in eqn.outvars:
+            kept = eqn.primitive.name == "dot_general" or uses.get(v, 0) > 1
+            if kept and hasattr(v.aval, "shape"):
+                size = _value_vmem_bytes(v.aval)
+                if size > VREG_FILE_BYTES:
+                    live[v] = size
+        peak = max(peak, sum(live.values()))
+    return peak
+
+
 def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
     """The pallas_calls in a jaxpr (grid, block shapes, semantics) and any host callbacks."""
     kernels, callbacks = [], []
@@ -118,6 +170,16 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
                 "num_scratch": info.num_scratch,
                 "scratch_bytes": sum(_nbytes(a) for a in scratch_avals),
                 "dimension_semantics": list(info.dimension_semantics),
+                "body_values_bytes": body_values_bytes(kernel_jaxpr),
+                "scratch": [
+                    {
+                        "shape": [int(d) for d in a.shape],
+                        "dtype": str(a.dtype),
+                        "memory_space": str(getattr(a, "memory_space", "") or ""),
+                    }
+                    for a in scratch_avals
+                    if hasattr(a, "shape") and hasattr(a, "dtype")
+                ],
             }
         )
     return kernels, callbacks

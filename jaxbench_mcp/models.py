@@ -616,7 +616,18 @@ class TargetEstimate(BaseModel):
     speedup_vs_expert: OptionalReal = None
     tflops_per_s: OptionalReal = Field(None, description="The workload's FLOPs over candidate_us")
     hbm_gb_per_s: OptionalReal = Field(None, description="The workload's input+output bytes over candidate_us")
-    roofline_pct: OptionalReal = Field(None, description="roofline_us / candidate_us, in percent")
+    roofline_pct: OptionalReal = Field(
+        None,
+        description="The candidate's peak fraction: roofline_us / candidate_us, in percent (the first figure to read; "
+        "over 100 means fewer FLOPs than the workload's nominal count, or work the estimate missed)",
+    )
+    xla_roofline_pct: OptionalReal = Field(None, description="The XLA baseline's: roofline_us / xla_baseline_us, in %")
+    expert_roofline_pct: OptionalReal = Field(None, description="The expert kernel's: roofline_us / expert_us, in %")
+    aim_us: OptionalReal = Field(
+        None,
+        description="Set when the XLA baseline is implausible (far above its roofline, or below the bytes it must "
+        "move): the time to aim for instead, a share of the roofline that real TPU kernels reach",
+    )
     candidate_timing: DeviceTiming | None = None
     xla_timing: DeviceTiming | None = None
     expert_timing: DeviceTiming | None = None
@@ -670,18 +681,32 @@ class Profile(BaseModel):
                 continue
             approx = "" if t.kind == "measured" else "~"
             fmt = lambda v, mark=approx: f"{mark}{v:,.1f} us" if v is not None else "n/a"  # noqa: E731
+
+            def share(us, mark=approx, roofline=t.roofline_us) -> str:
+                # Every time is given first as a share of the roofline (its peak fraction).
+                if us is None:
+                    return "n/a"
+                return f"{mark}{us:,.1f} us" + (f" = {100 * roofline / us:.0f}% of roofline" if roofline else "")
+
+            above = (
+                " (above 100%: fewer FLOPs than the workload's nominal count, or work the estimate missed; see flags)"
+                if t.roofline_pct and t.roofline_pct > 100
+                else ""
+            )
             lines.append(
-                f"{t.target} ({t.kind}): candidate {fmt(t.candidate_us)} | XLA baseline {fmt(t.xla_baseline_us)} | "
-                f"expert {fmt(t.expert_us)} | roofline >= {fmt(t.roofline_us, '')}; "
+                f"{t.target} ({t.kind}): candidate {share(t.candidate_us)}{above}"
+                + (f" ({t.tflops_per_s:,.1f} TFLOP/s, {t.hbm_gb_per_s:,.0f} GB/s)" if t.roofline_pct else "")
+                + f" | XLA baseline {share(t.xla_baseline_us)} | expert {share(t.expert_us)} | "
+                f"roofline >= {fmt(t.roofline_us, '')}; "
                 + (f"speedup vs XLA {t.speedup_vs_xla:.2f}x" if t.speedup_vs_xla else "speedup vs XLA n/a")
                 + (f", vs expert {t.speedup_vs_expert:.2f}x" if t.speedup_vs_expert else "")
-                + (
-                    f"; {t.roofline_pct:.0f}% of roofline ({t.tflops_per_s:,.1f} TFLOP/s, {t.hbm_gb_per_s:,.0f} GB/s)"
-                    if t.roofline_pct
-                    else ""
-                )
                 + (f"; bottleneck: {t.bottleneck}" if t.bottleneck else "")
             )
+            if t.aim_us:
+                lines.append(
+                    f"  aim for {fmt(t.aim_us, '')}: {100 * t.roofline_us / t.aim_us:.0f}% of the roofline (XLA's "
+                    "baseline figure is implausible here, so beating it says little)"
+                )
             for who, timing in (("candidate", t.candidate_timing), ("XLA", t.xla_timing), ("expert", t.expert_timing)):
                 if timing:
                     lines.append(

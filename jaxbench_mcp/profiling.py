@@ -94,6 +94,17 @@ def below_roofline(entry, w, generation: str) -> None:
     entry.speedup_vs_expert = None
 
 
+def aim_text(entry, bound_us: float) -> str:
+    """What to aim for when the XLA baseline's figure is implausible (far above its roofline, or below the bytes
+    it must move): a share of the roofline real TPU kernels reach (cost_model.AIM_ROOFLINE_SHARE), never below
+    the memory bound. Sets entry.aim_us."""
+    entry.aim_us = max(entry.roofline_us / cost_model.AIM_ROOFLINE_SHARE, bound_us)
+    return (
+        f"aim for {entry.aim_us:,.1f} us instead ({100 * entry.roofline_us / entry.aim_us:.0f}% of the roofline, "
+        "the median share of tokamax's tuned TPU kernels)"
+    )
+
+
 def memory_bound(w, generation: str) -> tuple[float, str]:
     """The time no correct program of the workload beats on `generation` (cost_model.workload_memory_bound_us: a
     fold may skip FLOPs, not moving its inputs and outputs) and a phrase saying what it is."""
@@ -426,14 +437,16 @@ class Profiler:
                 # XLA's cost analysis undercounts some programs (11p: a scan body counted once).
                 entry.flags.append(
                     f"XLA's own estimate of the baseline ({entry.xla_baseline_us:,.1f} us) is below {bound_text}, "
-                    "which the reference cannot beat: its cost analysis missed work, so no speedup against it is claimed"
+                    "which the reference cannot beat: its cost analysis missed work, so no speedup against it is "
+                    f"claimed; {aim_text(entry, bound)}"
                 )
             else:
                 entry.speedup_vs_xla = entry.xla_baseline_us / entry.candidate_us
             if entry.xla_baseline_us > FAR_FROM_ROOFLINE * entry.roofline_us:
                 entry.flags.append(
                     f"XLA's own estimate of the baseline ({entry.xla_baseline_us:,.1f} us) is "
-                    f"{entry.xla_baseline_us / entry.roofline_us:.1f}x the roofline: treat 'vs XLA' with care"
+                    f"{entry.xla_baseline_us / entry.roofline_us:.1f}x the roofline: treat 'vs XLA' with care; "
+                    + aim_text(entry, bound)
                 )
             if isinstance(expert.get(g), SourceEstimate) and expert[g].kernels:
                 entry.expert_us = expert[g].total_us
@@ -452,6 +465,8 @@ class Profiler:
                     entry.speedup_vs_expert = entry.expert_us / entry.candidate_us
             elif isinstance(expert.get(g), str):
                 entry.flags.append(f"expert kernel: {_no_double(expert[g])}")
+            elif g in expert:
+                entry.flags.append("expert kernel: no Pallas kernel schedule found in its compile dump")
             below_roofline(entry, w, g)
         return entries
 
@@ -514,6 +529,10 @@ class Profiler:
                     else []
                 )
             )
+            if entry.xla_baseline_us and entry.roofline_us:
+                entry.xla_roofline_pct = 100.0 * entry.roofline_us / entry.xla_baseline_us
+            if entry.expert_us and entry.roofline_us:
+                entry.expert_roofline_pct = 100.0 * entry.roofline_us / entry.expert_us
             if entry.candidate_us:
                 entry.tflops_per_s = flops / entry.candidate_us / 1e6
                 entry.hbm_gb_per_s = io_bytes / entry.candidate_us / 1e3

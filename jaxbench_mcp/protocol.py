@@ -152,6 +152,12 @@ class BlockInfo(_Strict):
     in_hbm: bool
 
 
+class ScratchInfo(_Strict):
+    shape: list[int]
+    dtype: str
+    memory_space: str = Field("", description="vmem, smem, semaphore_mem, ... (as jax names it)")
+
+
 class KernelInfo(_Strict):
     name: str
     grid: list[int | str]
@@ -160,6 +166,8 @@ class KernelInfo(_Strict):
     num_scratch: int
     scratch_bytes: int
     dimension_semantics: list[str]
+    scratch: list[ScratchInfo] = Field(default_factory=list, description="Each scratch buffer's shape and space")
+    body_values_bytes: int = Field(0, description="VMEM the body's large intermediate values take at their peak")
 
 
 class Aval(_Strict):
