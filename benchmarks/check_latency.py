@@ -1,7 +1,9 @@
 """Latency of one check, measured side by side in one run, as ratios.
 
-  unavoidable: the work a check cannot skip, done inline in this process: lower + deviceless compile
-               for v6e at full size, then a TPU-interpret run at small size on 3 seeds
+  unavoidable: the work a check cannot skip, done inline in this process: trace the candidate once at full
+               size and once at small size, lower + deviceless compile the recorded full-size program for
+               v6e, then run the recorded small program in TPU interpret mode on 3 seeds, each beside the
+               uninitialised-memory probe (what the worker does since the candidate is traced only once)
   warm:        Checker.check on a warm checker (a sandboxed spare worker ready), as the server does; its
                fresh hidden seeds' truth is computed while the worker compiles
   cold:        a one-shot `jaxbench-mcp check` CLI process (imports jax, starts a worker, computes the truth)
@@ -26,20 +28,31 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
+    import jax
     from jax.experimental.pallas import tpu as pltpu
 
     from jaxbench_mcp import targets, workloads
+    from jaxbench_mcp.internals import jaxpr as jx
+    from jaxbench_mcp.worker import _uninitialised_probe
 
     w = workloads.get_workload(workload_id)
     spec = importlib.util.spec_from_file_location(f"bench_candidate_{time.monotonic_ns()}", kernel)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     inputs = [w.create_inputs("small", seed=s) for s in seeds]  # input creation is not part of the timed work
+    static = tuple(w.static_argnums)
+    probe = _uninitialised_probe()
     t0 = time.perf_counter()
-    targets.deviceless_compile(module.workload, workloads.abstract_inputs(w, "full"), "v6e", w.static_argnums)
+    with targets.chip_context("v6e"):
+        full = jax.make_jaxpr(module.workload, static_argnums=static)(*workloads.abstract_inputs(w, "full"))
+        small = jax.make_jaxpr(module.workload, static_argnums=static)(*workloads.abstract_inputs(w, "small"))
+    full_args = [a for i, a in enumerate(workloads.abstract_inputs(w, "full")) if i not in static]
+    targets.deviceless_compile(targets.replay(full), full_args, "v6e")
     for seed, args in zip(seeds, inputs):
         params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)
-        targets.interpret_on_cpu(module.workload, args, w.static_argnums, "v6e", params)
+        run = jx.interpreting(small, params)
+        dynamic = [a for i, a in enumerate(args) if i not in static]
+        targets.interpret_on_cpu(lambda *a: (run(*a), probe(params)), dynamic, (), "v6e", params)
     return time.perf_counter() - t0
 
 

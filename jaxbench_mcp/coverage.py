@@ -663,23 +663,30 @@ def _updated_from_themselves(body) -> set[int]:
 
     def walk(jaxpr, refs: dict, taint: dict) -> None:
         def taint_of(v) -> frozenset:
-            return taint.get(v, frozenset()) if not hasattr(v, "val") else frozenset()
+            return taint.get(v, frozenset()) if _is_var(v) else frozenset()
+
+        def ref_of(v) -> int | None:
+            return refs.get(v) if _is_var(v) else None
 
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
             ins = list(eqn.invars)
-            if name == "get" and ins[0] in refs:
+            ref = ref_of(ins[0]) if ins else None
+            if name == "get" and ref is not None:
                 for out in eqn.outvars:
-                    taint[out] = frozenset({refs[ins[0]]}) | taint_of(ins[0])
+                    taint[out] = frozenset({ref})
                 continue
-            if name in ("swap", "addupdate") and ins[0] in refs:
-                value_taint = taint_of(ins[1]) if len(ins) > 1 else frozenset()
-                if name == "addupdate" or refs[ins[0]] in value_taint:
-                    updated.add(refs[ins[0]])
+            if name in ("swap", "addupdate") and ref is not None:
+                if name == "addupdate" or len(ins) > 1 and ref in taint_of(ins[1]):
+                    updated.add(ref)
             merged = frozenset().union(*(taint_of(v) for v in ins))
             for sub in jx.sub_jaxprs(eqn):
+                # A branch, loop or call body takes the equation's last operands (a cond's index, a while's
+                # condition consts come first).
                 operands = ins[len(ins) - len(sub.invars) :] if len(sub.invars) <= len(ins) else ins
-                sub_refs = {inner: refs[outer] for inner, outer in zip(sub.invars, operands) if outer in refs}
+                sub_refs = {
+                    inner: ref_of(outer) for inner, outer in zip(sub.invars, operands) if ref_of(outer) is not None
+                }
                 sub_taint = {inner: taint_of(outer) for inner, outer in zip(sub.invars, operands)}
                 walk(sub, sub_refs, sub_taint)
             for out in eqn.outvars:

@@ -243,7 +243,8 @@ def lower_for_tpu(
 
     With a generation (needs libtpu) the lowering targets that chip, ready for a deviceless compile;
     without one it is a platform-only TPU lowering that works on any host. kernel_facts=False leaves out
-    the chip context that Pallas kernels need while tracing (replaying a recorded jaxpr must not get it).
+    the chip context that Pallas kernels need while tracing (the program cut out around a recorded jaxpr's
+    kernels fails to compile under it: 2p, 4p).
     """
     import jax
     from jax.sharding import SingleDeviceSharding

@@ -52,6 +52,7 @@ def warm_up(generation: str | None) -> None:
     from jax.experimental.pallas import tpu as pltpu
 
     from jaxbench_mcp import kernel_analysis, targets, workloads
+    from jaxbench_mcp.internals import jaxpr as jx
 
     workloads.all_workloads()
 
@@ -93,8 +94,10 @@ def warm_up(generation: str | None) -> None:
     if generation is not None:
         targets.deviceless_compile(f, abstract, generation)
     if os.environ.get("JAX_PLATFORMS") == "cpu":  # on a TPU host, touching the device now would hold it
+        # The run stage's own route: the recorded program interpreted beside the probe.
         params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=0)
-        targets.interpret_on_cpu(f, args, (), chip, params)
+        run, probe = jx.interpreting(closed, params), _uninitialised_probe()
+        targets.interpret_on_cpu(lambda *a: (run(*a), probe(params)), args, (), chip, params)
 
 
 # ---- stages -----------------------------------------------------------------------------------
@@ -266,9 +269,9 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
         inputs = [a for i, a in enumerate(read_inputs(described, workdir)) if i not in static]
         try:
             if job.interpret:
-                # The probe runs in the same program under the same parameters: it must read NaN.
-                # The recorded kernels get the strict parameters by rewriting the program (jax picks the interpret
-                # mode when pallas_call is traced, and the candidate is never traced again).
+                # jax picks the interpret mode when pallas_call is traced, and the candidate is never traced again:
+                # the recorded kernels are bound again with the strict parameters. The probe runs in the same
+                # program under the same parameters, and must read NaN.
                 run_program = jx.interpreting(run_closed, strict[index])
                 out, probe_out = targets.interpret_on_cpu(
                     lambda *a: (run_program(*a), probe(strict[index])), inputs, (), chip, strict[index]
@@ -379,17 +382,22 @@ def _static_analyses(closed, input_names: list[str], args: list) -> dict:
                     message=coverage.describe_revisit(r),
                 )
                 for r in result["parallel_revisits"]
-            ]
-            + [
+            ],
+            not_judged=[f"{u['operand']}: {u['reason']}" for u in result["unknown"]],
+        )
+    except Exception:  # noqa: BLE001 - not judged
+        pass
+    try:
+        accumulators = coverage.low_precision_accumulators(closed)
+        if "coverage" in found:
+            found["coverage"].findings += [
                 protocol.CoverageFinding(
                     kind="low_precision_accumulation",
                     operand=f"{a['kernel']} {a['ref']}",
                     message=coverage.describe_accumulator(a),
                 )
-                for a in coverage.low_precision_accumulators(closed)
-            ],
-            not_judged=[f"{u['operand']}: {u['reason']}" for u in result["unknown"]],
-        )
+                for a in accumulators
+            ]
     except Exception:  # noqa: BLE001 - not judged
         pass
     try:

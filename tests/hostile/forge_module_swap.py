@@ -1,6 +1,5 @@
 # expect: workload=12p_RMSNorm status=no_pallas error_class=no_pallas_call
-# attack: plain jnp that patches the worker's targets.lower_for_tpu to lower (and compile) a Pallas decoy instead of the program it runs
-# known gap: the worker's own account of what it lowered cannot be checked on a CPU host; see the README's threat model
+# attack: plain jnp that patches the worker's targets.lower_for_tpu to lower (and compile) a Pallas decoy instead of the program it runs: the recorded program lists no pallas_call, so the decoy module does not count
 # Placeholders (__NAME__) are filled in by tests/test_hostile.py.
 import os
 import sys
