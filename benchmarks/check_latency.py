@@ -52,7 +52,7 @@ def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
         params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)
         run = jx.interpreting(small, params)
         dynamic = [a for i, a in enumerate(args) if i not in static]
-        targets.interpret_on_cpu(lambda *a: (run(*a), probe(params)), dynamic, (), "v6e", params)
+        targets.interpret_on_cpu(lambda *a: (run(*a), probe(params)), dynamic, (), None, params)
     return time.perf_counter() - t0
 
 

@@ -643,7 +643,7 @@ def low_precision_accumulators(closed) -> list[dict]:
             if position < first_output:
                 continue
             dtype = np.dtype(getattr(body.invars[position].aval, "inner_aval", body.invars[position].aval).dtype)
-            if np.issubdtype(dtype, np.floating) and dtype.itemsize <= 2:
+            if _floating_dtype(dtype) and dtype.itemsize <= 2:
                 kind = "scratch" if position >= len(body.invars) - info.num_scratch else "output"
                 found.append(
                     {
@@ -789,28 +789,47 @@ _CONTROL = {"cond", "while", "scan"}
 
 def kernel_signature(body, shapes: _ShapeValues) -> str:
     """What a kernel body computes, independent of how often its code repeats: the kinds of floating-point
-    arithmetic it does, the control flow it has (pl.when, loops) and its floating-point constants (constant_token;
-    epsilons under 1e-3 left out), as one token "body:ARITHMETIC|CONTROL|CONSTANTS", each part sorted."""
+    arithmetic it does, each with the control flow it sits in ("dot_general@cond": inside a pl.when), the control
+    flow it has, and its floating-point constants (constant_token; epsilons under 1e-3 left out), as one token
+    "body:ARITHMETIC|CONTROL|CONSTANTS", each part sorted. Moving a kernel's matmul under a pl.when at one size
+    only changes it; unrolling a loop more or fewer times does not."""
     arithmetic, control, constants = set(), set(), set()
-    for eqn in ka._walk_eqns(body):
-        name = eqn.primitive.name
-        if name in _CONTROL:
-            control.add(name)
-        elif (
-            name not in _LAYOUT_ONLY | _NO_FLOPS | _MASKING
-            and not name.startswith(("dma", "semaphore", "barrier"))
-            and any(_is_floating(v) for v in eqn.outvars)  # integer arithmetic is index arithmetic
-        ):
-            arithmetic.add(name)
-        constants.update(
-            shapes.constant_token(v) for v in eqn.invars if _is_float_literal(v) and not 0 < abs(float(v.val)) < 1e-3
-        )
+
+    def walk(jaxpr, where: str) -> None:
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            inner = where
+            if name in _CONTROL:
+                inner = f"{where}/{name}" if where else name
+                control.add(inner)
+            elif (
+                name not in _LAYOUT_ONLY | _NO_FLOPS | _MASKING
+                and not name.startswith(("dma", "semaphore", "barrier"))
+                and any(_is_floating(v) for v in eqn.outvars)  # integer arithmetic is index arithmetic
+            ):
+                arithmetic.add(f"{name}@{where}" if where else name)
+            constants.update(
+                shapes.constant_token(v)
+                for v in eqn.invars
+                if _is_float_literal(v) and not 0 < abs(float(v.val)) < 1e-3
+            )
+            for sub in jx.sub_jaxprs(eqn):
+                walk(sub, inner)
+
+    walk(body, "")
     return "body:" + "|".join(",".join(sorted(part)) for part in (arithmetic, control, constants))
+
+
+def _floating_dtype(dtype) -> bool:
+    """A floating-point dtype, bfloat16 included (numpy does not count ml_dtypes' bfloat16 as floating)."""
+    import jax.numpy as jnp
+
+    return bool(jnp.issubdtype(dtype, jnp.floating))
 
 
 def _is_floating(var) -> bool:
     dtype = getattr(getattr(var, "aval", None), "dtype", None)
-    return dtype is not None and np.issubdtype(np.dtype(dtype), np.floating)
+    return dtype is not None and _floating_dtype(dtype)
 
 
 def _constant(token: str) -> tuple[bool, str]:
@@ -840,7 +859,7 @@ def _same_step(a: str, b: str) -> bool:
 def _is_float_literal(var) -> bool:
     from jax.extend.core import Literal
 
-    return isinstance(var, Literal) and np.issubdtype(np.dtype(var.aval.dtype), np.floating) and np.ndim(var.val) == 0
+    return isinstance(var, Literal) and _floating_dtype(var.aval.dtype) and np.ndim(var.val) == 0
 
 
 class _ShapeValues:

@@ -7,6 +7,7 @@ any generation on a CPU host, without allocating anything.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import importlib.metadata
@@ -189,7 +190,6 @@ def chip_context(generation: str, cores: int = 1):
 
 def chip_facts_visible(fallback: str = DEFAULT_CPU_TARGET):
     """Nothing on a TPU host; elsewhere chip_context(fallback), for kernels that ask for chip facts."""
-    import contextlib
 
     from jax.experimental.pallas import tpu as pltpu
 
@@ -213,8 +213,15 @@ def replay(closed) -> Callable:
     return workload
 
 
-def interpret_on_cpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence[int], generation: str, params):
-    """Run `fn(*args)` in TPU interpret mode on the CPU, traced as if on `generation`."""
+def interpret_on_cpu(
+    fn: Callable,
+    args: Sequence[Any],
+    static_argnums: Sequence[int],
+    generation: str | None,
+    params,
+):
+    """Run `fn(*args)` in TPU interpret mode on the CPU, traced as if on `generation` (None: no chip context, for
+    a recorded program, whose avals keep the mesh they were traced under)."""
     import jax
     from jax.experimental.pallas import tpu as pltpu
 
@@ -223,7 +230,7 @@ def interpret_on_cpu(fn: Callable, args: Sequence[Any], static_argnums: Sequence
     interpret_transforms.install()  # loads through ref.reshape / ref.bitcast views
     try:
         with pltpu.force_tpu_interpret_mode(params):
-            with chip_context(generation):
+            with chip_context(generation) if generation else contextlib.nullcontext():
                 traced = jax.jit(fn, static_argnums=tuple(static_argnums)).trace(*args)
             compiled = traced.lower(lowering_platforms=("cpu",)).compile(device_assignment=(jax.devices("cpu")[0],))
             return jax.block_until_ready(compiled(*[a for i, a in enumerate(args) if i not in static_argnums]))

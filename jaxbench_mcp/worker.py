@@ -97,7 +97,7 @@ def warm_up(generation: str | None) -> None:
         # The run stage's own route: the recorded program interpreted beside the probe.
         params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=0)
         run, probe = jx.interpreting(closed, params), _uninitialised_probe()
-        targets.interpret_on_cpu(lambda *a: (run(*a), probe(params)), args, (), chip, params)
+        targets.interpret_on_cpu(lambda *a: (run(*a), probe(params)), args, (), None, params)
 
 
 # ---- stages -----------------------------------------------------------------------------------
@@ -274,7 +274,7 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
                 # program under the same parameters, and must read NaN.
                 run_program = jx.interpreting(run_closed, strict[index])
                 out, probe_out = targets.interpret_on_cpu(
-                    lambda *a: (run_program(*a), probe(strict[index])), inputs, (), chip, strict[index]
+                    lambda *a: (run_program(*a), probe(strict[index])), inputs, (), None, strict[index]
                 )
                 np.save(workdir / f"probe_{index}.npy", np.asarray(probe_out, dtype=np.float32))
             else:

@@ -133,7 +133,9 @@ def interpreting(closed: Any, params: Any):
                     raise RuntimeError(f"jax's {name} has no '{switch}' parameter any more")
                 bound = {**eqn.params, switch: params}
             elif not any(_holds_kernel(sub) for sub in sub_jaxprs(eqn)):
-                bound = eqn.params
+                # Without the shardings it was traced with: a body traced anew below runs under a mesh context
+                # of its own, which a recorded sharding need not match (25k's solution failed so).
+                bound = unsharded_params(eqn)
             elif (body := call_body(eqn)) is not None:
                 env.update(zip(eqn.outvars, evaluate(body.jaxpr, body.consts, *inputs)))
                 continue
@@ -145,7 +147,9 @@ def interpreting(closed: Any, params: Any):
 
     def retraced(value):
         if isinstance(value, ClosedJaxpr) and _holds_kernel(value.jaxpr):
-            avals = [v.aval for v in value.jaxpr.invars]
+            # Shapes and dtypes only: a recorded aval keeps the mesh it was traced under, which the mesh context of
+            # this run need not match.
+            avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in value.jaxpr.invars]
             return jax.make_jaxpr(lambda *a: evaluate(value.jaxpr, value.consts, *a))(*avals)
         if isinstance(value, tuple) and any(isinstance(v, ClosedJaxpr) for v in value):
             return tuple(retraced(v) for v in value)
