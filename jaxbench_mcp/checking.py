@@ -227,6 +227,13 @@ def _compile_error_line(text: str) -> str | None:
     return lines[-1][:300] if lines else None
 
 
+def compile_failure(text: str) -> str:
+    """One line for a failed compile in a profile or estimate: its class and, for a VMEM overflow, the sizes."""
+    sizes = libtpu.vmem_overflow_sizes(text)
+    detail = f"out of VMEM: {sizes}" if sizes else decisive_lines(text).splitlines()[-1]
+    return f"compile failed ({error_catalog.classify('compile', text).error_class}): {detail[:300]}"
+
+
 def _signal_name(number: int) -> str:
     import signal
 

@@ -638,7 +638,7 @@ def estimate_file(
 ) -> dict[str, Estimate | str]:
     """A static estimate of `function` from the Python source `source` (untrusted: it runs in the sandboxed
     worker), per generation: an Estimate, or a string saying why there is none. `args` as parse_args returns."""
-    from jaxbench_mcp.checking import Checker
+    from jaxbench_mcp.checking import Checker, compile_failure
 
     owned = checker is None
     checker = checker or Checker(spares=0, slots=1)
@@ -669,8 +669,6 @@ def estimate_file(
             if e.stage is not protocol.Stage.COMPILE or e.state == "start":
                 continue
             if e.state == "failed":
-                from jaxbench_mcp.profiling import compile_failure
-
                 results[e.target] = compile_failure(e.text or "")
             elif e.target not in spb:
                 results[e.target] = f"no estimate: the calibration kernel left no schedule for {e.target}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxbench_mcp import api, cost_model, kernel_analysis, profiling
+from jaxbench_mcp import api, checking, cost_model, kernel_analysis, profiling
 from jaxbench_mcp.checking import Checker
 from jaxbench_mcp.store import Store
 
@@ -288,7 +288,7 @@ def test_a_vmem_overflow_is_summarised_by_its_sizes():
         "allocation with size 112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M. It should not be "
         "possible to run out of scoped vmem - \nSee https://openxla.org/xla/errors/error_1001 for more details."
     )
-    assert profiling.compile_failure(text) == (
+    assert checking.compile_failure(text) == (
         "compile failed (vmem_overflow): out of VMEM: Scoped allocation with size "
         "112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M"
     )
