@@ -223,7 +223,7 @@ def pipelined_cost(
 # 197 TFLOP/s); its vector units issue 4 ALU operations a cycle on 8 x 128 elements each.
 MXUS_PER_CORE = 4
 VALU_SLOTS = 4
-VREG_ELEMENTS = 8 * 128
+VREG_ELEMENTS = targets.VREG_ELEMENTS
 
 
 def vector_ops_per_second(generation: str) -> float:
@@ -313,7 +313,7 @@ def xla_baseline_s(reference: dict, generation: str) -> float:
 
 # ---- VMEM -------------------------------------------------------------------------------------------------
 
-LANES = 128
+LANES = targets.LANES
 
 
 def _sublane_tile(itemsize: int) -> int:

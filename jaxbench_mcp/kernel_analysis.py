@@ -8,6 +8,9 @@ Everything here reads a jaxpr; nothing runs the kernel.
 from __future__ import annotations
 
 from jaxbench_mcp.internals import jaxpr as jx
+from jaxbench_mcp.internals.jaxpr import walk_eqns as _walk_eqns
+from jaxbench_mcp.internals.pallas import KERNEL_PRIMITIVES as _KERNELS
+from jaxbench_mcp.internals.pallas import MESH_KERNEL_PRIMITIVES as _MESH_KERNELS
 from jaxbench_mcp.internals.pallas import (
     Block,
     PallasCallInfo,
@@ -16,18 +19,10 @@ from jaxbench_mcp.internals.pallas import (
     pallas_call_info,
     tensorcore_mesh,
 )
+from jaxbench_mcp.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
+from jaxbench_mcp.targets import VREG_ELEMENTS as _VREG_ELEMENTS
 
 _HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
-# pl.kernel (and core_map) kernels trace to these primitives instead of pallas_call.
-_MESH_KERNELS = {"mpmd_map", "core_map"}
-_KERNELS = {"pallas_call"} | _MESH_KERNELS
-
-
-def _walk_eqns(jaxpr):
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for sub in jx.sub_jaxprs(eqn):
-            yield from _walk_eqns(sub)
 
 
 def _read(env: dict, var):
@@ -406,11 +401,6 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
         "parallel_steps": parallel_steps,
         **summary,
     }
-
-
-# One vector register holds 8 x 128 values; one MXU push multiplies 8 rows by a 128 x 128 tile.
-_VREG_ELEMENTS = 8 * 128
-_MXU_PUSH_MACS = 8 * 128 * 128
 
 
 def _elements(var) -> int:

@@ -46,6 +46,14 @@ def sub_jaxprs(eqn: JaxprEqn) -> Iterator[Jaxpr]:
                 yield inner
 
 
+def walk_eqns(jaxpr: Jaxpr) -> Iterator[JaxprEqn]:
+    """Every equation of `jaxpr` and, after each, those of the jaxprs it holds (sub_jaxprs), depth first."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in sub_jaxprs(eqn):
+            yield from walk_eqns(sub)
+
+
 @dataclass(frozen=True)
 class Scan:
     body: Jaxpr  # with its consts (.jaxpr, .consts); takes consts, then the carry, then one slice of each xs
