@@ -62,17 +62,6 @@ def seconds_per_bundle(generation: str, calibration_bundles: int) -> float:
     return ideal / calibration_bundles
 
 
-def block_traffic(block_indices, block_bytes: int) -> int:
-    """HBM bytes a pipelined BlockSpec moves: a fetch at the first step and at every index change."""
-    import numpy as np
-
-    idx = np.asarray(block_indices)
-    if idx.ndim == 1:
-        idx = idx[:, None]
-    changes = 1 + int(np.any(idx[1:] != idx[:-1], axis=1).sum()) if len(idx) else 0
-    return changes * block_bytes
-
-
 @dataclass(frozen=True)
 class Calibration:
     """Per-generation corrections to the raw model, fit on measured kernels (identity = raw model)."""

@@ -275,11 +275,21 @@ def _index_map_blocks(bm: Block, points, grid, prefetch):
     return np.stack([np.broadcast_to(o.v, (replay.P,)) for o in outs], axis=1) if outs else np.zeros((replay.P, 0))
 
 
+def block_traffic(block_indices, block_bytes: int) -> int:
+    """HBM bytes a pipelined BlockSpec moves: a fetch at the first step and at every index change."""
+    import numpy as np
+
+    idx = np.asarray(block_indices)
+    if idx.ndim == 1:
+        idx = idx[:, None]
+    changes = 1 + int(np.any(idx[1:] != idx[:-1], axis=1).sum()) if len(idx) else 0
+    return changes * block_bytes
+
+
 def _kernel_traffic(eqn, operands: list | None) -> dict:
     import numpy as np
 
     from jaxbench_mcp import kernel_replay as kr
-    from jaxbench_mcp.cost_model import block_traffic
 
     if eqn.primitive.name in _MESH_KERNELS:
         body = mesh_kernel_body(eqn)

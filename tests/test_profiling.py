@@ -21,9 +21,9 @@ def test_block_traffic_counts_a_fetch_per_index_change():
     # A (i, k) block over a (2, 3, 4) grid visited k-fastest: the index changes at every step but the j loop
     # revisits the same k sequence, so all 24 steps fetch.
     i, j, k = np.indices((2, 3, 4)).reshape(3, -1)
-    assert cost_model.block_traffic(np.stack([i, k], 1), 10) == 24 * 10
+    assert kernel_analysis.block_traffic(np.stack([i, k], 1), 10) == 24 * 10
     # An (i, j) output block changes only when j or i does: 6 distinct consecutive blocks.
-    assert cost_model.block_traffic(np.stack([i, j], 1), 10) == 6 * 10
+    assert kernel_analysis.block_traffic(np.stack([i, j], 1), 10) == 6 * 10
 
 
 def _traffic_of_kernel(body, grid, in_specs=None, num_scalar_prefetch=0):
