@@ -27,6 +27,7 @@ from jaxbench_mcp import (
     workloads,
 )
 from jaxbench_mcp.checking import DEFAULT_SEEDS, Cancelled, Checker
+from jaxbench_mcp.errors import AgentError, BadRequest, UnknownAttempt
 from jaxbench_mcp.jobs import Limits
 from jaxbench_mcp.models import (
     AttemptDetail,
@@ -252,7 +253,7 @@ class JaxBench:
         except Cancelled:
             self.store.cancel(attempt_id)
             raise
-        except AGENT_ERRORS as exc:
+        except AgentError as exc:
             self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - the server's failure becomes a verdict the agent can read
@@ -362,7 +363,7 @@ class JaxBench:
         except Cancelled:
             self.store.cancel(attempt_id)
             raise
-        except AGENT_ERRORS as exc:
+        except AgentError as exc:
             self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - the server's failure becomes a result the agent can read
@@ -490,14 +491,6 @@ class JaxBench:
         )
 
 
-class UnknownAttempt(LookupError):
-    pass
-
-
-class BadRequest(ValueError):
-    """A request argument out of range (the message says the allowed range)."""
-
-
 def check_source(source: str) -> None:
     """A candidate's source must be text the attempts store can keep (valid Unicode): else BadRequest, before
     any attempt is recorded."""
@@ -506,17 +499,6 @@ def check_source(source: str) -> None:
     problem = text_problem(source)
     if problem:
         raise BadRequest(problem)
-
-
-# Mistakes in a request that the agent can fix; anything else raised during a check is the server's fault.
-AGENT_ERRORS = (
-    workloads.UnknownWorkload,
-    workloads.UnknownSize,
-    targets.UnknownTarget,
-    UnknownAttempt,
-    BadRequest,
-    conditions.UnknownContext,
-)
 
 
 def _summary_fields(row) -> dict:

@@ -51,6 +51,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from jaxbench_mcp import expert_refs, targets, workloads
+from jaxbench_mcp.errors import AgentError
 
 FAST_P = (0.0, 1.0, 1.2, 2.0)
 RESULTS_FILE, SUMMARY_FILE, REPORT_FILE, CHART_FILE = "results.json", "summary.json", "report.html", "speedup.png"
@@ -67,7 +68,7 @@ _FAMILIES = (
 )
 
 
-class CampaignError(ValueError):
+class CampaignError(AgentError, ValueError):
     """A run directory that cannot be evaluated as it is (the message says what to change)."""
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from jaxbench_mcp import cost_model, protocol, targets
+from jaxbench_mcp.errors import BadRequest
 from jaxbench_mcp.models import KernelEstimate, OptionalReal, Real
 
 # At most this many XLA ops are itemised in an estimate (the rest are summed into the total).
@@ -626,7 +627,7 @@ def parse_args(spec: str) -> list:
         try:
             found.append(protocol.StaticInput(static=ast.literal_eval(item)))
         except (ValueError, SyntaxError):
-            raise ValueError(
+            raise BadRequest(
                 f"cannot read argument {item!r}: write an array as dtype[dims] (e.g. bf16[8192,8192]), "
                 "a small concrete one as int32[4]=[1,2,3,4], or a Python literal for a static argument"
             ) from None

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Callable, Sequence
 
+from jaxbench_mcp.errors import AgentError
+
 
 class Tier(StrEnum):
     TPU = "tpu"  # a TPU is attached: real compiles, real runs, measured time
@@ -42,7 +44,7 @@ VREG_ELEMENTS = SUBLANES * LANES
 MXU_PUSH_MACS = VREG_ELEMENTS * LANES
 
 
-class UnknownTarget(ValueError):
+class UnknownTarget(AgentError, ValueError):
     pass
 
 
