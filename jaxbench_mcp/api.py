@@ -1,4 +1,7 @@
-"""The library surface: one method per MCP tool and CLI command. The server and CLI only adapt it."""
+"""What the frontends share: the workloads as specs (list_workloads, get_workload) and JaxBench, which owns the
+checker (or a fleet executor), the attempts store and background jobs, and runs check_kernel, profile_kernel
+and list_attempts. The MCP server and the CLI adapt it to their channels; read_docs is served from docs.py,
+tune_kernel from tuning.py, and campaigns from campaign.py."""
 
 from __future__ import annotations
 
