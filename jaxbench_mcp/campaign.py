@@ -308,7 +308,7 @@ def _judge_digest() -> str:
     from jaxbench_mcp import assets
 
     h = hashlib.sha256()
-    roots = (Path(__file__).resolve().parent, assets.asset_dir("workloads"), assets.asset_dir("tokamax_refs"))
+    roots = (assets.PACKAGE_DIR, assets.asset_dir("workloads"), assets.asset_dir("tokamax_refs"))
     for root in (*roots, *workloads.custom_dirs()):  # custom workloads decide their results too
         for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml", ".json") and p.is_file()):
             h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
