@@ -8,6 +8,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 # The server process and the CLI never take a TPU: only a check's worker may hold the device.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -34,7 +35,7 @@ _WITH_WORKLOADS = ("list", "show", "serve", "check", "profile", "docs", "evaluat
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line, with close matches, and exit status 2."""
 
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         words = [w.strip("'\",()") for w in message.split()]
         hint = ""
         if "invalid choice:" in message:
