@@ -13,6 +13,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from typing import cast
 
 import jax
 import jaxlib
@@ -261,14 +262,17 @@ class JaxBench:
             raise
         except Exception as exc:  # noqa: BLE001 - the server's failure becomes a verdict the agent can read
             run_size = size or ("full" if self.executor.tier is targets.Tier.TPU else "small")
-            return self._server_error(
-                "check",
-                attempt_id,
-                w.id,
-                chosen or self.executor.default_targets(),
-                run_size,
-                exc,
-                time.monotonic() - started,
+            return cast(
+                Verdict,
+                self._server_error(
+                    "check",
+                    attempt_id,
+                    w.id,
+                    chosen or self.executor.default_targets(),
+                    run_size,
+                    exc,
+                    time.monotonic() - started,
+                ),
             )
         verdict.attempt_id = attempt_id
         verdict.context = self.context
@@ -370,15 +374,18 @@ class JaxBench:
             self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - the server's failure becomes a result the agent can read
-            return self._server_error(
-                "profile",
-                attempt_id,
-                w.id,
-                chosen,
-                verdict.size if verdict else "small",
-                exc,
-                time.monotonic() - started,
-                checked=verdict,
+            return cast(
+                Profile,
+                self._server_error(
+                    "profile",
+                    attempt_id,
+                    w.id,
+                    chosen,
+                    verdict.size if verdict else "small",
+                    exc,
+                    time.monotonic() - started,
+                    checked=verdict,
+                ),
             )
         result.attempt_id = attempt_id
         result.context = self.context

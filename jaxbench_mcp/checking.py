@@ -65,7 +65,7 @@ def inputs_for(workload_id: str, size: str, seed: int) -> tuple:
 
 def write_inputs(inputs: tuple, directory: Path, prefix: str) -> list[protocol.InputFile | protocol.StaticInput]:
     """Inputs as raw files plus shape/dtype; static Python values travel in the description."""
-    described = []
+    described: list[protocol.InputFile | protocol.StaticInput] = []
     for i, x in enumerate(inputs):
         if not hasattr(x, "shape"):
             described.append(protocol.StaticInput(static=x))
