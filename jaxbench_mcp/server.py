@@ -78,10 +78,11 @@ RESULT_TOKEN_BUDGET = 25_000
 MAX_SOURCE_CHARS = 60_000
 
 # Closed vocabularies, as enums in the input schemas (the library accepts a few aliases; the schema
-# offers only the canonical names).
-Tier = Literal[workloads.TIERS]
-Size = Literal[workloads.SIZE_NAMES]
-Target = Literal[tpu_targets.GENERATIONS]
+# offers only the canonical names). Literal over a tuple read at import: pydantic expands it into the schema's
+# enum, and mypy, which cannot, is told so.
+Tier = Literal[workloads.TIERS]  # type: ignore[valid-type]
+Size = Literal[workloads.SIZE_NAMES]  # type: ignore[valid-type]
+Target = Literal[tpu_targets.GENERATIONS]  # type: ignore[valid-type]
 
 _READ_ONLY = dict(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 # A check or profile records an attempt (so it is not read-only or idempotent) but changes nothing else.
