@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # jax is imported where it is used: the parent process never loads it
+if TYPE_CHECKING:  # jax is imported where it is used: importing this module does not load it
     from jax.extend.core import Jaxpr, JaxprEqn
 
 # The primitives of plain calls (jax.jit, custom_jvp / custom_vjp / custom_vmap functions), whose body runs once
