@@ -8,7 +8,8 @@ header names a status and that need no placeholders filled in (no `__NAME__`), a
   check     the verdict of a sandboxed check (jaxbench_mcp.checking.Checker, default target, 1 seed), reduced
             to what does not depend on the hidden seeds: status, error_class, the message's first line,
             full_size_findings, pallas_work, warnings, the kernels and compiles (floats and temporary paths
-            in texts are replaced by placeholders, since a seed moves the numbers);
+            in texts are replaced by placeholders, since a seed moves the numbers; jaxbench_compatible is left
+            out: it flips between seeds near its tolerance);
   trace     the candidate traced in a helper process (not sandboxed: hostile files that attack the host are
             never on the list) at full and small size, as the worker traces it, and what
             coverage.program_structure, coverage.full_size_coverage, coverage.program_work, coverage.kernel_work
@@ -50,6 +51,10 @@ PARTS = ("check", "trace", "estimate")
 ESTIMATE_TARGET = "v6e"
 DEFAULT_ESTIMATE_SOLUTIONS = 8
 TRACE_TIMEOUT_S = 60.0
+# Verdict fields that move with the hidden seeds and so are neither recorded nor compared: JAXBench's own allclose
+# (1e-2 against the bf16 baseline) flips between seeds for kernels near it (flash attention: both ways, one run
+# to the next).
+SEED_DEPENDENT = frozenset({"jaxbench_compatible"})
 _PLACEHOLDER = re.compile(r"__[A-Z][A-Z0-9_]*__")
 _HEADER = re.compile(r"^# expect: workload=(\S+) status=(\S+)", re.MULTILINE)
 _FLOAT = re.compile(r"(?<![\w.])-?(?:\d+\.\d*|\.\d+|\d+)(?:e[+-]?\d+)|(?<![\w.])-?\d+\.\d+")
@@ -131,7 +136,6 @@ def verdict_record(verdict) -> dict:
             dict(stage=str(s.stage), ok=s.ok, target=s.target, produced_by=s.produced_by, detail=_text(s.detail))
             for s in verdict.stages
         ],
-        jaxbench_compatible=verdict.jaxbench_compatible,
         hint=verdict.hint,
         docs=list(verdict.docs),
     )
@@ -388,6 +392,8 @@ def _differences(a, b, where: str) -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for k in sorted(set(a) | set(b), key=str):
+            if k in SEED_DEPENDENT:
+                continue
             if k not in a:
                 out.append(f"{where}.{k}: only in B: {json.dumps(b[k])[:300]}")
             elif k not in b:
