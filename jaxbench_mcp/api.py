@@ -1,4 +1,7 @@
-"""The library surface: one method per MCP tool and CLI command. The server and CLI only adapt it."""
+"""What the frontends share: the workloads as specs (list_workloads, get_workload) and JaxBench, which owns the
+checker (or a fleet executor), the attempts store and background jobs, and runs check_kernel, profile_kernel
+and list_attempts. The MCP server and the CLI adapt it to their channels; read_docs is served from docs.py,
+tune_kernel from tuning.py, and campaigns from campaign.py."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from typing import cast
 
 import jax
 import jaxlib
@@ -27,6 +31,7 @@ from jaxbench_mcp import (
     workloads,
 )
 from jaxbench_mcp.checking import DEFAULT_SEEDS, Cancelled, Checker
+from jaxbench_mcp.errors import AgentError, BadRequest, UnknownAttempt
 from jaxbench_mcp.jobs import Limits
 from jaxbench_mcp.models import (
     AttemptDetail,
@@ -252,19 +257,22 @@ class JaxBench:
         except Cancelled:
             self.store.cancel(attempt_id)
             raise
-        except AGENT_ERRORS as exc:
+        except AgentError as exc:
             self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - the server's failure becomes a verdict the agent can read
             run_size = size or ("full" if self.executor.tier is targets.Tier.TPU else "small")
-            return self._server_error(
-                "check",
-                attempt_id,
-                w.id,
-                chosen or self.executor.default_targets(),
-                run_size,
-                exc,
-                time.monotonic() - started,
+            return cast(
+                Verdict,
+                self._server_error(
+                    "check",
+                    attempt_id,
+                    w.id,
+                    chosen or self.executor.default_targets(),
+                    run_size,
+                    exc,
+                    time.monotonic() - started,
+                ),
             )
         verdict.attempt_id = attempt_id
         verdict.context = self.context
@@ -362,19 +370,22 @@ class JaxBench:
         except Cancelled:
             self.store.cancel(attempt_id)
             raise
-        except AGENT_ERRORS as exc:
+        except AgentError as exc:
             self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - the server's failure becomes a result the agent can read
-            return self._server_error(
-                "profile",
-                attempt_id,
-                w.id,
-                chosen,
-                verdict.size if verdict else "small",
-                exc,
-                time.monotonic() - started,
-                checked=verdict,
+            return cast(
+                Profile,
+                self._server_error(
+                    "profile",
+                    attempt_id,
+                    w.id,
+                    chosen,
+                    verdict.size if verdict else "small",
+                    exc,
+                    time.monotonic() - started,
+                    checked=verdict,
+                ),
             )
         result.attempt_id = attempt_id
         result.context = self.context
@@ -490,14 +501,6 @@ class JaxBench:
         )
 
 
-class UnknownAttempt(LookupError):
-    pass
-
-
-class BadRequest(ValueError):
-    """A request argument out of range (the message says the allowed range)."""
-
-
 def check_source(source: str) -> None:
     """A candidate's source must be text the attempts store can keep (valid Unicode): else BadRequest, before
     any attempt is recorded."""
@@ -506,17 +509,6 @@ def check_source(source: str) -> None:
     problem = text_problem(source)
     if problem:
         raise BadRequest(problem)
-
-
-# Mistakes in a request that the agent can fix; anything else raised during a check is the server's fault.
-AGENT_ERRORS = (
-    workloads.UnknownWorkload,
-    workloads.UnknownSize,
-    targets.UnknownTarget,
-    UnknownAttempt,
-    BadRequest,
-    conditions.UnknownContext,
-)
 
 
 def _summary_fields(row) -> dict:

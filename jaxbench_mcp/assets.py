@@ -6,14 +6,16 @@ them inside the package under _bundled/ (see pyproject.toml).
 
 from pathlib import Path
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+# The package's own folder (what a sandbox mounts for the worker, what a campaign's judge digest hashes): named
+# here once, so that no module derives it from where it happens to sit in the package.
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def asset_dir(name: str) -> Path:
-    bundled = _PACKAGE_DIR / "_bundled" / name
+    bundled = PACKAGE_DIR / "_bundled" / name
     if bundled.is_dir():
         return bundled
-    beside = _PACKAGE_DIR.parent / name
+    beside = PACKAGE_DIR.parent / name
     if beside.is_dir():
         return beside
     raise FileNotFoundError(f"jaxbench-mcp is installed without its {name}/ folder (looked in {bundled} and {beside})")

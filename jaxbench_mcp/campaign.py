@@ -52,6 +52,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from jaxbench_mcp import expert_refs, targets, workloads
+from jaxbench_mcp.errors import AgentError
 
 FAST_P = (0.0, 1.0, 1.2, 2.0)
 RESULTS_FILE, SUMMARY_FILE, REPORT_FILE, CHART_FILE = "results.json", "summary.json", "report.html", "speedup.png"
@@ -68,7 +69,7 @@ _FAMILIES = (
 )
 
 
-class CampaignError(ValueError):
+class CampaignError(AgentError, ValueError):
     """A run directory that cannot be evaluated as it is (the message says what to change)."""
 
 
@@ -324,7 +325,7 @@ def _judge_digest() -> str:
     from jaxbench_mcp import assets
 
     h = hashlib.sha256()
-    roots = (Path(__file__).resolve().parent, assets.asset_dir("workloads"), assets.asset_dir("tokamax_refs"))
+    roots = (assets.PACKAGE_DIR, assets.asset_dir("workloads"), assets.asset_dir("tokamax_refs"))
     for root in (*roots, *workloads.custom_dirs()):  # custom workloads decide their results too
         for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml", ".json") and p.is_file()):
             h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())

@@ -65,7 +65,7 @@ def inputs_for(workload_id: str, size: str, seed: int) -> tuple:
 
 def write_inputs(inputs: tuple, directory: Path, prefix: str) -> list[protocol.InputFile | protocol.StaticInput]:
     """Inputs as raw files plus shape/dtype; static Python values travel in the description."""
-    described = []
+    described: list[protocol.InputFile | protocol.StaticInput] = []
     for i, x in enumerate(inputs):
         if not hasattr(x, "shape"):
             described.append(protocol.StaticInput(static=x))
@@ -225,6 +225,13 @@ def _compile_error_line(text: str) -> str | None:
         return f"out of VMEM: {sizes}"
     lines = decisive_lines(text).splitlines() if text.strip() else []
     return lines[-1][:300] if lines else None
+
+
+def compile_failure(text: str) -> str:
+    """One line for a failed compile in a profile or estimate: its class and, for a VMEM overflow, the sizes."""
+    sizes = libtpu.vmem_overflow_sizes(text)
+    detail = f"out of VMEM: {sizes}" if sizes else decisive_lines(text).splitlines()[-1]
+    return f"compile failed ({error_catalog.classify('compile', text).error_class}): {detail[:300]}"
 
 
 def _signal_name(number: int) -> str:

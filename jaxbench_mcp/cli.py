@@ -8,6 +8,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 # The server process and the CLI never take a TPU: only a check's worker may hold the device.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -34,7 +35,7 @@ _WITH_WORKLOADS = ("list", "show", "serve", "check", "profile", "docs", "evaluat
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line, with close matches, and exit status 2."""
 
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         words = [w.strip("'\",()") for w in message.split()]
         hint = ""
         if "invalid choice:" in message:
@@ -232,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from jaxbench_mcp import api, docs, targets, workloads
+    from jaxbench_mcp import api, docs, workloads
+    from jaxbench_mcp.errors import AgentError
 
     if getattr(args, "workloads", None):
         missing = [str(d) for d in args.workloads if not d.is_dir()]
@@ -244,13 +246,9 @@ def main(argv: list[str] | None = None) -> None:
         for broken in workloads.broken_workloads():
             sys.stderr.write(f"jaxbench-mcp: custom workload left out: {broken.message()}\n")
 
-    agent_errors = (
-        workloads.UnknownWorkload,
-        workloads.UnknownSize,
-        targets.UnknownTarget,
-        docs.UnknownTopic,
-        ValueError,
-    )
+    # A mistake the user can fix (errors.AgentError) ends the command with its message, and so does a ValueError:
+    # an operator's configuration (JAXBENCH_MCP_ISOLATION, JAXBENCH_MCP_SANDBOX_UIDS) is read as the command starts.
+    agent_errors = (AgentError, ValueError)
     try:
         if args.command == "workload":
             from jaxbench_mcp import workload_validation

@@ -18,6 +18,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from jaxbench_mcp.errors import AgentError
+
 CONTEXTS = ("docs", "none")
 Context = Literal["docs", "none"]
 DEFAULT_CONTEXT: Context = "docs"
@@ -25,7 +27,7 @@ DEFAULT_CONTEXT: Context = "docs"
 M = TypeVar("M", bound=BaseModel)
 
 
-class UnknownContext(ValueError):
+class UnknownContext(AgentError, ValueError):
     pass
 
 

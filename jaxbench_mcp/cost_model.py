@@ -62,17 +62,6 @@ def seconds_per_bundle(generation: str, calibration_bundles: int) -> float:
     return ideal / calibration_bundles
 
 
-def block_traffic(block_indices, block_bytes: int) -> int:
-    """HBM bytes a pipelined BlockSpec moves: a fetch at the first step and at every index change."""
-    import numpy as np
-
-    idx = np.asarray(block_indices)
-    if idx.ndim == 1:
-        idx = idx[:, None]
-    changes = 1 + int(np.any(idx[1:] != idx[:-1], axis=1).sum()) if len(idx) else 0
-    return changes * block_bytes
-
-
 @dataclass(frozen=True)
 class Calibration:
     """Per-generation corrections to the raw model, fit on measured kernels (identity = raw model)."""
@@ -223,7 +212,7 @@ def pipelined_cost(
 # 197 TFLOP/s); its vector units issue 4 ALU operations a cycle on 8 x 128 elements each.
 MXUS_PER_CORE = 4
 VALU_SLOTS = 4
-VREG_ELEMENTS = 8 * 128
+VREG_ELEMENTS = targets.VREG_ELEMENTS
 
 
 def vector_ops_per_second(generation: str) -> float:
@@ -331,7 +320,7 @@ def xla_baseline_s(reference: dict, generation: str) -> float:
 
 # ---- VMEM -------------------------------------------------------------------------------------------------
 
-LANES = 128
+LANES = targets.LANES
 
 
 def _sublane_tile(itemsize: int, rows: int | None = None) -> int:

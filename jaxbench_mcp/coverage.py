@@ -19,7 +19,14 @@ import numpy as np
 
 from jaxbench_mcp import kernel_analysis as ka
 from jaxbench_mcp.internals import jaxpr as jx
-from jaxbench_mcp.internals.pallas import Block, mesh_kernel_body, pallas_call_info
+from jaxbench_mcp.internals.pallas import (
+    KERNEL_PRIMITIVES,
+    MESH_KERNEL_PRIMITIVES,
+    Block,
+    mesh_kernel_body,
+    pallas_call_info,
+)
+from jaxbench_mcp.targets import MXU_PUSH_MACS
 
 # ---- full-size coverage -------------------------------------------------------------------------
 
@@ -171,8 +178,8 @@ class _Flat:
                     if not hasattr(inner, "val"):
                         self.alias[outer] = inner
                 continue
-            if name not in ka._KERNELS and any(
-                e.primitive.name in ka._KERNELS for sub in jx.sub_jaxprs(eqn) for e in ka._walk_eqns(sub)
+            if name not in KERNEL_PRIMITIVES and any(
+                e.primitive.name in KERNEL_PRIMITIVES for sub in jx.sub_jaxprs(eqn) for e in jx.walk_eqns(sub)
             ):
                 self.in_loop_kernels += 1
             self.eqns.append((eqn, [self.canon(v) for v in eqn.invars], [self.canon(v) for v in eqn.outvars]))
@@ -188,7 +195,7 @@ def _index_map_reads_prefetch(block: Block, num_grid: int) -> bool:
     prefetch = set(jaxpr.invars[num_grid:])
     if not prefetch:
         return False
-    return any(v in prefetch for e in ka._walk_eqns(jaxpr) for v in e.invars if _is_var(v)) or any(
+    return any(v in prefetch for e in jx.walk_eqns(jaxpr) for v in e.invars if _is_var(v)) or any(
         v in prefetch for v in jaxpr.outvars if _is_var(v)
     )
 
@@ -473,7 +480,7 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
     kernel_count = 0
     for position, (eqn, ins, outs) in enumerate(flat.eqns):
         name = eqn.primitive.name
-        if name in ka._MESH_KERNELS:
+        if name in MESH_KERNEL_PRIMITIVES:
             kernel_count += 1
             unknown.append(
                 {"operand": None, "kernel": name, "reason": "a pl.kernel / core_map kernel has no BlockSpecs"}
@@ -626,7 +633,7 @@ def low_precision_accumulators(closed) -> list[dict]:
     the error grows with the number of steps: at a small size with one reduction step it rounds once, like the
     baseline, and only the full size shows it. [{"kernel", "ref", "dtype", "steps"}]."""
     found = []
-    for eqn in ka._walk_eqns(getattr(closed, "jaxpr", closed)):
+    for eqn in jx.walk_eqns(getattr(closed, "jaxpr", closed)):
         if eqn.primitive.name != "pallas_call":
             continue
         info = pallas_call_info(eqn)
@@ -763,7 +770,7 @@ def program_structure(closed) -> list[str]:
             if name == "pallas_call":
                 tokens.append(f"pallas_call:{pallas_call_info(eqn).name}")
                 tokens.append(kernel_signature(pallas_call_info(eqn).kernel, shapes))
-            elif name in ka._MESH_KERNELS:
+            elif name in MESH_KERNEL_PRIMITIVES:
                 tokens.append(name)
                 tokens.append(kernel_signature(mesh_kernel_body(eqn), shapes))
             elif (body := jx.call_body(eqn)) is not None:  # jnp helpers trace as jit calls of their own
@@ -878,7 +885,7 @@ class _ShapeValues:
 
         for v in [*self._jaxpr.invars, *self._jaxpr.outvars]:
             add(getattr(getattr(v, "aval", None), "shape", ()))
-        for eqn in ka._walk_eqns(self._jaxpr):
+        for eqn in jx.walk_eqns(self._jaxpr):
             for v in [*eqn.invars, *eqn.outvars]:
                 aval = getattr(v, "aval", None)
                 add(getattr(getattr(aval, "inner_aval", aval), "shape", ()))
@@ -1003,7 +1010,7 @@ def _flops(eqn) -> float:
     convolution is 2, a reduction 1 per input element, any other arithmetic 1 per output element."""
     name = eqn.primitive.name
     if name == "dot_general":
-        return 2.0 * ka._mxu_pushes(eqn) * ka._MXU_PUSH_MACS
+        return 2.0 * ka._mxu_pushes(eqn) * MXU_PUSH_MACS
     if name == "conv_general_dilated":
         rhs = eqn.invars[1].aval.shape
         out_features = rhs[eqn.params["dimension_numbers"].rhs_spec[0]]
@@ -1026,13 +1033,13 @@ def kernel_work(closed) -> dict:
     jaxpr = getattr(closed, "jaxpr", closed)
     traffic = ka.kernel_traffic(jaxpr)
     flops, exact, bodies = 0.0, True, []
-    for eqn in ka._walk_eqns(jaxpr):
+    for eqn in jx.walk_eqns(jaxpr):
         name = eqn.primitive.name
         if name == "pallas_call":
             info = pallas_call_info(eqn)
             steps = math.prod(g if isinstance(g, int) else 1 for g in info.grid)
             body = info.kernel
-        elif name in ka._MESH_KERNELS:
+        elif name in MESH_KERNEL_PRIMITIVES:
             steps = 1
             body = mesh_kernel_body(eqn)
         else:
@@ -1084,7 +1091,7 @@ def program_work(closed) -> dict:
         known = True
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
-            if name == "pallas_call" or name in ka._MESH_KERNELS:
+            if name == "pallas_call" or name in MESH_KERNEL_PRIMITIVES:
                 kf += kernel_flops(eqn)
                 continue
             trips = 1

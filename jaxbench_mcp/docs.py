@@ -24,6 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from jaxbench_mcp.assets import asset_dir
+from jaxbench_mcp.errors import AgentError
 
 DEFAULT_PAGE_CHARS = 6000
 MIN_PAGE_CHARS = 500
@@ -33,7 +34,7 @@ SNIPPET_CHARS = 240
 MIN_RELATIVE_SCORE = 0.15
 
 
-class DocsError(ValueError):
+class DocsError(AgentError, ValueError):
     """A request to the docs that cannot be answered as asked (the message says what to do)."""
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from jaxbench_mcp import cost_model, protocol, targets
+from jaxbench_mcp.errors import BadRequest
 from jaxbench_mcp.models import KernelEstimate, OptionalReal, Real
 
 # At most this many XLA ops are itemised in an estimate (the rest are summed into the total).
@@ -626,7 +627,7 @@ def parse_args(spec: str) -> list:
         try:
             found.append(protocol.StaticInput(static=ast.literal_eval(item)))
         except (ValueError, SyntaxError):
-            raise ValueError(
+            raise BadRequest(
                 f"cannot read argument {item!r}: write an array as dtype[dims] (e.g. bf16[8192,8192]), "
                 "a small concrete one as int32[4]=[1,2,3,4], or a Python literal for a static argument"
             ) from None
@@ -638,7 +639,7 @@ def estimate_file(
 ) -> dict[str, Estimate | str]:
     """A static estimate of `function` from the Python source `source` (untrusted: it runs in the sandboxed
     worker), per generation: an Estimate, or a string saying why there is none. `args` as parse_args returns."""
-    from jaxbench_mcp.checking import Checker
+    from jaxbench_mcp.checking import Checker, compile_failure
 
     owned = checker is None
     checker = checker or Checker(spares=0, slots=1)
@@ -669,8 +670,6 @@ def estimate_file(
             if e.stage is not protocol.Stage.COMPILE or e.state == "start":
                 continue
             if e.state == "failed":
-                from jaxbench_mcp.profiling import compile_failure
-
                 results[e.target] = compile_failure(e.text or "")
             elif e.target not in spb:
                 results[e.target] = f"no estimate: the calibration kernel left no schedule for {e.target}"

@@ -8,6 +8,9 @@ Everything here reads a jaxpr; nothing runs the kernel.
 from __future__ import annotations
 
 from jaxbench_mcp.internals import jaxpr as jx
+from jaxbench_mcp.internals.jaxpr import walk_eqns as _walk_eqns
+from jaxbench_mcp.internals.pallas import KERNEL_PRIMITIVES as _KERNELS
+from jaxbench_mcp.internals.pallas import MESH_KERNEL_PRIMITIVES as _MESH_KERNELS
 from jaxbench_mcp.internals.pallas import (
     Block,
     PallasCallInfo,
@@ -16,18 +19,9 @@ from jaxbench_mcp.internals.pallas import (
     pallas_call_info,
     tensorcore_mesh,
 )
+from jaxbench_mcp.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
 
 _HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
-# pl.kernel (and core_map) kernels trace to these primitives instead of pallas_call.
-_MESH_KERNELS = {"mpmd_map", "core_map"}
-_KERNELS = {"pallas_call"} | _MESH_KERNELS
-
-
-def _walk_eqns(jaxpr):
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for sub in jx.sub_jaxprs(eqn):
-            yield from _walk_eqns(sub)
 
 
 def _read(env: dict, var):
@@ -342,11 +336,21 @@ def _index_map_blocks(bm: Block, points, grid, prefetch):
     return np.stack([np.broadcast_to(o.v, (replay.P,)) for o in outs], axis=1) if outs else np.zeros((replay.P, 0))
 
 
+def block_traffic(block_indices, block_bytes: int) -> int:
+    """HBM bytes a pipelined BlockSpec moves: a fetch at the first step and at every index change."""
+    import numpy as np
+
+    idx = np.asarray(block_indices)
+    if idx.ndim == 1:
+        idx = idx[:, None]
+    changes = 1 + int(np.any(idx[1:] != idx[:-1], axis=1).sum()) if len(idx) else 0
+    return changes * block_bytes
+
+
 def _kernel_traffic(eqn, operands: list | None) -> dict:
     import numpy as np
 
     from jaxbench_mcp import kernel_replay as kr
-    from jaxbench_mcp.cost_model import block_traffic
 
     if eqn.primitive.name in _MESH_KERNELS:
         body = mesh_kernel_body(eqn)
@@ -470,11 +474,6 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     }
 
 
-# One vector register holds 8 x 128 values; one MXU push multiplies 8 rows by a 128 x 128 tile.
-_VREG_ELEMENTS = 8 * 128
-_MXU_PUSH_MACS = 8 * 128 * 128
-
-
 def _elements(var) -> int:
     import numpy as np
 
@@ -490,25 +489,6 @@ def _mxu_pushes(eqn) -> float:
     for d in lhs_contracting:
         k *= eqn.invars[0].aval.shape[d]
     return k * _elements(eqn.outvars[0]) / _MXU_PUSH_MACS
-
-
-def _vector_ops(eqn) -> float:
-    return sum(_elements(v) for v in eqn.outvars) / _VREG_ELEMENTS
-
-
-def scheduled_work(jaxpr, unit=_mxu_pushes) -> float:
-    """The work in a kernel body's code as the compiled schedule holds it: every branch once, a loop body
-    once per unrolled copy, in `unit`s per leaf equation."""
-    total = 0.0
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "scan":
-            scan = jx.scan_info(eqn)
-            copies = max(1, min(int(scan.unroll), scan.length))
-            total += copies * scheduled_work(scan.body.jaxpr, unit)
-            continue
-        subs = list(jx.sub_jaxprs(eqn))
-        total += sum(scheduled_work(s, unit) for s in subs) if subs else unit(eqn)
-    return total
 
 
 def executed_work(jaxpr, unit=_mxu_pushes) -> tuple[float, bool]:
@@ -535,72 +515,6 @@ def _eqn_executed_work(eqn, unit) -> tuple[float, bool]:
     if not subs:
         return unit(eqn), True
     return sum(w for w, _ in subs), name != "while" and all(e for _, e in subs)
-
-
-def _branch_index_at(jaxpr, position: int, grid: list[int], points):
-    """The branch the cond at jaxpr.eqns[position] takes at every grid point (vectorised), or None when its
-    predicate depends on anything but program ids and grid sizes (a ref read, a scalar-prefetch value)."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.extend.core import Literal
-
-    index_var = jaxpr.eqns[position].invars[0]
-    needed, chain = {index_var}, []
-    for eqn in reversed(jaxpr.eqns[:position]):
-        if not any(v in needed for v in eqn.outvars):
-            continue
-        if eqn.primitive.name not in ("program_id", "num_programs") and eqn.effects:
-            return None
-        chain.append(eqn)
-        if eqn.primitive.name not in ("program_id", "num_programs"):
-            needed |= {v for v in eqn.invars if not isinstance(v, Literal)}
-    produced = {v for eqn in chain for v in eqn.outvars}
-    if any(v not in produced for v in needed):
-        return None  # reads a kernel argument (a ref or a scalar-prefetch operand)
-    chain.reverse()
-
-    def evaluate(*grid_index):
-        env = {}
-        _run_eqns(chain, env, grid_index, [jnp.int32(g) for g in grid])
-        return _read(env, index_var)
-
-    values = jax.vmap(evaluate)(*points) if len(grid) else evaluate()
-    return np.asarray(values).reshape(-1)
-
-
-def run_ratio(kernel_jaxpr, grid: list[int], points) -> tuple[float, bool]:
-    """How much of the schedule's code a grid step runs, averaged over the grid, and whether that is exact.
-
-    The compiled schedule holds every branch and one copy of each (not unrolled) loop body; a step runs
-    only the branches its conds pick and every loop body `length` times. So the ratio is below 1 when
-    pl.when skips work (causal block skipping, first/last-step init) and above 1 when in-kernel loops
-    repeat. Top-level conds whose predicate depends only on program ids are evaluated at every grid
-    point; any other cond is assumed to take its heaviest branch, and a while loop to run once (both make
-    the ratio inexact). Work is weighed in MXU pushes when the body has matmuls (vector work mostly
-    co-issues with them, so it is the matmuls a skipped block saves), otherwise in vector-register ops.
-    """
-    import numpy as np
-
-    unit = _mxu_pushes if scheduled_work(kernel_jaxpr, _mxu_pushes) > 0 else _vector_ops
-    scheduled = scheduled_work(kernel_jaxpr, unit)
-    if scheduled <= 0:
-        return 1.0, True
-    per_step, exact = 0.0, True
-    for position, eqn in enumerate(kernel_jaxpr.eqns):
-        if eqn.primitive.name != "cond":
-            work, eqn_exact = _eqn_executed_work(eqn, unit)
-            per_step, exact = per_step + work, exact and eqn_exact
-            continue
-        branches = [executed_work(b.jaxpr, unit) for b in jx.cond_branches(eqn)]
-        works = np.array([w for w, _ in branches])
-        exact = exact and all(e for _, e in branches)
-        taken = _branch_index_at(kernel_jaxpr, position, grid, points)
-        if taken is None:
-            exact = False
-            taken = np.full(1, int(works.argmax()))
-        per_step += float(works[np.clip(taken, 0, len(works) - 1)].mean())
-    return per_step / scheduled, exact
 
 
 def _kernels_in_place(jaxpr) -> list | None:

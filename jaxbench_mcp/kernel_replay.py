@@ -25,7 +25,10 @@ import math
 import numpy as np
 
 from jaxbench_mcp.internals import jaxpr as jx
+from jaxbench_mcp.internals.pallas import KERNEL_PRIMITIVES as _KERNELS
 from jaxbench_mcp.internals.pallas import axis_index_name, dma_source_and_target, grid_axis, run_scoped_body
+from jaxbench_mcp.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
+from jaxbench_mcp.targets import VREG_ELEMENTS as _VREG_ELEMENTS
 
 # Values up to this many elements are computed when their inputs are known (group sizes, block tables).
 SMALL_ELEMENTS = 1 << 16
@@ -42,8 +45,6 @@ MAX_LANES = 1 << 21
 # Samples drawn to decide whether two data-dependent predicates can hold at once.
 EXCLUSIVITY_SAMPLES = 256
 
-_VREG_ELEMENTS = 8 * 128
-_MXU_PUSH_MACS = 8 * 128 * 128
 # Primitives that pass their operand through (as far as values go).
 _IDENTITY = {
     "reshard",
@@ -56,7 +57,6 @@ _IDENTITY = {
     "stop_gradient",
     "with_memory_space_constraint",
 }
-_KERNELS = {"pallas_call", "mpmd_map", "core_map"}
 
 
 class Known:
@@ -129,9 +129,7 @@ def _concrete(x):
 
 
 def _contains_kernel(eqn) -> bool:
-    from jaxbench_mcp.kernel_analysis import _walk_eqns
-
-    return any(e.primitive.name in _KERNELS for sub in jx.sub_jaxprs(eqn) for e in _walk_eqns(sub))
+    return any(e.primitive.name in _KERNELS for sub in jx.sub_jaxprs(eqn) for e in jx.walk_eqns(sub))
 
 
 def known_kernel_operands(closed, args) -> dict[int, list]:

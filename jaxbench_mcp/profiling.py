@@ -13,9 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from jaxbench_mcp import cost_model, error_catalog, measuring, protocol, targets
-from jaxbench_mcp.internals import libtpu
-from jaxbench_mcp.checking import decisive_lines, inspect_module
+from jaxbench_mcp import cost_model, measuring, protocol, targets
+from jaxbench_mcp.checking import compile_failure, inspect_module
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Stage
 
 # Measured runs that disagree by more than this (max - min over median) get a flag.
@@ -55,13 +54,6 @@ class MemoryCache:
 
     def cache_put(self, key: str, value: dict) -> None:
         self._values[key] = value
-
-
-def compile_failure(text: str) -> str:
-    """One line for a failed compile: its class and, for a VMEM overflow, the sizes."""
-    sizes = libtpu.vmem_overflow_sizes(text)
-    detail = f"out of VMEM: {sizes}" if sizes else decisive_lines(text).splitlines()[-1]
-    return f"compile failed ({error_catalog.classify('compile', text).error_class}): {detail[:300]}"
 
 
 # An expert or baseline estimate this many times its roofline is more likely a gap in the model than a slow

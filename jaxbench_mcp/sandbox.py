@@ -122,7 +122,7 @@ def _hidden_dirs() -> list[str]:
         hidden += glob.glob(
             os.path.join(prefix, "lib", "python3*", "site-packages", "jaxbench_mcp", "_bundled", "tokamax_refs")
         )
-    package = Path(assets.__file__).resolve().parent
+    package = assets.PACKAGE_DIR
     hidden += [
         str(package / "_bundled" / name)
         for name in ("tokamax_refs", "solutions")
@@ -137,7 +137,7 @@ def bwrap_command(
     """The bwrap command line for argv. `tmp_dir` and `shm_dir` (host folders beside the job directory, polled
     with it) become the sandbox's /tmp and /dev/shm; without them /tmp is a private tmpfs and /dev/shm the
     sandbox's own /dev's."""
-    package = Path(assets.__file__).resolve().parent
+    package = assets.PACKAGE_DIR
     cmd = [
         "bwrap",
         "--unshare-user",

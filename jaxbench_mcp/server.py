@@ -56,6 +56,7 @@ from starlette.responses import PlainTextResponse, Response
 from jaxbench_mcp import __version__, api, conditions, docs, store, workloads
 from jaxbench_mcp import targets as tpu_targets
 from jaxbench_mcp.checking import DEFAULT_SEEDS
+from jaxbench_mcp.errors import AgentError
 from jaxbench_mcp.models import (
     AttemptList,
     CheckOutcome,
@@ -77,13 +78,11 @@ RESULT_TOKEN_BUDGET = 25_000
 MAX_SOURCE_CHARS = 60_000
 
 # Closed vocabularies, as enums in the input schemas (the library accepts a few aliases; the schema
-# offers only the canonical names).
-Tier = Literal[workloads.TIERS]
-Size = Literal[workloads.SIZE_NAMES]
-Target = Literal[tpu_targets.GENERATIONS]
-
-# Mistakes an agent can fix: the message says what to do. Anything else is the server's fault.
-_AGENT_ERRORS = (*api.AGENT_ERRORS, docs.DocsError)
+# offers only the canonical names). Literal over a tuple read at import: pydantic expands it into the schema's
+# enum, and mypy, which cannot, is told so.
+Tier = Literal[workloads.TIERS]  # type: ignore[valid-type]
+Size = Literal[workloads.SIZE_NAMES]  # type: ignore[valid-type]
+Target = Literal[tpu_targets.GENERATIONS]  # type: ignore[valid-type]
 
 _READ_ONLY = dict(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 # A check or profile records an attempt (so it is not read-only or idempotent) but changes nothing else.
@@ -155,7 +154,7 @@ async def _run_long(ctx: Context, method, *args, **kwargs) -> tuple[int, Any]:
         raise
     if "error" in box or "attempt_id" not in box:
         exc = box.get("error") or RuntimeError("the job ended with neither an attempt nor an error")
-        if isinstance(exc, _AGENT_ERRORS):
+        if isinstance(exc, AgentError):
             raise ToolError(_agent_message(exc)) from exc
         # The library turns every failure after the attempt is recorded into a server_error verdict; what
         # reaches here failed before there was an attempt (e.g. the attempts store), so there is no verdict.
@@ -358,7 +357,7 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
         """List the JAXBench workloads with their full and small sizes."""
         try:
             return _result(api.list_workloads(tier, operator, has_expert))
-        except _AGENT_ERRORS as exc:
+        except AgentError as exc:
             raise ToolError(_agent_message(exc)) from exc
 
     @mcp.tool(title="Get workload", annotations=ToolAnnotations(title="Get workload", **_READ_ONLY))
@@ -373,7 +372,7 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
         """What a workload must compute: math, inputs and output with shapes and dtypes, FLOPs, roofline bounds, reference code."""
         try:
             return _result(api.get_workload(workload_id, size, show_expert_source))
-        except _AGENT_ERRORS as exc:
+        except AgentError as exc:
             raise ToolError(_agent_message(exc)) from exc
 
     @mcp.tool(title="Read docs", annotations=ToolAnnotations(title="Read docs", **_READ_ONLY))
@@ -395,7 +394,7 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
                 page_ = docs.context_pack(workloads.get_workload(workload_id).id)
             else:
                 page_ = docs.read_docs(topic=topic, query=query, page=page)
-        except _AGENT_ERRORS as exc:
+        except AgentError as exc:
             raise ToolError(_agent_message(exc)) from exc
         return _result(DocsResult.of(page_))
 
@@ -503,7 +502,7 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
         long check or profile is collected)."""
         try:
             return _result(bench.list_attempts(workload_id, attempt_id, limit))
-        except _AGENT_ERRORS as exc:
+        except AgentError as exc:
             raise ToolError(_agent_message(exc)) from exc
 
     # Resources: every workload and docs topic is listed (resources/list), and the templates read any id.

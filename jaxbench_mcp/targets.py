@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Callable, Sequence
 
+from jaxbench_mcp.errors import AgentError
+
 
 class Tier(StrEnum):
     TPU = "tpu"  # a TPU is attached: real compiles, real runs, measured time
@@ -35,8 +37,15 @@ _GENERATIONS: dict[str, tuple[str, str]] = {
 GENERATIONS = tuple(_GENERATIONS)
 DEFAULT_CPU_TARGET = "v6e"
 
+# The widths every TPU generation so far shares: a vector register holds 8 sublanes x 128 lanes, and one MXU
+# push multiplies 8 rows by a 128 x 128 tile.
+SUBLANES = 8
+LANES = 128
+VREG_ELEMENTS = SUBLANES * LANES
+MXU_PUSH_MACS = VREG_ELEMENTS * LANES
 
-class UnknownTarget(ValueError):
+
+class UnknownTarget(AgentError, ValueError):
     pass
 
 

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pydantic import BaseModel, Field
 
 from jaxbench_mcp.taxonomy import ErrorClass
+from jaxbench_mcp.errors import BadRequest
 from jaxbench_mcp import cost_model, targets, workloads
 from jaxbench_mcp.models import OptionalReal, Verdict
 from jaxbench_mcp.store import text_problem
@@ -35,13 +36,7 @@ MAX_SECONDS = 900.0
 PARALLEL = 2
 
 
-def _bad_request():
-    from jaxbench_mcp.api import BadRequest
-
-    return BadRequest
-
-
-class TuneError(_bad_request()):
+class TuneError(BadRequest):
     """A request the agent can fix (an unknown name, no values, too many)."""
 
 
@@ -312,9 +307,9 @@ def cli(args) -> int:
 
         path, _, function = args.function.rpartition(":")
         if not path or not function:
-            raise ValueError("give the function as FILE.py:FUNCTION")
+            raise TuneError("give the function as FILE.py:FUNCTION")
         if not Path(path).is_file():
-            raise ValueError(f"no file at {path}")
+            raise TuneError(f"no file at {path}")
         generations = targets.parse_targets(args.target) or [targets.DEFAULT_CPU_TARGET]
         results = estimator.estimate_file(
             Path(path).read_text(), function, estimator.parse_args(args.args), generations
@@ -335,11 +330,11 @@ def cli(args) -> int:
     from jaxbench_mcp import api
 
     if not args.kernel.is_file():
-        raise ValueError(f"no kernel file at {args.kernel}")
+        raise TuneError(f"no kernel file at {args.kernel}")
     try:
         params = json.loads(args.params)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"--params is not JSON: {exc}") from None
+        raise TuneError(f"--params is not JSON: {exc}") from None
     bench = api.JaxBench.one_shot()
     try:
         result = Tuner(bench).tune_kernel(

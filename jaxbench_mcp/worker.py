@@ -220,7 +220,8 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     full_args = [a for i, a in enumerate(_full_args(w, "full")) if i not in static]
     # Every target is lowered and compiled, so that one generation's failure does not hide another's.
     compiled_everywhere = True
-    for generation in job.targets or [None]:
+    generations: list[str | None] = list(job.targets) or [None]
+    for generation in generations:
         stage = Stage.LOWER
         report.stage(Stage.LOWER, "start", target=generation)
         t0 = time.perf_counter()

@@ -228,7 +228,7 @@ def adapt(path: Path, kind: str) -> types.ModuleType:
     """A module in our workload format over the user's folder (see the module docstring).
 
     Raises workloads.WorkloadDefinitionError naming the field at fault."""
-    from jaxbench_mcp.workloads import WorkloadDefinitionError
+    from jaxbench_mcp.errors import WorkloadDefinitionError
 
     source = entry_file(path, kind)
     try:

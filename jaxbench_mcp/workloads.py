@@ -45,6 +45,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from jaxbench_mcp.assets import asset_dir
+from jaxbench_mcp.errors import AgentError, BadRequest, WorkloadDefinitionError
 
 SIZE_NAMES = ("full", "small")  # every workload has these two; more named configurations may follow
 TIERS = ("production", "kernelbench", "custom")
@@ -58,15 +59,7 @@ _CUSTOM_NUMBER_BASE = 1000  # custom workloads sort after the 50
 _CONFIG_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
-class WorkloadDefinitionError(ValueError):
-    """A module in workloads/ breaks the workload contract."""
-
-    def __init__(self, path: Path, field: str, problem: str):
-        super().__init__(f"{path.name}: {field}: {problem}")
-        self.path, self.field, self.problem = path, field, problem
-
-
-class UnknownWorkload(KeyError):
+class UnknownWorkload(AgentError, KeyError):
     def __init__(self, workload_id: str, close_matches: list[str]):
         self.workload_id, self.close_matches = workload_id, close_matches
         hint = f" Did you mean: {', '.join(close_matches)}?" if close_matches else ""
@@ -76,7 +69,7 @@ class UnknownWorkload(KeyError):
         return self.args[0]
 
 
-class UnknownSize(ValueError):
+class UnknownSize(AgentError, ValueError):
     pass
 
 
@@ -587,7 +580,7 @@ def get_workload(workload_id: str) -> Workload:
 
 def select(tier: str | None = None, operator: str | None = None, has_expert: bool | None = None) -> list[Workload]:
     if tier is not None and tier not in TIERS:
-        raise ValueError(f"unknown tier {tier!r}; choose one of {', '.join(TIERS)}")
+        raise BadRequest(f"unknown tier {tier!r}; choose one of {', '.join(TIERS)}")
     chosen = all_workloads()
     if tier is not None:
         chosen = [w for w in chosen if w.tier == tier]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxbench_mcp import api, cost_model, kernel_analysis, profiling
+from jaxbench_mcp import api, checking, cost_model, kernel_analysis, profiling
 from jaxbench_mcp.checking import Checker
 from jaxbench_mcp.store import Store
 
@@ -21,9 +21,9 @@ def test_block_traffic_counts_a_fetch_per_index_change():
     # A (i, k) block over a (2, 3, 4) grid visited k-fastest: the index changes at every step but the j loop
     # revisits the same k sequence, so all 24 steps fetch.
     i, j, k = np.indices((2, 3, 4)).reshape(3, -1)
-    assert cost_model.block_traffic(np.stack([i, k], 1), 10) == 24 * 10
+    assert kernel_analysis.block_traffic(np.stack([i, k], 1), 10) == 24 * 10
     # An (i, j) output block changes only when j or i does: 6 distinct consecutive blocks.
-    assert cost_model.block_traffic(np.stack([i, j], 1), 10) == 6 * 10
+    assert kernel_analysis.block_traffic(np.stack([i, j], 1), 10) == 6 * 10
 
 
 def _traffic_of_kernel(body, grid, in_specs=None, num_scalar_prefetch=0):
@@ -300,7 +300,7 @@ def test_a_vmem_overflow_is_summarised_by_its_sizes():
         "allocation with size 112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M. It should not be "
         "possible to run out of scoped vmem - \nSee https://openxla.org/xla/errors/error_1001 for more details."
     )
-    assert profiling.compile_failure(text) == (
+    assert checking.compile_failure(text) == (
         "compile failed (vmem_overflow): out of VMEM: Scoped allocation with size "
         "112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M"
     )

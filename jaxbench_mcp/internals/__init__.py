@@ -1,4 +1,4 @@
-"""The one place that knows private jax, libtpu and tokamax internals.
+"""The one place that knows private jax and libtpu internals.
 
   pallas      what a traced pallas_call keeps (grid, BlockSpecs, scalar prefetch, scratch, compiler params,
               body, name), and the parameters of pl.kernel, DMA, run_scoped and program_id equations
@@ -8,6 +8,6 @@
   interpret   patches to jax's TPU interpreter (loads through ref views, masked stores), all-or-nothing
   hlo         XLA's optimised HLO text, for the work around the kernels
 
-Every assumption has a canary test (tests/test_internals_*.py) that fails with "jax X changed Y: update Z"
-when an upgrade breaks it.
+Every assumption about jax has a canary test (tests/test_internals_*.py) that fails with "jax X changed Y:
+update Z" when an upgrade breaks it; libtpu's dump formats are checked on dumps it makes (tests/test_estimate.py).
 """

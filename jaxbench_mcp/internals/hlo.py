@@ -330,10 +330,5 @@ def _collect(name: str, computations: dict, count: int, ops: list, seen: set) ->
     return complete
 
 
-def op_seconds(op: OutsideOp, peak_flops: float, bytes_per_second: float) -> float:
-    """The roofline time of one outside op, all its runs."""
-    return op.count * max(op.flops / peak_flops, op.bytes / bytes_per_second)
-
-
 def describe(op: OutsideOp) -> str:
     return json.dumps({"name": op.name, "opcode": op.opcode})

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # jax is imported where it is used: the parent process never loads it
+if TYPE_CHECKING:  # jax is imported where it is used: importing this module does not load it
     from jax.extend.core import Jaxpr, JaxprEqn
 
 # The primitives of plain calls (jax.jit, custom_jvp / custom_vjp / custom_vmap functions), whose body runs once
@@ -44,6 +44,14 @@ def sub_jaxprs(eqn: JaxprEqn) -> Iterator[Jaxpr]:
             inner = sub if hasattr(sub, "eqns") else getattr(sub, "jaxpr", None)
             if hasattr(inner, "eqns"):
                 yield inner
+
+
+def walk_eqns(jaxpr: Jaxpr) -> Iterator[JaxprEqn]:
+    """Every equation of `jaxpr` and, after each, those of the jaxprs it holds (sub_jaxprs), depth first."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in sub_jaxprs(eqn):
+            yield from walk_eqns(sub)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """libtpu's own files and messages, read in one place: the dump flag, the layout and formats of its
 --xla_jf_dump_to folder (final bundle schedules and per-bundle slot use of each Mosaic kernel, and the kernel's
-own name in the custom call it compiled), and the sizes in its VMEM overflow messages. Formats checked against libtpu 0.0.52 (tests/test_internals.py holds a canary
-per assumption, on dumps it makes)."""
+own name in the custom call it compiled), and the sizes in its VMEM overflow messages. Formats checked against
+libtpu 0.0.52 (tests/test_estimate.py compiles kernels and reads the dumps they leave)."""
 
 from __future__ import annotations
 

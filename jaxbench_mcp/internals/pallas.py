@@ -15,8 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # jax is imported where it is used: the parent process never loads it
+if TYPE_CHECKING:  # jax is imported where it is used: importing this module does not load it
     from jax.extend.core import Jaxpr, JaxprEqn
+
+# pl.kernel (and core_map) kernels trace to these primitives instead of pallas_call.
+MESH_KERNEL_PRIMITIVES = frozenset({"mpmd_map", "core_map"})
+KERNEL_PRIMITIVES = frozenset({"pallas_call"}) | MESH_KERNEL_PRIMITIVES
 
 
 @dataclass(frozen=True)
