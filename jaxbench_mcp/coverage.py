@@ -663,14 +663,19 @@ def low_precision_accumulators(closed) -> list[dict]:
     return found
 
 
+# The operations that make a running sum: a value read from a ref and added to is accumulated into it.
+_ACCUMULATING = {"add", "sub", "add_any"}
+
+
 def _updated_from_themselves(body) -> set[int]:
-    """Positions (in the body's invars) of the refs that some swap or addupdate writes with a value computed from a
-    read of the same ref, following refs and values into branches, loops and calls."""
+    """Positions (in the body's invars) of the refs that some swap or addupdate writes with a running sum of their
+    own value (read, then added to: acc[...] = acc[...] + x), following refs and values into branches, loops and
+    calls. A masked write that keeps the old value elsewhere (jnp.where(mask, new, ref[...])) is no sum."""
     updated: set[int] = set()
 
-    def walk(jaxpr, refs: dict, taint: dict) -> None:
-        def taint_of(v) -> frozenset:
-            return taint.get(v, frozenset()) if _is_var(v) else frozenset()
+    def walk(jaxpr, refs: dict, read: dict, summed: dict) -> None:
+        def of(table, v) -> frozenset:
+            return table.get(v, frozenset()) if _is_var(v) else frozenset()
 
         def ref_of(v) -> int | None:
             return refs.get(v) if _is_var(v) else None
@@ -681,25 +686,28 @@ def _updated_from_themselves(body) -> set[int]:
             ref = ref_of(ins[0]) if ins else None
             if name == "get" and ref is not None:
                 for out in eqn.outvars:
-                    taint[out] = frozenset({ref})
+                    read[out] = frozenset({ref})
                 continue
             if name in ("swap", "addupdate") and ref is not None:
-                if name == "addupdate" or len(ins) > 1 and ref in taint_of(ins[1]):
+                if name == "addupdate" or len(ins) > 1 and ref in of(summed, ins[1]):
                     updated.add(ref)
-            merged = frozenset().union(*(taint_of(v) for v in ins))
+            reads = frozenset().union(*(of(read, v) for v in ins))
+            sums = frozenset().union(*(of(summed, v) for v in ins)) | (reads if name in _ACCUMULATING else frozenset())
             for sub in jx.sub_jaxprs(eqn):
                 # A branch, loop or call body takes the equation's last operands (a cond's index, a while's
                 # condition consts come first).
                 operands = ins[len(ins) - len(sub.invars) :] if len(sub.invars) <= len(ins) else ins
-                sub_refs = {
-                    inner: ref_of(outer) for inner, outer in zip(sub.invars, operands) if ref_of(outer) is not None
-                }
-                sub_taint = {inner: taint_of(outer) for inner, outer in zip(sub.invars, operands)}
-                walk(sub, sub_refs, sub_taint)
+                pairs = list(zip(sub.invars, operands))
+                walk(
+                    sub,
+                    {inner: ref_of(outer) for inner, outer in pairs if ref_of(outer) is not None},
+                    {inner: of(read, outer) for inner, outer in pairs},
+                    {inner: of(summed, outer) for inner, outer in pairs},
+                )
             for out in eqn.outvars:
-                taint[out] = merged
+                read[out], summed[out] = reads, sums
 
-    walk(body, {v: i for i, v in enumerate(body.invars)}, {})
+    walk(body, {v: i for i, v in enumerate(body.invars)}, {}, {})
     return updated
 
 
