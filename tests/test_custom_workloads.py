@@ -340,16 +340,6 @@ def test_config_all_runs_each_configuration_this_tier_can_and_combines(tmp_path)
 # ---- end to end through the MCP SDK client ------------------------------------------------------------
 
 
-def _size_names_reach_the_worker() -> bool:
-    from jaxbench_mcp import protocol
-
-    try:
-        protocol.CheckJob(workload_id="x", targets=[], size="held_out", inputs=[], interpret=True, shuffle_seeds=[])
-    except Exception:  # noqa: BLE001 - a protocol that knows only small and full
-        return False
-    return True
-
-
 @pytest.mark.slow
 def test_a_custom_workload_end_to_end_through_the_mcp_client(use_dirs, tmp_path, monkeypatch):
     from jaxbench_mcp import server as server_module
@@ -392,8 +382,6 @@ def test_a_custom_workload_end_to_end_through_the_mcp_client(use_dirs, tmp_path,
 
 @pytest.mark.slow
 def test_check_config_all_runs_the_held_out_shape_in_a_worker(use_dirs, tmp_path):
-    if not _size_names_reach_the_worker():
-        pytest.skip("this tree's check job accepts only the sizes small and full")
     use_dirs(EXAMPLE_DIR)
     bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
     try:
