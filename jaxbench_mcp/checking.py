@@ -26,6 +26,7 @@ import numpy as np
 from jaxbench_mcp import cost_model, error_catalog, protocol, sandbox, targets, workloads
 from jaxbench_mcp.comparison import jaxbench_allclose
 from jaxbench_mcp.internals import libtpu, tracebacks
+from jaxbench_mcp.worker import EARLY_VMEM_REFUSAL
 from jaxbench_mcp.jobs import JobQueue, Limits, RunOutcome, Worker, WorkerPool, WorkerStartFailed, default_slots
 from jaxbench_mcp.models import CompileReport, KernelDescription, SeedReport, StageReport, Verdict
 from jaxbench_mcp.taxonomy import ErrorClass, Stage, Status, status_of
@@ -223,6 +224,9 @@ def _compile_error_line(text: str) -> str | None:
     sizes = libtpu.vmem_overflow_sizes(text)
     if sizes:
         return f"out of VMEM: {sizes}"
+    early = text.find(EARLY_VMEM_REFUSAL)  # the worker's refusal of a hopeless kernel
+    if early >= 0:
+        return text[early:].splitlines()[0][:300]
     lines = decisive_lines(text).splitlines() if text.strip() else []
     return lines[-1][:300] if lines else None
 

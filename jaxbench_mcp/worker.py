@@ -243,7 +243,7 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
             t0 = time.perf_counter()
             hopeless = cost_model.vmem_overflow(traced.kernels, generation, HOPELESS_VMEM)
             if hopeless:  # refused in seconds: such a compile takes minutes to fail
-                raise VmemOverflow(f"vmem capacity exceeded before compiling: {hopeless}")
+                raise VmemOverflow(f"{EARLY_VMEM_REFUSAL}: {hopeless} (over twice the vmem capacity)")
             memory = lowered.compile().memory_analysis()
             report.stage(
                 Stage.COMPILE,
@@ -307,6 +307,7 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
 # refused without compiling. Not 1: that estimate can be a little over what Mosaic allocates (13p's solution is
 # estimated at 17 MiB and compiles in v4's 16 MiB).
 HOPELESS_VMEM = 2.0
+EARLY_VMEM_REFUSAL = "out of VMEM, refused before compiling"
 
 
 class VmemOverflow(Exception):
