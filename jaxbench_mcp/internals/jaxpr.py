@@ -124,6 +124,7 @@ def interpreting(closed: Any, params: Any):
     interpret=`params`. Plain calls holding a kernel are inlined; loops and branches holding one get bodies traced
     anew (interpret mode gives a kernel effects of its own, which their recorded bodies do not declare)."""
     import jax
+    from jax.core import ShapedArray
     from jax.extend.core import ClosedJaxpr, Literal
 
     def evaluate(jaxpr: Jaxpr, consts, *args):
@@ -140,6 +141,11 @@ def interpreting(closed: Any, params: Any):
                 if switch not in eqn.params:
                     raise RuntimeError(f"jax's {name} has no '{switch}' parameter any more")
                 bound = {**eqn.params, switch: params}
+                if "out_avals" in bound:  # a recorded aval keeps the mesh it was traced under (see retraced)
+                    bound["out_avals"] = tuple(
+                        ShapedArray(a.shape, a.dtype, weak_type=getattr(a, "weak_type", False))
+                        for a in bound["out_avals"]
+                    )
             elif not any(_holds_kernel(sub) for sub in sub_jaxprs(eqn)):
                 # Without the shardings it was traced with: a body traced anew below runs under a mesh context
                 # of its own, which a recorded sharding need not match (25k's solution failed so).
