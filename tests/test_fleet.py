@@ -22,7 +22,7 @@ import pytest
 from mcp import Client
 from ray.cluster_utils import Cluster
 
-from jaxbench_mcp import api, campaign, fleet
+from jaxbench_mcp import api, campaign, fleet, workloads
 from jaxbench_mcp.checking import Checker
 from jaxbench_mcp.fleet import HostView, NoHostForTarget, NoLiveHost, place
 from jaxbench_mcp.server import build_server
@@ -359,8 +359,11 @@ def test_a_host_that_dies_mid_campaign_costs_a_retry_not_an_attempt(cluster, loc
 
     store = Store(tmp_path / "attempts.sqlite3")
     rows = store.recent(None, 50)
-    # Each attempt once: a profile attempt per file, and the check each profile made first; all of them done.
-    assert sorted(r["kind"] for r in rows) == ["check"] * 3 + ["profile"] * 3
+    # Each attempt once: a profile attempt per file, the check each profile made first, and a check per held-out
+    # configuration of the one correct attempt's workload; all of them done.
+    held_out = len(workloads.get_workload("12p_RMSNorm").configs)
+    assert held_out >= 1
+    assert sorted(r["kind"] for r in rows) == ["check"] * (3 + held_out) + ["profile"] * 3
     assert {r["state"] for r in rows} == {"done"}
     zeros = (KERNELS / "bad_all_zeros.py").read_text()
     (retried,) = [r for r in rows if r["kind"] == "check" and r["source"] == zeros]
