@@ -1,9 +1,11 @@
 """Latency of one check, measured side by side in one run, as ratios.
 
   unavoidable: the work a check cannot skip, done inline in this process: trace the candidate once at full
-               size and once at small size, lower + deviceless compile the recorded full-size program for
-               v6e, then run the recorded small program in TPU interpret mode on 3 seeds, each beside the
-               uninitialised-memory probe (what the worker does since the candidate is traced only once)
+               size, once at small size and, where the workload has one, once at its full_reduction size;
+               lower + deviceless compile the recorded full-size program for v6e, then run the recorded small
+               program in TPU interpret mode on 3 seeds and the full_reduction program on one more, each
+               beside the uninitialised-memory probe (what the worker does since the candidate is traced
+               only once per size)
   warm:        Checker.check on a warm checker (a sandboxed spare worker ready), as the server does; its
                fresh hidden seeds' truth is computed while the worker compiles
   cold:        a one-shot `jaxbench-mcp check` CLI process (imports jax, starts a worker, computes the truth)
@@ -11,6 +13,7 @@ The isolation the checker uses (bubblewrap where installed) is printed with the 
 
 Goals: warm <= 1.3x unavoidable; cold >= 3x warm.
 Usage: python benchmarks/check_latency.py [--kernel tests/kernels/good_rmsnorm.py --workload 12p_RMSNorm] [--repeats 3]
+       (a workload with a full_reduction size: --kernel solutions/8p_GEMM.py --workload 8p_GEMM)
 """
 
 import argparse
@@ -39,18 +42,24 @@ def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
     spec = importlib.util.spec_from_file_location(f"bench_candidate_{time.monotonic_ns()}", kernel)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    inputs = [w.create_inputs("small", seed=s) for s in seeds]  # input creation is not part of the timed work
+    sizes = ["small"] * len(seeds)
+    if workloads.FULL_REDUCTION in w.sizes:
+        seeds, sizes = [*seeds, seeds[-1] + 1], [*sizes, workloads.FULL_REDUCTION]
+    # Input creation is not part of the timed work.
+    inputs = [w.create_inputs(size, seed=s) for s, size in zip(seeds, sizes)]
     static = tuple(w.static_argnums)
     probe = _uninitialised_probe()
     t0 = time.perf_counter()
     with targets.chip_context("v6e"):
-        full = jax.make_jaxpr(module.workload, static_argnums=static)(*workloads.abstract_inputs(w, "full"))
-        small = jax.make_jaxpr(module.workload, static_argnums=static)(*workloads.abstract_inputs(w, "small"))
+        programs = {
+            size: jax.make_jaxpr(module.workload, static_argnums=static)(*workloads.abstract_inputs(w, size))
+            for size in ["full", *dict.fromkeys(sizes)]
+        }
     full_args = [a for i, a in enumerate(workloads.abstract_inputs(w, "full")) if i not in static]
-    targets.deviceless_compile(targets.replay(full), full_args, "v6e")
-    for seed, args in zip(seeds, inputs):
+    targets.deviceless_compile(targets.replay(programs["full"]), full_args, "v6e")
+    for seed, size, args in zip(seeds, sizes, inputs):
         params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)
-        run = jx.interpreting(small, params)
+        run = jx.interpreting(programs[size], params)
         dynamic = [a for i, a in enumerate(args) if i not in static]
         targets.interpret_on_cpu(lambda *a: (run(*a), probe(params)), dynamic, (), None, params)
     return time.perf_counter() - t0
@@ -67,9 +76,8 @@ def main() -> None:
     source = args.kernel.read_text()
     checker = Checker(spares=1, slots=1)
     checker.start()
-    checker.check(args.workload, source)[
-        1
-    ].cleanup()  # warms this process's reference compile, as a server's first check
+    # Warms this process's reference compile, as a server's first check does.
+    checker.check(args.workload, source)[1].cleanup()
     hidden = [101, 102, 103]  # any seeds: the unavoidable work does not depend on them
     unavoidable(args.workload, args.kernel, hidden)  # warm this process's jax caches like the worker's warm-up
 

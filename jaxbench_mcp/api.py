@@ -283,10 +283,11 @@ class JaxBench:
 
     def runnable_configs(self, workload_id: str) -> list[str]:
         """The configurations a check with config='all' runs here: all of them on a TPU; elsewhere all but
-        'full', which an interpret-mode run on the CPU cannot afford (full size is still traced and compiled)."""
+        'full', which an interpret-mode run on the CPU cannot afford (full size is still traced and compiled).
+        Never 'full_reduction': every check below full size runs it already."""
         w = workloads.get_workload(workload_id)
         on_tpu = self.executor.tier is targets.Tier.TPU
-        return [name for name in w.sizes if on_tpu or name != "full"]
+        return [name for name in w.sizes if (on_tpu or name != "full") and name != workloads.FULL_REDUCTION]
 
     def _check_configs(
         self,
@@ -328,8 +329,9 @@ class JaxBench:
                 status=v.status,
                 error_class=v.error_class,
                 attempt_id=v.attempt_id,
-                max_abs_error=max((s.max_abs_error for s in v.seeds), default=None),
-                tolerance=min((s.tolerance for s in v.seeds), default=None),
+                # The configuration's own seeds (the full_reduction run has its own error and tolerance).
+                max_abs_error=max((s.max_abs_error for s in v.seeds if s.size is None), default=None),
+                tolerance=min((s.tolerance for s in v.seeds if s.size is None), default=None),
                 message=v.message.splitlines()[0] if v.message else "",
             )
             for name, v in verdicts

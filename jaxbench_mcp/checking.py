@@ -271,6 +271,18 @@ def _produced_by(tier: targets.Tier, stage: Stage) -> str:
     return f"{tier}: candidate process"
 
 
+def _size_text(w, size: str, run_size: str) -> str:
+    """How a size differs from the run's, e.g. "full_reduction: K=8192 where the small size has 512"."""
+    ours, theirs = w.sizes[size], w.sizes[run_size]
+    changed = [k for k in ours if ours[k] != theirs.get(k)]
+    return (
+        f"{size}: "
+        + ", ".join(f"{k}={ours[k]}" for k in changed)
+        + f" where the {run_size} size has "
+        + ", ".join(str(theirs.get(k)) for k in changed)
+    )
+
+
 def inspect_module(job_dir: Path, module_file: str) -> tuple[int, str]:
     """(Mosaic kernels, sha256) of a lowered module the worker wrote, read and counted here, in the parent."""
     text = read_job_file(job_dir, module_file, _MAX_MODULE_BYTES)
@@ -282,7 +294,8 @@ NOT_COVERED_WITHOUT_TPU = (
     "platform-keyed code beyond the queries answered as on a TPU (jax.default_backend(), jax.devices(), the TPU_* "
     "variables): jax's config, backend objects and /dev still show a CPU host",
     "numerics at the full size: the run uses a smaller size (full-size coverage, program and work are judged "
-    "without running)",
+    "without running; where the workload has a full_reduction size, one more seed runs with every reduction at "
+    "its full length)",
     "the worker's account of the program it traced and lowered: it is produced beside the candidate's own code",
 )
 
@@ -399,6 +412,10 @@ class Checker:
             raise ValueError("seeds must be between 1 and 16")
         # Fresh hidden seeds for every check: an answer remembered from one check is worth nothing in the next.
         hidden = [fresh_seed() for _ in range(seeds)]
+        # Below full size, one more seed runs where every reduction has its full length: what only full-length
+        # sums reach (magnitudes, rounding that grows with the length) is judged by values, not by analysis.
+        reduction = workloads.FULL_REDUCTION in w.sizes and run_size not in ("full", workloads.FULL_REDUCTION)
+        runs = [(seed, run_size) for seed in hidden] + ([(fresh_seed(), workloads.FULL_REDUCTION)] if reduction else [])
         progress = on_progress or (lambda _msg: None)
 
         def on_event(event: protocol.StageEvent) -> None:
@@ -415,17 +432,22 @@ class Checker:
                 size=run_size,
                 interpret=self.tier is not targets.Tier.TPU,
                 inputs=[write_inputs(inputs[seed], job_dir, f"input_{k}") for k, seed in enumerate(hidden)],
+                full_reduction=write_inputs(inputs[runs[-1][0]], job_dir, f"input_{len(hidden)}")
+                if reduction
+                else None,
                 # Orders in which interpret mode visits "parallel" grid axes: fresh for every check.
-                shuffle_seeds=[secrets.randbelow(2**31) for _ in hidden],
+                shuffle_seeds=[secrets.randbelow(2**31) for _ in runs],
             )
 
         progress("queued")
         # The truth is needed only after the run; compute it meanwhile, on the server's side.
         # Seeds are fresh for every check, so nothing is cached across checks: a check holds its own inputs and
         # truths, and lets them go when it ends (a server's memory stays flat over thousands of checks).
-        inputs = {seed: inputs_for(w.id, run_size, seed) for seed in hidden}
+        inputs = {seed: inputs_for(w.id, size, seed) for seed, size in runs}
         truths: dict[int, Truth] = {}
-        truth = threading.Thread(target=lambda: truths.update({s: truth_of(w, inputs[s]) for s in hidden}), daemon=True)
+        truth = threading.Thread(
+            target=lambda: truths.update({s: truth_of(w, inputs[s]) for s, _ in runs}), daemon=True
+        )
         truth.start()
         verdict = Verdict(
             status=Status.CORRECT,
@@ -445,7 +467,7 @@ class Checker:
             return verdict, None
         truth.join()
         try:
-            self._judge(verdict, w, [truths[s] for s in hidden], outcome, require_pallas, progress)
+            self._judge(verdict, w, [(truths[s], size) for s, size in runs], outcome, require_pallas, progress)
         except BaseException:  # the caller never sees this outcome: its directory goes now
             outcome.cleanup()
             raise
@@ -466,8 +488,9 @@ class Checker:
     # ---- turning the worker's events into a verdict ----
 
     def _judge(
-        self, verdict: Verdict, w, truths: list[Truth], outcome: RunOutcome, require_pallas: bool, progress
+        self, verdict: Verdict, w, truths: list[tuple[Truth, str]], outcome: RunOutcome, require_pallas: bool, progress
     ) -> None:
+        """`truths`: per run (the hidden seeds, then the full_reduction run if any), its truth and size."""
         failures: list[tuple[ErrorClass | None, str, Stage | None]] = []  # (class, message, stage for the catalog)
         outputs: dict[int, protocol.Output] = {}
         mosaic_kernels: dict[str, int] = {}
@@ -596,7 +619,7 @@ class Checker:
         if not failures:
             failures += self._full_size(w, traced, verdict)
             progress("compare")
-            failure = self._compare(truths, outcome, outputs, verdict)
+            failure = self._compare(w, truths, outcome, outputs, verdict)
             if failure:
                 failures.append(failure)
 
@@ -650,19 +673,22 @@ class Checker:
         if traced is None:
             return []
         failures = []
-        if traced.outline is not None and traced.run_outline is not None:
-            difference = coverage.first_difference(
-                traced.run_outline, traced.outline, (f"{verdict.size} size", "full size")
+        for size, outline in ((verdict.size, traced.run_outline), (workloads.FULL_REDUCTION, traced.reduction_outline)):
+            difference = (
+                coverage.first_difference(outline, traced.outline, (f"{size} size", "full size"))
+                if traced.outline is not None and outline is not None
+                else None
             )
             if difference is not None:
                 failures.append(
                     (
                         ErrorClass.SIZE_DEPENDENT_PROGRAM,
-                        "workload() traces to a different program at the "
-                        f"{verdict.size} size than at full size: {difference['text']}",
+                        f"workload() traces to a different program at the {size} size than at full size: "
+                        f"{difference['text']}",
                         None,
                     )
                 )
+                break
         if traced.coverage is not None:
             for finding in traced.coverage.findings:
                 verdict.full_size_findings.append(finding.message)
@@ -776,9 +802,17 @@ class Checker:
             return failure
         return None
 
-    def _compare(self, truths: list[Truth], outcome: RunOutcome, outputs: dict[int, protocol.Output], verdict: Verdict):
-        for index, t in enumerate(truths):
+    def _compare(
+        self,
+        w,
+        truths: list[tuple[Truth, str]],
+        outcome: RunOutcome,
+        outputs: dict[int, protocol.Output],
+        verdict: Verdict,
+    ):
+        for index, (t, size) in enumerate(truths):
             info = outputs.get(index)
+            run = f"seed {index}" if size == verdict.size else f"seed {index} ({_size_text(w, size, verdict.size)})"
             if info is None and outcome.finished:
                 return (
                     ErrorClass.PROTOCOL_VIOLATION,
@@ -796,7 +830,7 @@ class Checker:
             if tuple(info.shape) != tuple(t.truth.shape):
                 return (
                     ErrorClass.SHAPE_MISMATCH,
-                    f"seed {index}: output shape {info.shape} but the workload returns {list(t.truth.shape)}",
+                    f"{run}: output shape {info.shape} but the workload returns {list(t.truth.shape)}",
                     None,
                 )
             try:
@@ -806,19 +840,19 @@ class Checker:
             except (protocol.ProtocolViolation, ValueError, OSError, EOFError) as exc:
                 return (
                     ErrorClass.PROTOCOL_VIOLATION,
-                    f"seed {index}: the output file is not a valid array ({exc})",
+                    f"{run}: the output file is not a valid array ({exc})",
                     None,
                 )
             if candidate.dtype.kind not in "biuf":  # the worker writes numbers; strings or objects are a forgery
                 return (
                     ErrorClass.PROTOCOL_VIOLATION,
-                    f"seed {index}: the output file holds {candidate.dtype}, not numbers",
+                    f"{run}: the output file holds {candidate.dtype}, not numbers",
                     None,
                 )
             if tuple(candidate.shape) != tuple(info.shape):
                 return (
                     ErrorClass.PROTOCOL_VIOLATION,
-                    f"seed {index}: the output file holds shape {list(candidate.shape)}, "
+                    f"{run}: the output file holds shape {list(candidate.shape)}, "
                     f"not the {info.shape} its report claims",
                     None,
                 )
@@ -829,6 +863,7 @@ class Checker:
             t0 = time.monotonic()
             report, cls, message = compare(candidate, info.dtype, t, index)
             if report:
+                report.size = None if size == verdict.size else size
                 verdict.seeds.append(report)
             verdict.stages.append(
                 StageReport(
@@ -836,11 +871,17 @@ class Checker:
                     ok=cls is None,
                     seconds=round(time.monotonic() - t0, 4),
                     produced_by=_produced_by(self.tier, Stage.COMPARE),
-                    detail=f"seed {index}",
+                    detail=run,
                 )
             )
             if cls is not None:
                 verdict.jaxbench_compatible = all(s.jaxbench_allclose for s in verdict.seeds) if verdict.seeds else None
-                return (cls, f"seed {index}: {message}", None)
+                if size != verdict.size:  # the run-size seeds passed: say what only this run has
+                    message += (
+                        "; the seeds at the run size passed, and only this run sums over every reduction's full "
+                        "length: look for what full-length values reach (a clip or saturating cast, a running "
+                        "sum kept in 16 bits)"
+                    )
+                return (cls, f"{run}: {message}", None)
         verdict.jaxbench_compatible = all(s.jaxbench_allclose for s in verdict.seeds)
         return None

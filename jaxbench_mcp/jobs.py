@@ -84,7 +84,7 @@ class Limits:
                 s[Stage.LOAD]
                 + s[Stage.TRACE]
                 + n * (s[Stage.LOWER] + s[Stage.COMPILE])
-                + len(job.inputs) * s[Stage.RUN]
+                + (len(job.inputs) + (job.full_reduction is not None)) * s[Stage.RUN]
             )
         if isinstance(job, protocol.MeasureJob):
             return s[Stage.LOAD] + s[Stage.MEASURE]

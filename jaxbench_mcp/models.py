@@ -329,6 +329,11 @@ class CompileReport(BaseModel):
 
 class SeedReport(BaseModel):
     seed_index: int = Field(description="Seeds are hidden; only their order is reported")
+    size: str | None = Field(
+        None,
+        description="The size this seed ran at, when not the verdict's own: full_reduction (every reduction at "
+        "its full length)",
+    )
     passed: bool
     max_abs_error: Real
     max_rel_error: Real
@@ -446,7 +451,7 @@ class Verdict(BaseModel):
             # NaN and Inf spelled out: a client that reads only this text must learn them as plainly as one
             # that reads the structure.
             lines.append(
-                f"seed {s.seed_index}: {'ok' if s.passed else 'MISMATCH'} max|err| {plain_number(s.max_abs_error)} "
+                f"seed {s.seed_index}{f' ({s.size})' if s.size else ''}: {'ok' if s.passed else 'MISMATCH'} max|err| {plain_number(s.max_abs_error)} "
                 f"(allowed {plain_number(s.tolerance)}; baseline {plain_number(s.baseline_max_abs_error)}) worst at "
                 f"{s.worst_index}: candidate {plain_number(s.worst_candidate)}, truth {plain_number(s.worst_truth)}"
                 + (

@@ -19,7 +19,7 @@ from jaxbench_mcp.taxonomy import Stage
 
 # An event line longer than this is a violation, not data: real events are a few kilobytes.
 MAX_EVENT_BYTES = 256 * 1024
-# More events than any real job sends (5 targets x 4 stages + 16 seeds x 2 + a few).
+# More events than any real job sends (5 targets x 4 stages + 17 runs x 2 + a few).
 MAX_EVENTS = 400
 # Failure texts are cut (head and tail kept) to this many characters by the worker.
 MAX_TEXT_CHARS = 20_000
@@ -67,7 +67,14 @@ class CheckJob(_Strict):
         description="Per hidden seed, the inputs the parent wrote; never the seed"
     )
     interpret: bool
-    shuffle_seeds: list[int] = Field(description="Orders in which interpret mode visits 'parallel' grid axes")
+    shuffle_seeds: list[int] = Field(
+        description="Orders in which interpret mode visits 'parallel' grid axes: one per run (seeds, then full_reduction)"
+    )
+    full_reduction: list[InputFile | StaticInput] | None = Field(
+        None,
+        description="Inputs of one more run, at the workload's full_reduction size (small shapes, every reduction at "
+        "its full length); its output has the index len(inputs)",
+    )
 
 
 class ProfileJob(_Strict):
@@ -214,6 +221,9 @@ class Traced(_Strict):
     run_outline: Annotated[list[str], Field(max_length=_MAX_OUTLINE)] | None = Field(
         None, description="The outline of the same candidate traced at the size the run stage uses"
     )
+    reduction_outline: Annotated[list[str], Field(max_length=_MAX_OUTLINE)] | None = Field(
+        None, description="The outline of the same candidate traced at the full_reduction size, when that runs too"
+    )
     platform_queries: Annotated[list[Annotated[str, Field(max_length=80)]], Field(max_length=16)] = Field(
         [], description="Platform queries the candidate made while it was imported and traced (answered as a TPU)"
     )
@@ -325,7 +335,7 @@ class StageEvent(_Strict):
     stage: Stage
     state: Literal["start", "done", "failed"]
     target: str | None = None
-    seed_index: Annotated[int, Field(ge=0, lt=16)] | None = None
+    seed_index: Annotated[int, Field(ge=0, le=16)] | None = None  # 16 seeds at most, then the full_reduction run
     seconds: Annotated[float, Field(ge=0)] = 0.0
     error_class: Literal["syntax_error", "import_error", "missing_workload"] | None = None
     text: Annotated[str, Field(max_length=MAX_TEXT_CHARS + 100)] | None = None
@@ -429,7 +439,7 @@ class EventLog:
                 )
         elif event.target is not None:
             raise ProtocolViolation(f"a '{event.stage}' event names a target")
-        seeds = len(job.inputs) if isinstance(job, CheckJob) else 0
+        seeds = len(job.inputs) + (job.full_reduction is not None) if isinstance(job, CheckJob) else 0
         if (event.stage is Stage.RUN) != (event.seed_index is not None) or (
             event.seed_index is not None and event.seed_index >= seeds
         ):

@@ -202,16 +202,26 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
         if too_large:  # before any analysis: XLA would inline it into something no stage could finish
             report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=too_large)
             return
-        run_closed, run_trace_error = closed, None
-        if job.size != "full":
+        # (program, why it failed to trace) per size the runs use: each traced once, the failure reported by
+        # the runs, as they would have failed there.
+        programs: dict[str, tuple] = {"full": (closed, None)}
+        sizes = [job.size] + ([workloads.FULL_REDUCTION] if job.full_reduction is not None else [])
+        for size in sizes:
+            if size in programs:
+                continue
             try:
                 with targets.chip_context(chip):
-                    run_closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, job.size))
-            except Exception as exc:  # noqa: BLE001 - the run stage reports it, as it would have failed there
-                run_closed, run_trace_error = None, _error_text(exc)
+                    programs[size] = (
+                        jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, size)),
+                        None,
+                    )
+            except Exception as exc:  # noqa: BLE001
+                programs[size] = (None, _error_text(exc))
     del module  # never called again
 
-    traced = _describe(closed, run_closed, w, facade.queries)
+    run_closed = programs[job.size][0]
+    reduction_closed = programs[workloads.FULL_REDUCTION][0] if job.full_reduction is not None else None
+    traced = _describe(closed, run_closed, reduction_closed, w, facade.queries)
     report.stage(Stage.TRACE, "done", seconds=time.perf_counter() - t0, traced=traced)
     if traced.host_callbacks:
         return
@@ -261,11 +271,15 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     if not compiled_everywhere:
         return
 
-    for index, described in enumerate(job.inputs):
+    runs = [(described, job.size) for described in job.inputs]
+    if job.full_reduction is not None:
+        runs.append((job.full_reduction, workloads.FULL_REDUCTION))
+    for index, (described, size) in enumerate(runs):
         report.stage(Stage.RUN, "start", seed_index=index)
         t0 = time.perf_counter()
-        if run_closed is None:
-            report.stage(Stage.RUN, "failed", seed_index=index, seconds=0.0, text=run_trace_error)
+        program, trace_error = programs[size]
+        if program is None:
+            report.stage(Stage.RUN, "failed", seed_index=index, seconds=0.0, text=trace_error)
             return
         inputs = [a for i, a in enumerate(read_inputs(described, workdir)) if i not in static]
         try:
@@ -273,13 +287,13 @@ def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
                 # jax picks the interpret mode when pallas_call is traced, and the candidate is never traced again:
                 # the recorded kernels are bound again with the strict parameters. The probe runs in the same
                 # program under the same parameters, and must read NaN.
-                run_program = jx.interpreting(run_closed, strict[index])
+                run_program = jx.interpreting(program, strict[index])
                 out, probe_out = targets.interpret_on_cpu(
                     lambda *a: (run_program(*a), probe(strict[index])), inputs, (), None, strict[index]
                 )
                 np.save(workdir / f"probe_{index}.npy", np.asarray(probe_out, dtype=np.float32))
             else:
-                out = jax.block_until_ready(jax.jit(targets.replay(run_closed))(*inputs))
+                out = jax.block_until_ready(jax.jit(targets.replay(program))(*inputs))
             leaves = jax.tree_util.tree_leaves(out)
             path = workdir / f"output_{index}.npy"
             first = np.asarray(leaves[0]) if leaves else np.zeros(())
@@ -339,10 +353,10 @@ def _uninitialised_probe():
 PROBE_SHAPE = (8, 128)
 
 
-def _describe(closed, run_closed, w, platform_queries: list[str]) -> protocol.Traced:
+def _describe(closed, run_closed, reduction_closed, w, platform_queries: list[str]) -> protocol.Traced:
     """What the parent judges about the recorded programs without running them: the kernels, host callbacks and
-    outputs of the full-size program, _static_analyses of it, and the outline of the run-size program (left out
-    when it failed to trace: the run stage says why)."""
+    outputs of the full-size program, _static_analyses of it, and the outlines of the run-size and full_reduction
+    programs (left out when one failed to trace: the run stage says why)."""
     from jaxbench_mcp import coverage, kernel_analysis
 
     kernels, callbacks = kernel_analysis.describe_kernels(closed.jaxpr)
@@ -352,6 +366,8 @@ def _describe(closed, run_closed, w, platform_queries: list[str]) -> protocol.Tr
     if "outline" in found and run_closed is not None:
         try:
             found["run_outline"] = found["outline"] if run_closed is closed else coverage.program_structure(run_closed)
+            if reduction_closed is not None:
+                found["reduction_outline"] = coverage.program_structure(reduction_closed)
         except Exception:  # noqa: BLE001 - not judged
             pass
     try:

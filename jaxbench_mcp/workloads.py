@@ -5,7 +5,10 @@ A workload module is data-like. It declares, at module level:
   ID               JAXBench id, e.g. "8p_GEMM" (number + p|k + name)
   MODEL, OPERATOR  where the workload comes from and what kind of operator it is
   DESCRIPTION      one paragraph of math: exactly what the output is
-  SIZES            {"full": {...}, "small": {...}}: the keyword arguments of create_inputs/flops
+  SIZES            {"full": {...}, "small": {...}}: the keyword arguments of create_inputs/flops; where
+                   the small size shortens a reduction (a GEMM's K, a vocabulary, a KV length), also
+                   "full_reduction": small shapes, every reduction at its full length (CPU-tier checks
+                   run one more seed there: numerics that only full-length sums reach)
   INPUT_NAMES      one name per element that create_inputs returns
   STATIC_ARGNUMS   positions of inputs that are Python values used as shapes (optional)
   SPARSE_INPUTS    names of inputs a correct kernel need not read whole (paged caches, ragged groups,
@@ -48,6 +51,8 @@ from jaxbench_mcp.assets import asset_dir
 from jaxbench_mcp.errors import AgentError, BadRequest, WorkloadDefinitionError
 
 SIZE_NAMES = ("full", "small")  # every workload has these two; more named configurations may follow
+# The optional size a check also runs when its run size is smaller than full: not a held-out configuration.
+FULL_REDUCTION = "full_reduction"
 TIERS = ("production", "kernelbench", "custom")
 CUSTOM_ENV = "JAXBENCH_MCP_WORKLOADS"
 _ID_PATTERN = re.compile(r"^(\d+)([pk])_[A-Za-z0-9_]+$")
@@ -121,7 +126,7 @@ class Workload:
     @property
     def configs(self) -> tuple[str, ...]:
         """The named input configurations besides full and small (held-out shapes)."""
-        return tuple(k for k in self.sizes if k not in SIZE_NAMES)
+        return tuple(k for k in self.sizes if k not in SIZE_NAMES and k != FULL_REDUCTION)
 
     def size_params(self, size: str) -> dict[str, Any]:
         if size not in self.sizes:

@@ -628,7 +628,8 @@ def test_the_corpus_covers_every_mechanism_of_issue_20():
         "game_platform_keyed",  # 3
         "game_size_branch_in_body",  # 4: the same program at every size
         "game_size_literal",
-        "game_full_size_clip",  # 5: full-size numerics
+        "game_full_size_clip",  # 5: full-size numerics (the full_reduction run)
+        "game_reduction_shape_keyed",  # and the same program there
         "game_bf16_accumulator",
         "game_pallas_sliver",  # 6: the Pallas kernels do the work
         "game_gemm_in_scan",

@@ -154,6 +154,17 @@ def test_events_about_stages_targets_or_seeds_the_job_does_not_have_are_violatio
     ok = protocol.EventLog(job)
     ok.accept(protocol.parse_event(line(event="stage", stage="lower", state="start", target="v6e")))
     ok.accept(protocol.parse_event(line(event="stage", stage="run", state="start", seed_index=0)))
+    # A job with a full_reduction run has one run more, with the index after the seeds', and no other.
+    longer = job.model_copy(
+        update={
+            "full_reduction": [protocol.InputFile(file="input_1_0.bin", shape=[4], dtype="bfloat16")],
+            "shuffle_seeds": [1, 2],
+        }
+    )
+    log = protocol.EventLog(longer)
+    log.accept(protocol.parse_event(line(event="stage", stage="run", state="start", seed_index=1)))
+    with pytest.raises(protocol.ProtocolViolation, match="does not have"):
+        log.accept(protocol.parse_event(line(event="stage", stage="run", state="start", seed_index=2)))
 
 
 def test_json_nested_too_deep_to_parse_is_a_violation_not_a_crash():

@@ -85,6 +85,10 @@ def verdicts():
 def test_solution_is_judged_correct(verdicts, name):
     verdict = verdicts[name]
     assert verdict.status == "correct", verdict.summary()
+    # Where the small size shortens a reduction, one more seed ran with it at full length, and passed.
+    longer = workloads.FULL_REDUCTION in workloads.get_workload(verdict.workload_id).sizes
+    assert [s.size for s in verdict.seeds] == [None] * SEEDS + [workloads.FULL_REDUCTION] * longer
+    assert all(s.passed for s in verdict.seeds)
 
 
 # ---- the server never hands a solution out -------------------------------------------------------

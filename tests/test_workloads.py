@@ -129,3 +129,23 @@ def test_every_operator_family_but_the_exempt_one_has_a_held_out_shape():
     covered = {operator_family(w.operator) for w in workloads.all_workloads() if w.configs}
     # "other" is 17p_Triangle_Multiplication alone, whose small size already cannot keep the rule.
     assert covered == families - {"other"}
+
+
+# A check below full size runs every full_reduction size once more: its budget bounds what that costs (the
+# largest, 21k's family at 34 GFLOP and 8p at 51 GFLOP, take a few seconds in interpret mode).
+FULL_REDUCTION_MAX_INPUT_BYTES = 160 * 2**20
+FULL_REDUCTION_MAX_FLOPS = 64e9
+
+
+@pytest.mark.parametrize("workload_id", [i for i in IDS if workloads.FULL_REDUCTION in workloads.get_workload(i).sizes])
+def test_a_full_reduction_size_lengthens_a_reduction_within_the_check_budget(workload_id):
+    w = workloads.get_workload(workload_id)
+    full, small, longer = (_dimensions(w, s) for s in ("full", "small", workloads.FULL_REDUCTION))
+    broken = {k: (full[k], longer[k]) for k in full if not workloads.keeps_divisibility(full[k], longer[k])}
+    assert not broken, f"full -> full_reduction dimensions that break workloads.keeps_divisibility: {broken}"
+    lengthened = [k for k in full if small[k] != full[k] and longer[k] == full[k]]
+    assert lengthened, "full_reduction must take some dimension the small size shortens to its full value"
+    assert workloads.FULL_REDUCTION not in w.configs  # run by every check, not held out
+    specs = [s for s in workloads.abstract_inputs(w, workloads.FULL_REDUCTION) if hasattr(s, "dtype")]
+    assert sum(s.size * s.dtype.itemsize for s in specs) <= FULL_REDUCTION_MAX_INPUT_BYTES
+    assert w.flops(workloads.FULL_REDUCTION) <= FULL_REDUCTION_MAX_FLOPS

@@ -18,6 +18,8 @@ bfloat16, as the JAXBench harness runs it.
 SIZES = {
     "full": {"batch_size": 4096, "in_features": 8192, "out_features": 8192},
     "small": {"batch_size": 256, "in_features": 8192, "out_features": 1024},
+    # The sum over the full out_features. A check below full size runs one seed here too.
+    "full_reduction": {"batch_size": 256, "in_features": 8192, "out_features": 8192},
 }
 INPUT_NAMES = ("x", "weight", "bias")
 NOTES = (

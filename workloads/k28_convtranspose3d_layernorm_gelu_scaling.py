@@ -42,6 +42,18 @@ SIZES = {
         "H": 8,
         "W": 8,
     },
+    # The convolution's full in_channels. A check below full size runs one seed here too.
+    "full_reduction": {
+        "batch_size": 2,
+        "in_channels": 32,
+        "out_channels": 16,
+        "kernel_size": 4,
+        "stride": 2,
+        "padding": 1,
+        "D": 4,
+        "H": 8,
+        "W": 8,
+    },
 }
 INPUT_NAMES = ("x", "conv_weight", "conv_bias", "ln_weight", "ln_bias")
 NOTES = (

@@ -17,6 +17,16 @@ harness runs it.
 SIZES = {
     "full": {"batch_size": 16, "in_channels": 32, "out_channels": 64, "kernel_size": 3, "D": 32, "H": 64, "W": 64},
     "small": {"batch_size": 2, "in_channels": 8, "out_channels": 16, "kernel_size": 3, "D": 8, "H": 16, "W": 16},
+    # The convolution's full in_channels. A check below full size runs one seed here too.
+    "full_reduction": {
+        "batch_size": 2,
+        "in_channels": 32,
+        "out_channels": 16,
+        "kernel_size": 3,
+        "D": 8,
+        "H": 16,
+        "W": 16,
+    },
 }
 INPUT_NAMES = ("x", "weight", "bias")
 NOTES = (

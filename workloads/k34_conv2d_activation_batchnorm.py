@@ -21,6 +21,16 @@ once.
 SIZES = {
     "full": {"batch_size": 64, "in_channels": 64, "out_channels": 128, "kernel_size": 3, "height": 128, "width": 128},
     "small": {"batch_size": 4, "in_channels": 16, "out_channels": 32, "kernel_size": 3, "height": 32, "width": 32},
+    # The convolution's full in_channels (the batch statistics stay at the small batch and image). A check below full
+    # size runs one seed here too.
+    "full_reduction": {
+        "batch_size": 4,
+        "in_channels": 64,
+        "out_channels": 32,
+        "kernel_size": 3,
+        "height": 32,
+        "width": 32,
+    },
 }
 INPUT_NAMES = ("x", "conv_weight", "conv_bias", "bn_weight", "bn_bias")
 NOTES = (

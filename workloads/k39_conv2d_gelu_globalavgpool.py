@@ -18,6 +18,15 @@ allows excess precision by default) may keep a fused chain's intermediates in fl
 SIZES = {
     "full": {"batch_size": 128, "in_channels": 8, "out_channels": 64, "kernel_size": 3, "height": 256, "width": 256},
     "small": {"batch_size": 4, "in_channels": 8, "out_channels": 64, "kernel_size": 3, "height": 32, "width": 32},
+    # The global average pool over the full image. A check below full size runs one seed here too.
+    "full_reduction": {
+        "batch_size": 4,
+        "in_channels": 8,
+        "out_channels": 64,
+        "kernel_size": 3,
+        "height": 256,
+        "width": 256,
+    },
 }
 INPUT_NAMES = ("x", "weight", "bias")
 NOTES = ("jax.nn.gelu defaults to the tanh approximation; the PyTorch KernelBench original uses the exact erf GELU.",)

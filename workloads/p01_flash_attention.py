@@ -20,6 +20,9 @@ SIZES = {
     "small": {"batch": 2, "seq_len": 512, "num_heads": 4, "head_dim": 128},
     # Held out (campaigns; check --config): a longer sequence over fewer heads.
     "held_out": {"batch": 2, "seq_len": 1024, "num_heads": 2, "head_dim": 128},
+    # The softmax over the full sequence, on two heads (the sequence is both the rows and the reduction). A check below
+    # full size runs one seed here too.
+    "full_reduction": {"batch": 2, "seq_len": 4096, "num_heads": 2, "head_dim": 128},
 }
 INPUT_NAMES = ("query", "key", "value")
 NOTES = (

@@ -36,6 +36,17 @@ SIZES = {
         "page_size": 16,
         "pages_per_seq": 16,
     },
+    # Every sequence's full KV length, for two sequences at the small head counts. A check below full size runs one seed
+    # here too.
+    "full_reduction": {
+        "num_seqs": 2,
+        "max_seq_len": 4096,
+        "num_query_heads": 16,
+        "num_kv_heads": 2,
+        "head_dim": 128,
+        "page_size": 16,
+        "pages_per_seq": 256,
+    },
 }
 INPUT_NAMES = ("queries", "k_pages", "v_pages", "kv_lens", "page_indices", "cu_q_lens")
 # Pages that no sequence's page table names are never read by a correct kernel.

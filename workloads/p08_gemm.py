@@ -20,6 +20,9 @@ SIZES = {
     # Held out (checked in campaigns, and by check --config): another aspect ratio, the same divisibility
     # (N = 2^11 * 5).
     "held_out": {"M": 128, "K": 1024, "N": 10240},
+    # The full K (the output's spread of the full size) at the small M and N: a check below full size runs one
+    # seed here too.
+    "full_reduction": {"M": 512, "K": 8192, "N": 6144},
 }
 INPUT_NAMES = ("A", "B")
 NOTES = (

@@ -31,6 +31,16 @@ SIZES = {
     },
     # Keeps 8 experts, top-2 and mlp_dim / emb_dim = 3.5.
     "small": {"batch": 2, "seq_len": 64, "emb_dim": 128, "mlp_dim": 6144, "num_experts": 8, "num_experts_per_tok": 2},
+    # The down projections' full length (mlp_dim); emb_dim stays small (both at full: 2.8 GB of weights). A check below
+    # full size runs one seed here too.
+    "full_reduction": {
+        "batch": 2,
+        "seq_len": 64,
+        "emb_dim": 128,
+        "mlp_dim": 14336,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+    },
 }
 INPUT_NAMES = ("x", "router_weights", "expert_gate_kernels", "expert_up_kernels", "expert_down_kernels")
 NOTES = (

@@ -21,6 +21,9 @@ SIZES = {
     "small": {"batch_tokens": 256, "hidden_dim": 256, "vocab_size": 8448},
     # Held out (campaigns; check --config): vocab = 2^8 * 21, another odd part above the same 2^8.
     "held_out": {"batch_tokens": 128, "hidden_dim": 512, "vocab_size": 5376},
+    # The logsumexp over the full vocabulary; hidden_dim stays small (both at full: 1 GB of weights). A check below full
+    # size runs one seed here too.
+    "full_reduction": {"batch_tokens": 256, "hidden_dim": 256, "vocab_size": 128256},
 }
 INPUT_NAMES = ("hidden", "weight", "labels")
 NOTES = (

@@ -113,10 +113,16 @@ def unsharded_params(eqn: JaxprEqn) -> dict:
 _INTERPRET_PARAM = {"pallas_call": "interpret", "core_map": "interpret", "mpmd_map": "interpret"}
 
 
-def _holds_kernel(jaxpr: Jaxpr) -> bool:
-    return any(
-        eqn.primitive.name in _INTERPRET_PARAM or any(_holds_kernel(s) for s in sub_jaxprs(eqn)) for eqn in jaxpr.eqns
-    )
+def _holds_kernel(jaxpr: Jaxpr, memo: dict[int, tuple[Jaxpr, bool]]) -> bool:
+    """Whether a kernel sits in `jaxpr` at any depth; `memo` answers each nested body once, however often
+    evaluation meets it (keyed by id, holding the jaxpr so that the id stays its own)."""
+    if id(jaxpr) not in memo:
+        holds = any(
+            eqn.primitive.name in _INTERPRET_PARAM or any(_holds_kernel(s, memo) for s in sub_jaxprs(eqn))
+            for eqn in jaxpr.eqns
+        )
+        memo[id(jaxpr)] = (jaxpr, holds)
+    return memo[id(jaxpr)][1]
 
 
 def interpreting(closed: Any, params: Any):
@@ -126,6 +132,8 @@ def interpreting(closed: Any, params: Any):
     import jax
     from jax.core import ShapedArray
     from jax.extend.core import ClosedJaxpr, Literal
+
+    memo: dict[int, tuple[Jaxpr, bool]] = {}
 
     def evaluate(jaxpr: Jaxpr, consts, *args):
         env = dict(zip(jaxpr.constvars, consts)) | dict(zip(jaxpr.invars, args))
@@ -146,7 +154,7 @@ def interpreting(closed: Any, params: Any):
                         ShapedArray(a.shape, a.dtype, weak_type=getattr(a, "weak_type", False))
                         for a in bound["out_avals"]
                     )
-            elif not any(_holds_kernel(sub) for sub in sub_jaxprs(eqn)):
+            elif not any(_holds_kernel(sub, memo) for sub in sub_jaxprs(eqn)):
                 # Without the shardings it was traced with: a body traced anew below runs under a mesh context
                 # of its own, which a recorded sharding need not match (25k's solution failed so).
                 bound = unsharded_params(eqn)
@@ -160,7 +168,7 @@ def interpreting(closed: Any, params: Any):
         return [read(v) for v in jaxpr.outvars]
 
     def retraced(value):
-        if isinstance(value, ClosedJaxpr) and _holds_kernel(value.jaxpr):
+        if isinstance(value, ClosedJaxpr) and _holds_kernel(value.jaxpr, memo):
             # Shapes and dtypes only: a recorded aval keeps the mesh it was traced under, which the mesh context of
             # this run need not match.
             avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in value.jaxpr.invars]
