@@ -34,9 +34,9 @@ def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
     import jax
     from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp import targets, workloads
+    from jaxbench_mcp.catalog import targets, workloads
     from jaxbench_mcp.internals import jaxpr as jx
-    from jaxbench_mcp.worker import _uninitialised_probe
+    from jaxbench_mcp.sandbox.worker import _uninitialised_probe
 
     w = workloads.get_workload(workload_id)
     spec = importlib.util.spec_from_file_location(f"bench_candidate_{time.monotonic_ns()}", kernel)
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--kernel", type=Path, default=ROOT / "tests/kernels/good_rmsnorm.py")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    from jaxbench_mcp.checking import Checker
+    from jaxbench_mcp.checking.checker import Checker
 
     source = args.kernel.read_text()
     checker = Checker(spares=1, slots=1)
@@ -98,7 +98,7 @@ def main() -> None:
                 [
                     sys.executable,
                     "-m",
-                    "jaxbench_mcp.cli",
+                    "jaxbench_mcp.frontends.cli",
                     "check",
                     "--workload",
                     args.workload,

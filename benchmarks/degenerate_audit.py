@@ -40,7 +40,8 @@ def _as_output(values: np.ndarray, dtype: str) -> np.ndarray:
 
 def candidates(workload_id: str, truth, seed: int, replayed: np.ndarray) -> dict[str, np.ndarray | None]:
     """The no-op outputs for one seed; None where a candidate does not apply (no input of the output's size)."""
-    from jaxbench_mcp import checking, workloads
+    from jaxbench_mcp.catalog import workloads
+    from jaxbench_mcp.checking import checker as checking
 
     w = workloads.get_workload(workload_id)
     shape, dtype = truth.truth.shape, truth.dtype
@@ -63,7 +64,8 @@ def audit_workload(workload_id: str, seeds=DEFAULT_SEEDS) -> list[dict]:
     """One row per candidate: {"workload", "candidate", "caught", "margin", "error", "tolerance",
     "error_class"}; margin = worst error / tolerance, the smallest over the seeds (inf for a NaN
     output); caught is None where the candidate does not apply."""
-    from jaxbench_mcp import checking, workloads
+    from jaxbench_mcp.catalog import workloads
+    from jaxbench_mcp.checking import checker as checking
 
     w = workloads.get_workload(workload_id)
     inputs42 = checking.inputs_for(workload_id, "small", 42)
@@ -104,7 +106,7 @@ def audit_workload(workload_id: str, seeds=DEFAULT_SEEDS) -> list[dict]:
 
 
 def main() -> None:
-    from jaxbench_mcp import workloads
+    from jaxbench_mcp.catalog import workloads
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))

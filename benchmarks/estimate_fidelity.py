@@ -4,7 +4,7 @@ tokamax ships the device times it measured while autotuning its Pallas Mosaic TP
 (tokamax/data/autotuning/<chip>/<op>.json: per problem spec, the config it kept and five timed runs). For a
 deterministic sample of those configs, per op and generation, this script rebuilds each call (the op with that
 config, the spec's shapes; group sizes and other small inputs concrete, as tokamax timed them), estimates it
-with the public estimator (jaxbench_mcp.estimator: deviceless compile with schedule dumps, in this process), and
+with the public estimator (jaxbench_mcp.perf.estimator: deviceless compile with schedule dumps, in this process), and
 prints, for our estimate and for the plain roofline (max(FLOPs / peak, bytes / bandwidth) of the op's own FLOPs
 and input/output bytes, for the whole device: both TensorCores of a megacore v5p) side by side:
   within 1.5x  share of configs whose prediction is within a factor 1.5 of the measured median
@@ -70,7 +70,11 @@ OPS = {
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jaxbench-mcp" / "fidelity"
 # Source files whose change invalidates a cached compile (the trace part is recomputed on every run): what reads
 # the compile, and what lowers the program for the chip (targets.chip_context: the device's cores).
-_COMPILE_SOURCES = ["jaxbench_mcp/internals/libtpu.py", "jaxbench_mcp/internals/hlo.py", "jaxbench_mcp/targets.py"]
+_COMPILE_SOURCES = [
+    "jaxbench_mcp/internals/libtpu.py",
+    "jaxbench_mcp/internals/hlo.py",
+    "jaxbench_mcp/catalog/targets.py",
+]
 
 
 @dataclasses.dataclass
@@ -207,7 +211,7 @@ def roofline_us(c: Config) -> float:
     """The plain roofline of one config: the op's own FLOPs and its inputs' and outputs' bytes."""
     import numpy as np
 
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
 
     s = dict(c.spec)
     if c.op in ("flash_attention", "splash_attention"):
@@ -258,7 +262,7 @@ def _cache_key(c: Config) -> str:
     """The compile's cache key: the config, the jax and libtpu versions, and the code that reads the compile."""
     import jax
 
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
 
     code = hashlib.sha256(b"".join((ROOT / p).read_bytes() for p in _COMPILE_SOURCES)).hexdigest()[:16]
     text = json.dumps([c.op, c.generation, c.spec_key, c.config_key, jax.__version__, targets.libtpu_version(), code])
@@ -267,7 +271,7 @@ def _cache_key(c: Config) -> str:
 
 def raw_estimate(c: Config) -> dict | str:
     """The estimator's trace (always recomputed: cheap) and compile (cached: minutes) of one config, or why not."""
-    from jaxbench_mcp import estimator
+    from jaxbench_mcp.perf import estimator
 
     fn, args = build_call(c)
     trace = estimator.trace_kernels(fn, args, (), c.generation)
@@ -293,7 +297,8 @@ def raw_estimate(c: Config) -> dict | str:
 
 
 def estimate_us(c: Config, calibration) -> float | None:
-    from jaxbench_mcp import estimator, protocol
+    from jaxbench_mcp.perf import estimator
+    from jaxbench_mcp.sandbox import protocol
 
     if c.raw is None:
         return None
@@ -403,7 +408,7 @@ def fit(configs: list[Config], generation: str):
     and overlap loss; step and XLA-op overheads stay at the raw model's). The objective is the goal itself: the share of
     configs within 1.5x, averaged over the ops so that each op counts alike; ties go to the smaller mean squared
     log error. The raw model is kept unless a grid point beats it."""
-    from jaxbench_mcp import cost_model
+    from jaxbench_mcp.perf import cost_model
 
     chosen = [c for c in configs if c.generation == generation and c.raw is not None]
     if len(chosen) < 3:
@@ -449,7 +454,7 @@ def main() -> None:
     budget = args.budget or (170.0 if args.quick else 840.0)
     ops = args.ops.split(",") if args.ops else list(OPS)
 
-    from jaxbench_mcp import cost_model
+    from jaxbench_mcp.perf import cost_model
 
     started = time.monotonic()
     configs: list[Config] = []

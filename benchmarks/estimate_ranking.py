@@ -19,8 +19,9 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from jaxbench_mcp import cost_model, profiling, workloads  # noqa: E402
-from jaxbench_mcp.checking import Checker  # noqa: E402
+from jaxbench_mcp.catalog import workloads  # noqa: E402
+from jaxbench_mcp.checking.checker import Checker  # noqa: E402
+from jaxbench_mcp.perf import cost_model, profiling  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GEMM_BLOCKS = [

@@ -12,8 +12,9 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from jaxbench_mcp import cost_model, expert_refs, profiling, workloads  # noqa: E402
-from jaxbench_mcp.checking import Checker  # noqa: E402
+from jaxbench_mcp.catalog import expert_refs, workloads  # noqa: E402
+from jaxbench_mcp.checking.checker import Checker  # noqa: E402
+from jaxbench_mcp.perf import cost_model, profiling  # noqa: E402
 
 
 def main() -> None:

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from ray.cluster_utils import Cluster
 
-from jaxbench_mcp import api, fleet
+from jaxbench_mcp import api
+from jaxbench_mcp.fleet import ray_executor as fleet
 from jaxbench_mcp.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -38,7 +38,7 @@ def big_tiles(source: str, factor: int = 4) -> str | None:
     found = _BLOCK_CONSTANT.findall(source)
     if not found:
         return None
-    from jaxbench_mcp import tuning
+    from jaxbench_mcp.perf import tuning
 
     return tuning.with_params(source, {name: int(value) * factor for name, value, _ in found})
 
@@ -52,8 +52,9 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=3600.0, help="stop starting new profiles after this")
     args = parser.parse_args()
 
-    from jaxbench_mcp import cost_model, expert_refs, profiling
-    from jaxbench_mcp.checking import Checker
+    from jaxbench_mcp.catalog import expert_refs
+    from jaxbench_mcp.checking.checker import Checker
+    from jaxbench_mcp.perf import cost_model, profiling
 
     checker = Checker(spares=1, slots=1)
     profiler = profiling.Profiler(checker)

@@ -13,7 +13,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 
-from jaxbench_mcp import workloads  # noqa: E402
+from jaxbench_mcp.catalog import workloads  # noqa: E402
 
 
 def main() -> None:

@@ -110,7 +110,8 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated workload ids")
     args = parser.parse_args()
 
-    from jaxbench_mcp import estimator, workloads
+    from jaxbench_mcp.catalog import workloads
+    from jaxbench_mcp.perf import estimator
 
     root = estimator._process_dump_root()  # before anything in this process loads libtpu
     pairs = [

@@ -60,7 +60,7 @@ def _install_limit_hook() -> None:
 
 
 def _libtpu() -> str:
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
 
     return targets.libtpu_version() or "none"
 
@@ -88,7 +88,7 @@ def compiler_need(fn, abstract, static, generation: str, index: int, capacity: i
     refused before the kernel compiled under a limit just above it."""
     import jax
 
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
 
     limit, last = 64 * 2**10, None
     for _ in range(12):
@@ -124,7 +124,10 @@ def main() -> None:
 
     import jax
 
-    from jaxbench_mcp import cost_model, estimator, kernel_analysis, protocol, targets, workloads
+    from jaxbench_mcp.analysis import kernels as kernel_analysis
+    from jaxbench_mcp.catalog import targets, workloads
+    from jaxbench_mcp.perf import cost_model, estimator
+    from jaxbench_mcp.sandbox import protocol
 
     _install_limit_hook()
     t_start = time.perf_counter()

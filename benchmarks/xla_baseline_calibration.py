@@ -35,8 +35,9 @@ PUBLIC_PALLAS = {("8p_GEMM", "v6e"): ("JAXBench's Pallas tutorial matmul", 5.41)
 
 
 def xla_rows() -> None:
-    import jaxbench_mcp.estimator as estimator
-    from jaxbench_mcp import cost_model, targets, workloads
+    import jaxbench_mcp.perf.estimator as estimator
+    from jaxbench_mcp.catalog import targets, workloads
+    from jaxbench_mcp.perf import cost_model
 
     print(f"{'workload':<10} {'gen':<4} {'roofline':>9} {'XLA raw':>9} {'estimate':>9} {'measured':>9} {'est/meas':>8}")
     pallas = {}
@@ -84,7 +85,7 @@ def _load(path: Path):
 def kernel_shares() -> None:
     import estimate_fidelity as fidelity
 
-    from jaxbench_mcp import cost_model
+    from jaxbench_mcp.perf import cost_model
 
     print(f"\n{'op':<18} {'gen':<4} {'specs':>7} {'median roofline/measured (fastest config)':>42}")
     medians = []

@@ -9,7 +9,7 @@ object the output schema declares) instead of the text rendering, so the agent, 
 read `verdict.status`, `verdict.error_class` and the profile's numbers as fields. `--scripted FILE` plugs a
 `Model` of our own into the SDK that checks FILE and then answers, the way the tests run this offline.
 
-The run's result is summed up as one of three outcomes (jaxbench_mcp.outcomes): correct, the candidate's
+The run's result is summed up as one of three outcomes (jaxbench_mcp.campaigns.outcomes): correct, the candidate's
 failure, or an infrastructure failure (a server_error verdict, or a check that never answered), which is not
 the kernel's fault. Needs the evals extra (`pip install -e '.[evals]'`).
 """
@@ -28,7 +28,7 @@ from agents.items import ToolCallOutputItem
 from agents.mcp import MCPServerStdio
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-from jaxbench_mcp import outcomes
+from jaxbench_mcp.campaigns import outcomes
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / ".venv" / "bin" / "jaxbench-mcp"

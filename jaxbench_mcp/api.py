@@ -1,7 +1,7 @@
 """What the frontends share: the workloads as specs (list_workloads, get_workload) and JaxBench, which owns the
 checker (or a fleet executor), the attempts store and background jobs, and runs check_kernel, profile_kernel
-and list_attempts. The MCP server and the CLI adapt it to their channels; read_docs is served from docs.py,
-tune_kernel from tuning.py, and campaigns from campaign.py."""
+and list_attempts. The MCP server and the CLI adapt it to their channels; read_docs is served from catalog/docs.py,
+tune_kernel from perf/tuning.py, and campaigns from campaigns/campaign.py."""
 
 from __future__ import annotations
 
@@ -18,21 +18,14 @@ from typing import cast
 import jax
 import jaxlib
 
-from jaxbench_mcp import (
-    conditions,
-    executors,
-    expert_refs,
-    jobs,
-    profiling,
-    protocol,
-    provenance,
-    sandbox,
-    targets,
-    workloads,
-)
-from jaxbench_mcp.checking import DEFAULT_SEEDS, Cancelled, Checker
+from jaxbench_mcp.campaigns import provenance
+from jaxbench_mcp.catalog import conditions, expert_refs, targets, workloads
+from jaxbench_mcp.checking.checker import DEFAULT_SEEDS, Cancelled, Checker
 from jaxbench_mcp.errors import AgentError, BadRequest, UnknownAttempt
-from jaxbench_mcp.jobs import Limits
+from jaxbench_mcp.fleet import executors
+from jaxbench_mcp.perf import profiling
+from jaxbench_mcp.sandbox import isolation as sandbox, jobs, protocol
+from jaxbench_mcp.sandbox.jobs import Limits
 from jaxbench_mcp.models import (
     AttemptDetail,
     ConfigCheck,
@@ -49,7 +42,7 @@ from jaxbench_mcp.models import (
     WorkloadSpec,
     WorkloadSummary,
 )
-from jaxbench_mcp.workloads import Workload
+from jaxbench_mcp.catalog.workloads import Workload
 from jaxbench_mcp.store import Store, text_problem
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Status
 
@@ -171,7 +164,7 @@ class JaxBench:
     ):
         self.store = store or Store()
         self.executor = executor or executors.LocalExecutor(checker or Checker(), cache=self.store)
-        # The docs ablation's condition (jaxbench_mcp.conditions): recorded with every result this bench stores.
+        # The docs ablation's condition (jaxbench_mcp.catalog.conditions): recorded with every result this bench stores.
         self.context = conditions.check_context(context)
 
     @property

@@ -56,7 +56,7 @@ OptionalReal = Annotated[
 ]
 
 
-# The docs ablation's two arms (jaxbench_mcp.conditions).
+# The docs ablation's two arms (jaxbench_mcp.catalog.conditions).
 ContextCondition = Literal["docs", "none"]
 
 
@@ -216,7 +216,7 @@ class FleetHost(BaseModel):
 
 
 class FleetInfo(BaseModel):
-    """A fleet of hosts on Ray behind the server (jaxbench_mcp.fleet)."""
+    """A fleet of hosts on Ray behind the server (jaxbench_mcp.fleet.ray_executor)."""
 
     address: str = Field(description="The Ray cluster's address")
     resource: str = Field(

@@ -3,9 +3,9 @@ two such records: the evidence that a refactor changed no behaviour.
 
 Candidates: the 50 solutions (solutions/*.py), tests/kernels/*.py, the tests/hostile/*.py whose `# expect:`
 header names a status and that need no placeholders filled in (no `__NAME__`), and the expert references
-(tokamax_refs/, found through jaxbench_mcp.expert_refs). Per candidate it records
+(tokamax_refs/, found through jaxbench_mcp.catalog.expert_refs). Per candidate it records
 
-  check     the verdict of a sandboxed check (jaxbench_mcp.checking.Checker, default target, 1 seed), reduced
+  check     the verdict of a sandboxed check (jaxbench_mcp.checking.checker.Checker, default target, 1 seed), reduced
             to what does not depend on the hidden seeds: status, error_class, the message's first line,
             full_size_findings, pallas_work, warnings, the kernels and compiles (floats and temporary paths
             in texts are replaced by placeholders, since a seed moves the numbers; jaxbench_compatible is left
@@ -80,7 +80,7 @@ def candidates() -> list[dict]:
             if header is None or _PLACEHOLDER.search(text):
                 continue
             found.append(dict(key=f"{folder}/{path.name}", kind=folder, path=str(path), workload_id=header.group(1)))
-    from jaxbench_mcp import expert_refs, workloads
+    from jaxbench_mcp.catalog import expert_refs, workloads
 
     for w in workloads.all_workloads():
         module = expert_refs.expert_module(w.id)
@@ -156,7 +156,9 @@ def trace_record(path: str, workload_id: str) -> dict:
 
     import jax
 
-    from jaxbench_mcp import coverage, kernel_analysis, targets, tpu_facade, workloads, worker
+    from jaxbench_mcp.analysis import coverage, kernels as kernel_analysis
+    from jaxbench_mcp.catalog import targets, workloads
+    from jaxbench_mcp.sandbox import tpu_facade, worker
 
     w = workloads.get_workload(workload_id)
     static = tuple(w.static_argnums)
@@ -302,8 +304,9 @@ def _select(cands: list[dict], only: str | None) -> list[dict]:
 
 
 def record(args) -> int:
-    from jaxbench_mcp import profiling, targets
-    from jaxbench_mcp.checking import Checker
+    from jaxbench_mcp.catalog import targets
+    from jaxbench_mcp.checking.checker import Checker
+    from jaxbench_mcp.perf import profiling
 
     cands = _select(candidates(), args.only)
     estimated = estimated_keys(candidates(), args.estimate_solutions)

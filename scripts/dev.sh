@@ -78,7 +78,7 @@ fi
 
 # The verifiers environment (environments/jaxbench) needs a venv of its own: every verifiers release pins an
 # mcp that conflicts with ours. The tests make it (idempotent, stamped with the hash of its pyproject.toml);
-# the checkout goes on its path through a .pth file, with no dependencies, for jaxbench_mcp.outcomes.
+# the checkout goes on its path through a .pth file, with no dependencies, for jaxbench_mcp.campaigns.outcomes.
 setup_verifiers_venv() {
     local venv=.venv-verifiers env_hash start=$SECONDS
     env_hash=$(sha256sum environments/jaxbench/pyproject.toml | cut -d' ' -f1)

@@ -18,7 +18,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxbench_mcp import workloads
+from jaxbench_mcp.catalog import workloads
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 

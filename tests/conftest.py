@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture
 def libtpu_tier():
     """For tests that assume a CPU host with libtpu (deviceless TPU compiles): skipped, saying so, elsewhere."""
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
 
     if targets.detect_tier() is not targets.Tier.CPU_LIBTPU:
         pytest.skip(f"needs a CPU host with libtpu; this host's tier is {targets.detect_tier()}")

@@ -14,7 +14,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from jaxbench_mcp import __version__
-from jaxbench_mcp.server import CALL_BUDGET_SECONDS
+from jaxbench_mcp.frontends.server import CALL_BUDGET_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 from test_mcp_contract import TOOLS  # noqa: E402 - one list of the tools, in their fixed order

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from jaxbench_mcp import api, campaign, campaign_report, provenance
-from jaxbench_mcp.checking import Checker
+from jaxbench_mcp import api
+from jaxbench_mcp.campaigns import campaign, provenance, report as campaign_report
+from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.store import Store
 
 KERNELS = Path(__file__).parent / "kernels"

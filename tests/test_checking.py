@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxbench_mcp import checking
-from jaxbench_mcp.checking import Checker, Truth, compare
-from jaxbench_mcp.jobs import Limits
+from jaxbench_mcp.checking import checker as checking
+from jaxbench_mcp.checking.checker import Checker, Truth, compare
+from jaxbench_mcp.sandbox.jobs import Limits
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Stage, Status
 
 KERNELS = Path(__file__).parent / "kernels"

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 KERNELS = Path(__file__).parent / "kernels"
-CLI = [sys.executable, "-m", "jaxbench_mcp.cli"]
+CLI = [sys.executable, "-m", "jaxbench_mcp.frontends.cli"]
 
 
 def run(*args):

@@ -16,10 +16,11 @@ import anyio
 import pytest
 from mcp import Client
 
-from jaxbench_mcp import api, conditions
-from jaxbench_mcp.checking import Checker
+from jaxbench_mcp import api
+from jaxbench_mcp.catalog import conditions
+from jaxbench_mcp.checking.checker import Checker
+from jaxbench_mcp.frontends.server import build_server
 from jaxbench_mcp.models import Profile, TargetEstimate, Verdict
-from jaxbench_mcp.server import build_server
 from jaxbench_mcp.store import Store
 from jaxbench_mcp.taxonomy import ErrorClass, Status
 
@@ -164,7 +165,8 @@ def test_scrub_keeps_code_that_looks_like_calls():
 
 def test_every_catalog_hint_survives_the_filter_whole():
     """Hints say what to change, not where to read: the `none` condition leaves each one as it is."""
-    from jaxbench_mcp import error_catalog, taxonomy
+    from jaxbench_mcp import taxonomy
+    from jaxbench_mcp.checking import error_catalog
 
     hints = [i.hint for i in taxonomy.ERROR_CLASSES.values()] + [e.hint for e in error_catalog.CATALOG]
     assert len(hints) > 40

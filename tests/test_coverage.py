@@ -1,4 +1,4 @@
-"""jaxbench_mcp.coverage against real candidates traced at full size: grid coverage of inputs and outputs,
+"""jaxbench_mcp.analysis.coverage against real candidates traced at full size: grid coverage of inputs and outputs,
 the shape-free program outline, and the Pallas share of the work. Nothing here runs a kernel."""
 
 import importlib.util
@@ -12,7 +12,8 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxbench_mcp import coverage, expert_refs, targets, workloads
+from jaxbench_mcp.analysis import coverage
+from jaxbench_mcp.catalog import expert_refs, targets, workloads
 
 KERNELS = Path(__file__).parent / "kernels"
 GOOD = sorted(p.name for p in KERNELS.glob("good_*.py"))

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from mcp import Client
 
-from jaxbench_mcp import api, workload_formats, workload_validation, workloads
-from jaxbench_mcp.checking import Checker
+from jaxbench_mcp import api
+from jaxbench_mcp.catalog import formats as workload_formats, validation as workload_validation, workloads
+from jaxbench_mcp.checking.checker import Checker
+from jaxbench_mcp.frontends.server import build_server
 from jaxbench_mcp.models import Verdict
-from jaxbench_mcp.server import build_server
 from jaxbench_mcp.store import Store
 from jaxbench_mcp.taxonomy import Status
 
@@ -84,7 +85,8 @@ def test_a_custom_directory_adds_tier_custom_workloads_and_keeps_the_50(use_dirs
 
 
 def test_the_environment_variable_is_what_the_worker_inherits(use_dirs, tmp_path):
-    from jaxbench_mcp import jobs, sandbox, targets
+    from jaxbench_mcp.catalog import targets
+    from jaxbench_mcp.sandbox import isolation as sandbox, jobs
 
     use_dirs(EXAMPLE_DIR)
     env = jobs._scrubbed_env(str(tmp_path), targets.Tier.CPU)
@@ -318,7 +320,7 @@ class _FakeExecutor:
 
 
 def test_config_all_runs_each_configuration_this_tier_can_and_combines(tmp_path):
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
 
     cpu = _FakeExecutor(targets.Tier.CPU_LIBTPU, fails={"held_out"})
     bench = api.JaxBench(store=Store(tmp_path / "a.sqlite3"), executor=cpu)
@@ -342,7 +344,7 @@ def test_config_all_runs_each_configuration_this_tier_can_and_combines(tmp_path)
 
 @pytest.mark.slow
 def test_a_custom_workload_end_to_end_through_the_mcp_client(use_dirs, tmp_path, monkeypatch):
-    from jaxbench_mcp import server as server_module
+    from jaxbench_mcp.frontends import server as server_module
 
     # Results in the call itself, not 'running' plus an attempt id, however loaded the test host is.
     monkeypatch.setattr(server_module, "CALL_BUDGET_SECONDS", 600)

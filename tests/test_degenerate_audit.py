@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxbench_mcp import workloads
+from jaxbench_mcp.catalog import workloads
 
 _SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "degenerate_audit.py"
 _spec = importlib.util.spec_from_file_location("degenerate_audit", _SCRIPT)

@@ -14,9 +14,9 @@ import warnings
 import numpy as np
 import pytest
 
-from jaxbench_mcp import docs
-from jaxbench_mcp.assets import asset_dir
-from jaxbench_mcp.targets import deviceless_compile, interpret_on_cpu
+from jaxbench_mcp.catalog import docs
+from jaxbench_mcp.catalog.assets import asset_dir
+from jaxbench_mcp.catalog.targets import deviceless_compile, interpret_on_cpu
 
 DOCS_DIR = asset_dir("context_docs")
 DOC_FILES = sorted(DOCS_DIR.glob("*.md"))
@@ -382,7 +382,7 @@ def test_context_pack_by_family(wid, operator, family, must):
 
 
 def test_context_pack_for_registered_workloads():
-    from jaxbench_mcp import workloads
+    from jaxbench_mcp.catalog import workloads
 
     for w in workloads.all_workloads():
         pack = docs.context_pack(w.id)

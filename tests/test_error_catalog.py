@@ -11,8 +11,9 @@ import types
 import numpy as np
 import pytest
 
-from jaxbench_mcp import docs, error_catalog
-from jaxbench_mcp.error_catalog import Diagnosis, classify, classify_exception, diagnosis_for
+from jaxbench_mcp.catalog import docs
+from jaxbench_mcp.checking import error_catalog
+from jaxbench_mcp.checking.error_catalog import Diagnosis, classify, classify_exception, diagnosis_for
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, status_of
 
 import jax  # noqa: E402
@@ -20,7 +21,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax.experimental import pallas as pl  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 
-from jaxbench_mcp.targets import deviceless_compile, lower_for_tpu  # noqa: E402
+from jaxbench_mcp.catalog.targets import deviceless_compile, lower_for_tpu  # noqa: E402
 
 S = jax.ShapeDtypeStruct
 

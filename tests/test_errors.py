@@ -2,7 +2,10 @@
 
 import pytest
 
-from jaxbench_mcp import api, campaign, conditions, docs, errors, targets, tuning, workloads
+from jaxbench_mcp import api, errors
+from jaxbench_mcp.campaigns import campaign
+from jaxbench_mcp.catalog import conditions, docs, targets, workloads
+from jaxbench_mcp.perf import tuning
 
 
 @pytest.mark.parametrize(

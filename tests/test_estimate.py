@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxbench_mcp import cost_model, kernel_analysis, kernel_replay
+from jaxbench_mcp.analysis import kernels as kernel_analysis, replay as kernel_replay
+from jaxbench_mcp.perf import cost_model
 
 KERNELS = Path(__file__).parent / "kernels"
 
@@ -205,7 +206,7 @@ def test_outside_work_is_read_from_the_compiled_program(twice):
     import jax
     import jax.numpy as jnp
 
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
     from jaxbench_mcp.internals import hlo
 
     sys.path.insert(0, str(KERNELS))
@@ -287,7 +288,7 @@ def test_cli_estimate_of_a_file_function(tmp_path):
         [
             sys.executable,
             "-m",
-            "jaxbench_mcp.cli",
+            "jaxbench_mcp.frontends.cli",
             "estimate",
             f"{KERNELS / 'good_gemm_tiled.py'}:workload",
             "--args",
@@ -306,7 +307,7 @@ def test_cli_estimate_of_a_file_function(tmp_path):
         [
             sys.executable,
             "-m",
-            "jaxbench_mcp.cli",
+            "jaxbench_mcp.frontends.cli",
             "estimate",
             f"{KERNELS / 'good_gemm_tiled.py'}:nope",
             "--args",
@@ -321,7 +322,8 @@ def test_cli_estimate_of_a_file_function(tmp_path):
 
 
 def test_estimate_args_are_read_from_a_short_spec():
-    from jaxbench_mcp import estimator, protocol
+    from jaxbench_mcp.perf import estimator
+    from jaxbench_mcp.sandbox import protocol
 
     args = estimator.parse_args("bf16[8,128], int32[4]=[1, 2, 3, 4], 3, 'causal'")
     assert args[0] == protocol.ArrayArg(shape=[8, 128], dtype="bfloat16")
@@ -333,8 +335,9 @@ def test_estimate_args_are_read_from_a_short_spec():
 
 @pytest.mark.slow
 def test_tune_kernel_on_the_tiled_gemm_finds_blocks_no_worse_and_reports_vmem_misfits(tmp_path):
-    from jaxbench_mcp import api, tuning
-    from jaxbench_mcp.checking import Checker
+    from jaxbench_mcp import api
+    from jaxbench_mcp.checking.checker import Checker
+    from jaxbench_mcp.perf import tuning
     from jaxbench_mcp.store import Store
 
     bench = api.JaxBench(store=Store(tmp_path / "a.sqlite3"), checker=Checker(spares=0, slots=2))
@@ -364,7 +367,7 @@ def test_tune_kernel_on_the_tiled_gemm_finds_blocks_no_worse_and_reports_vmem_mi
 
 
 def test_a_megacore_chip_splits_parallel_grids_and_matmuls_never_beat_the_mxu_peak():
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
 
     assert targets.cores_per_device("v5p") == 2 and targets.cores_per_device("v4") == 2
     assert targets.cores_per_device("7x") == targets.cores_per_device("v6e") == targets.cores_per_device("v5e") == 1
@@ -397,7 +400,7 @@ def test_a_tensorcore_mesh_kernel_is_replayed_per_core_and_the_busiest_core_coun
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
 
     def call(blocks):
         def fn(x):
@@ -432,7 +435,8 @@ def test_a_tensorcore_mesh_kernel_is_replayed_per_core_and_the_busiest_core_coun
     # The ratios are the cores' average: 4 trips each, against 1 trip on one core and none on the other.
     assert even["loop_ratio"] == pytest.approx(4.0) and alone["loop_ratio"] == pytest.approx(0.5)
     # Priced: the two cores' halves run at once; the single block takes the one busy core as long as one core alone.
-    from jaxbench_mcp import estimator, protocol
+    from jaxbench_mcp.perf import estimator
+    from jaxbench_mcp.sandbox import protocol
 
     schedule = protocol.Schedule(name="k", bundles=110, slot_use={}, depth_bundles=[10, 100])
 
@@ -447,13 +451,13 @@ def test_a_tensorcore_mesh_kernel_is_replayed_per_core_and_the_busiest_core_coun
 
 
 def _schedule(name, kernel, bundles):
-    from jaxbench_mcp import protocol
+    from jaxbench_mcp.sandbox import protocol
 
     return protocol.Schedule(name=name, bundles=bundles, slot_use={}, kernel=kernel)
 
 
 def _flow(kernel, steps):
-    from jaxbench_mcp import protocol
+    from jaxbench_mcp.sandbox import protocol
 
     return protocol.KernelTraffic(
         steps=steps, steps_exact=True, hbm_bytes=0, exact=True, run_ratio=1.0, run_ratio_exact=True, kernel=kernel
@@ -461,7 +465,7 @@ def _flow(kernel, steps):
 
 
 def test_kernel_schedules_pair_with_traced_kernels_by_name_not_by_position():
-    from jaxbench_mcp.estimator import pair_kernels
+    from jaxbench_mcp.perf.estimator import pair_kernels
 
     # libtpu dumps in compile order: here the second traced kernel first, and two kernels sharing a name.
     schedules = [_schedule("f.4", "_norm", 10), _schedule("f.2", "_gemm", 20), _schedule("f.3", "_gemm", 30)]
@@ -488,7 +492,7 @@ def test_the_dump_and_the_trace_name_a_kernel_alike():
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
 
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
     from jaxbench_mcp.internals import libtpu
 
     def _scale_kernel(x_ref, o_ref, factor):
@@ -562,7 +566,8 @@ def test_workload_integer_inputs_are_known_so_skipped_blocks_cost_nothing():
     with them abstract it can only charge the heaviest branch on every step."""
     import importlib.util
 
-    from jaxbench_mcp import estimator, workloads
+    from jaxbench_mcp.catalog import workloads
+    from jaxbench_mcp.perf import estimator
 
     w = workloads.get_workload("7p_Ragged_Paged_Attention")
     path = Path(__file__).parent.parent / "solutions/7p_Ragged_Paged_Attention.py"
@@ -588,7 +593,8 @@ def test_a_kernel_inside_a_loop_counts_once_per_trip():
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
 
-    from jaxbench_mcp import estimator, protocol
+    from jaxbench_mcp.perf import estimator
+    from jaxbench_mcp.sandbox import protocol
 
     def body(a_ref, b_ref, o_ref):
         o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
@@ -627,7 +633,7 @@ def test_arithmetic_outside_the_kernels_costs_vector_time_not_just_bytes():
     import jax
     import jax.numpy as jnp
 
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
     from jaxbench_mcp.internals import hlo
 
     def fn(a, b):

@@ -1,6 +1,6 @@
 """The expert reference kernels in tokamax_refs/: each one passes the full check ladder.
 
-Every module found by jaxbench_mcp.expert_refs is checked exactly as a candidate would be: traced,
+Every module found by jaxbench_mcp.catalog.expert_refs is checked exactly as a candidate would be: traced,
 lowered and deviceless-compiled at FULL size for v5e and v6e, then run in TPU interpret mode at
 SMALL size on three hidden seeds and compared with the float32/float64 truth.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from jaxbench_mcp import expert_refs, workloads
-from jaxbench_mcp.assets import asset_dir
-from jaxbench_mcp.checking import Checker
+from jaxbench_mcp.catalog import expert_refs, workloads
+from jaxbench_mcp.catalog.assets import asset_dir
+from jaxbench_mcp.checking.checker import Checker
 
 REFS_DIR = asset_dir("tokamax_refs")
 CHECK_TARGETS = ["v5e", "v6e"]

@@ -1,5 +1,5 @@
-"""The Ray fleet (jaxbench_mcp.fleet): placement, and a local Ray cluster of two simulated hosts on this machine
-that must give the verdicts the local executor gives, survive a host that dies mid-campaign, and fall back to
+"""The Ray fleet (jaxbench_mcp.fleet.ray_executor): placement, and a local Ray cluster of two simulated hosts on this
+machine that must give the verdicts the local executor gives, survive a host that dies mid-campaign, and fall back to
 local execution when the whole cluster goes away."""
 
 import os
@@ -22,10 +22,13 @@ import pytest
 from mcp import Client
 from ray.cluster_utils import Cluster
 
-from jaxbench_mcp import api, campaign, fleet, workloads
-from jaxbench_mcp.checking import Checker
-from jaxbench_mcp.fleet import HostView, NoHostForTarget, NoLiveHost, place
-from jaxbench_mcp.server import build_server
+from jaxbench_mcp import api
+from jaxbench_mcp.campaigns import campaign
+from jaxbench_mcp.catalog import workloads
+from jaxbench_mcp.checking.checker import Checker
+from jaxbench_mcp.fleet import ray_executor as fleet
+from jaxbench_mcp.fleet.ray_executor import HostView, NoHostForTarget, NoLiveHost, place
+from jaxbench_mcp.frontends.server import build_server
 from jaxbench_mcp.store import Store
 
 # Starting Ray nodes and the fleet's proxy forks this process after jax started threads; each child execs at once,
@@ -93,7 +96,7 @@ def test_placement_says_at_once_when_no_host_can_serve():
 
 
 def test_a_fleet_that_is_not_there_at_start_is_an_error_not_a_fallback(tmp_path, monkeypatch, capsys):
-    from jaxbench_mcp import cli
+    from jaxbench_mcp.frontends import cli
 
     started = time.monotonic()
     executor = fleet.RayExecutor("127.0.0.1:1", claim_timeout=30)  # port 1: nothing listens there
@@ -283,7 +286,7 @@ def test_evaluate_with_ray_on_the_command_line(cluster, local_verdicts, tmp_path
 
 @pytest.mark.slow
 def test_cancelling_a_check_stops_it_on_its_host(cluster, tmp_path):
-    from jaxbench_mcp.checking import Cancelled
+    from jaxbench_mcp.checking.checker import Cancelled
 
     bench = _fleet_bench(cluster, tmp_path)
     bench.start()

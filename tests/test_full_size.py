@@ -6,9 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from jaxbench_mcp import profiling, protocol, workloads
-from jaxbench_mcp.checking import Checker
+from jaxbench_mcp.catalog import workloads
+from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.models import DeviceTiming, Verdict
+from jaxbench_mcp.perf import profiling
+from jaxbench_mcp.sandbox import protocol
 
 
 def _profiler_measuring(median_us: float) -> profiling.Profiler:
@@ -20,7 +22,8 @@ def _profiler_measuring(median_us: float) -> profiling.Profiler:
 
 
 def test_a_measured_time_below_the_memory_bound_is_rejected_and_a_fold_below_the_flop_roofline_is_not():
-    from jaxbench_mcp import cost_model, targets
+    from jaxbench_mcp.catalog import targets
+    from jaxbench_mcp.perf import cost_model
 
     # 21k folds its GEMM away (it needs only row sums of x): fewer FLOPs than the nominal count, the same bytes.
     w = workloads.get_workload("21k_Gemm_Divide_Sum_Scaling")

@@ -50,7 +50,7 @@ SECRET_ENV = "JAXBENCH_HOSTILE_SECRET"
 
 
 def _limits(short: bool):
-    from jaxbench_mcp.jobs import Limits
+    from jaxbench_mcp.sandbox.jobs import Limits
     from jaxbench_mcp.taxonomy import Stage
 
     if short:  # for the deadline test: the whole job may take 3 + 3 + (3 + 3) + 3 x 3 = 21 s
@@ -107,9 +107,10 @@ def serve(store_path: str) -> None:
     sys.path.insert(0, str(REPO))
     import traceback
 
-    from jaxbench_mcp import checking, jobs
     from jaxbench_mcp.api import JaxBench
-    from jaxbench_mcp.checking import Checker
+    from jaxbench_mcp.checking import checker as checking
+    from jaxbench_mcp.checking.checker import Checker
+    from jaxbench_mcp.sandbox import jobs
     from jaxbench_mcp.store import Store
 
     held_secret = os.environ[SECRET_ENV].encode() * 3  # the secret in this process's memory, for read_server_memory
@@ -487,7 +488,7 @@ def _run_case(case: Case, server: Server, store: StoreWatch, watch: Watch, liste
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
-    from jaxbench_mcp import sandbox
+    from jaxbench_mcp.sandbox import isolation as sandbox
 
     if sandbox.detect() is not sandbox.Isolation.BUBBLEWRAP:
         pytest.skip("the hostile corpus runs only where the checker uses bubblewrap (see the module docstring)")
@@ -676,7 +677,7 @@ _GAP_WITHOUT_OWN_UID = re.compile(r"^# known gap without a host uid of its own: 
 
 
 def _params():
-    from jaxbench_mcp import sandbox
+    from jaxbench_mcp.sandbox import isolation as sandbox
 
     for case in corpus():
         gap = _KNOWN_GAP.search(case.text[:1000])

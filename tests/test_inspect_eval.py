@@ -16,7 +16,7 @@ import pytest
 import inspect_ai
 from inspect_ai.model import ChatMessageTool, ChatMessageUser, ModelOutput, ModelUsage, get_model
 
-from jaxbench_mcp import campaign, inspect_eval
+from jaxbench_mcp.campaigns import campaign, inspect_eval
 
 KERNELS = Path(__file__).parent / "kernels"
 GOOD = (KERNELS / "good_rmsnorm.py").read_text()

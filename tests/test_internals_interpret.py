@@ -12,8 +12,8 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from jaxbench_mcp.catalog.targets import interpret_on_cpu
 from jaxbench_mcp.internals import interpret as interpret_transforms
-from jaxbench_mcp.targets import interpret_on_cpu
 
 
 def _params():

@@ -178,7 +178,7 @@ def test_jax_repeat_of_an_error_raised_under_a_transformation_is_noise():
 
 def test_decisive_lines_keep_the_candidate_frame_and_the_error_not_jaxs_frames():
     """checking.decisive_lines drops the frames tracebacks.is_jax_noise recognises."""
-    from jaxbench_mcp import checking
+    from jaxbench_mcp.checking import checker as checking
 
     text = (
         "Traceback (most recent call last):\n"

@@ -11,7 +11,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxbench_mcp import targets
+from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.internals import pallas
 from canaries import changed
 
@@ -80,7 +80,7 @@ def test_blocks(prefetch_eqn):
 
 
 def test_index_maps_take_grid_indices_then_scalar_prefetch(prefetch_eqn):
-    from jaxbench_mcp.kernel_analysis import _evaluate_index_map
+    from jaxbench_mcp.analysis.kernels import _evaluate_index_map
 
     with changed("the index-map jaxprs of pallas_call block mappings", "pallas_call_info"):
         index_map = pallas.pallas_call_info(prefetch_eqn).blocks[2].index_map

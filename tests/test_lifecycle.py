@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from jaxbench_mcp import api, jobs, sandbox
-from jaxbench_mcp.checking import Cancelled, Checker
+from jaxbench_mcp import api
+from jaxbench_mcp.checking.checker import Cancelled, Checker
+from jaxbench_mcp.sandbox import isolation as sandbox, jobs
 from jaxbench_mcp.store import Store
 
 KERNELS = Path(__file__).parent / "kernels"
@@ -95,7 +96,7 @@ def test_cancel_kills_the_worker_within_a_second_and_records_the_attempt_as_canc
 def _serve(tmp_path: Path) -> subprocess.Popen:
     env = dict(os.environ, JAXBENCH_MCP_HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path))
     return subprocess.Popen(
-        [sys.executable, "-m", "jaxbench_mcp.cli", "serve"],
+        [sys.executable, "-m", "jaxbench_mcp.frontends.cli", "serve"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -160,7 +161,7 @@ def test_kill_9_mid_check_keeps_finished_attempts_and_the_restart_marks_the_inte
     store_path = tmp_path / "attempts.sqlite3"
     script = textwrap.dedent(f"""
         from jaxbench_mcp import api
-        from jaxbench_mcp.checking import Checker
+        from jaxbench_mcp.checking.checker import Checker
         from jaxbench_mcp.store import Store
         bench = api.JaxBench(store=Store({str(store_path)!r}), checker=Checker(spares=0, slots=1))
         print(bench.check_kernel("12p_RMSNorm", {GOOD!r}).status, flush=True)

@@ -30,8 +30,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from jaxbench_mcp import __version__, api, docs, server as server_module, workloads
-from jaxbench_mcp.checking import Checker
+from jaxbench_mcp import __version__, api
+from jaxbench_mcp.catalog import docs, workloads
+from jaxbench_mcp.checking.checker import Checker
+from jaxbench_mcp.frontends import server as server_module
 from jaxbench_mcp.models import (
     CheckOutcome,
     KernelEstimate,
@@ -41,7 +43,7 @@ from jaxbench_mcp.models import (
     TargetEstimate,
     Verdict,
 )
-from jaxbench_mcp.server import RESULT_TOKEN_BUDGET, build_server
+from jaxbench_mcp.frontends.server import RESULT_TOKEN_BUDGET, build_server
 from jaxbench_mcp.store import Store
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Status
 
@@ -744,7 +746,7 @@ def test_the_server_module_builds_its_mcp_object_lazily(tmp_path, monkeypatch):
 
     monkeypatch.setenv("JAXBENCH_MCP_HOME", str(tmp_path))
     fresh = subprocess.run(
-        [sys.executable, "-c", "import jaxbench_mcp.server as s; print(s._default_server)"],
+        [sys.executable, "-c", "import jaxbench_mcp.frontends.server as s; print(s._default_server)"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -807,7 +809,7 @@ def test_stdio_serves_tools_and_errors_without_tracebacks(tmp_path):
 
 
 def test_http_security_rules():
-    from jaxbench_mcp.server import ServeRefused, http_security
+    from jaxbench_mcp.frontends.server import ServeRefused, http_security
 
     token = "t" * 32
     assert http_security("127.0.0.1", env={}).token is None  # loopback: a token is optional

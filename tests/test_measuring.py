@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxbench_mcp import measuring, profiling
-from jaxbench_mcp.checking import Checker
+from jaxbench_mcp.checking.checker import Checker
+from jaxbench_mcp.perf import measuring, profiling
 
 KERNELS = Path(__file__).parent / "kernels"
 

@@ -1,6 +1,6 @@
 """The OpenAI Agents SDK example (examples/openai_agents.py), offline: the SDK's own Runner drives a scripted
 `Model` against the real server over stdio (`MCPServerStdio`), and the run is read from the tools' structured
-content. Also the three outcomes that rewards are built from (jaxbench_mcp.outcomes)."""
+content. Also the three outcomes that rewards are built from (jaxbench_mcp.campaigns.outcomes)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 # The evals extra is part of the test set-up: a missing package is a failure, never a skip.
 import agents
 
-from jaxbench_mcp import outcomes
+from jaxbench_mcp.campaigns import outcomes
 from jaxbench_mcp.taxonomy import Status
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from jaxbench_mcp import api, targets
-from jaxbench_mcp.checking import Checker
+from jaxbench_mcp import api
+from jaxbench_mcp.catalog import targets
+from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.store import Store
 
 KERNELS = Path(__file__).parent / "kernels"

@@ -9,8 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxbench_mcp import api, checking, cost_model, kernel_analysis, profiling
-from jaxbench_mcp.checking import Checker
+from jaxbench_mcp import api
+from jaxbench_mcp.analysis import kernels as kernel_analysis
+from jaxbench_mcp.checking import checker as checking
+from jaxbench_mcp.checking.checker import Checker
+from jaxbench_mcp.perf import cost_model, profiling
 from jaxbench_mcp.store import Store
 
 KERNELS = Path(__file__).parent / "kernels"
@@ -131,7 +134,7 @@ def test_a_grid_known_only_at_run_time_is_marked():
             body, grid=(n,), in_specs=[block], out_specs=block, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype)
         )(x)
 
-    from jaxbench_mcp import kernel_replay
+    from jaxbench_mcp.analysis import replay as kernel_replay
 
     x = jnp.zeros((512, 128), jnp.float32)
     closed = jax.make_jaxpr(dynamic)(x, jnp.int32(3))
@@ -204,7 +207,7 @@ def test_estimate_terms_and_bottleneck():
 
 
 def test_xla_baseline_estimate_never_beats_its_own_roofline():
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
 
     counts = {"xla_flops": 2 * 8192**3, "xla_bytes": 3 * 8192**2 * 2}
     roofline = targets.roofline_seconds(counts["xla_flops"], counts["xla_bytes"], "v6e")[0]
@@ -219,7 +222,7 @@ def test_xla_baseline_estimate_never_beats_its_own_roofline():
 
 
 def test_profile_doc_refs_exist():
-    from jaxbench_mcp import docs
+    from jaxbench_mcp.catalog import docs
 
     for ref in ["performance#reading-profile", *cost_model.BOTTLENECK_DOCS.values()]:
         assert docs.read_docs(topic=ref).sections[0].ref == ref
@@ -323,7 +326,7 @@ def test_cli_profile_of_our_gemm_reports_estimate_baseline_expert_and_bottleneck
         [
             sys.executable,
             "-m",
-            "jaxbench_mcp.cli",
+            "jaxbench_mcp.frontends.cli",
             "profile",
             "--workload",
             "8p_GEMM",
@@ -356,9 +359,9 @@ def _static_profile(workload_id: str, candidate_us: float, expert_us: float, xla
     """profile() on a CPU host with libtpu whose compiles are replaced by these totals (no worker runs)."""
     from types import SimpleNamespace
 
-    from jaxbench_mcp import targets
-    from jaxbench_mcp.estimator import Estimate
+    from jaxbench_mcp.catalog import targets
     from jaxbench_mcp.models import KernelEstimate, Verdict
+    from jaxbench_mcp.perf.estimator import Estimate
 
     def estimate(us):
         kernel = KernelEstimate(
@@ -385,7 +388,7 @@ def _static_profile(workload_id: str, candidate_us: float, expert_us: float, xla
 
 
 def test_estimates_below_the_flop_roofline_are_said_and_below_the_memory_bound_rejected():
-    from jaxbench_mcp import workloads
+    from jaxbench_mcp.catalog import workloads
 
     # A total between 13p's memory bound and its FLOP roofline is what a kernel that folds FLOPs away gets, or an
     # undercount: it is said (fewer FLOPs than the nominal count) and no speedup is claimed from it; below the bytes
@@ -408,7 +411,7 @@ def test_estimates_below_the_flop_roofline_are_said_and_below_the_memory_bound_r
 
 
 def test_an_xla_baseline_estimate_below_the_memory_bound_is_flagged_and_not_compared():
-    from jaxbench_mcp import workloads
+    from jaxbench_mcp.catalog import workloads
 
     # 11p's XLA cost analysis counts its scan body once: an estimate under the bytes the reference must move.
     w = workloads.get_workload("13p_Cross_Entropy")
@@ -431,7 +434,9 @@ def test_an_xla_baseline_estimate_below_the_memory_bound_is_flagged_and_not_comp
 def test_a_profile_stopped_while_compiling_says_timeout_with_the_real_stage_and_budget():
     from types import SimpleNamespace
 
-    from jaxbench_mcp import checking, protocol, profiling
+    from jaxbench_mcp.checking import checker as checking
+    from jaxbench_mcp.perf import profiling
+    from jaxbench_mcp.sandbox import protocol
 
     checker = SimpleNamespace(limits=checking.Limits())
     events = [
@@ -447,8 +452,9 @@ def test_a_profile_stopped_while_compiling_says_timeout_with_the_real_stage_and_
 
 
 def test_no_speedup_is_claimed_from_an_estimate_below_the_roofline():
-    from jaxbench_mcp import profiling, workloads
+    from jaxbench_mcp.catalog import workloads
     from jaxbench_mcp.models import TargetEstimate
+    from jaxbench_mcp.perf import profiling
 
     w = workloads.get_workload("8p_GEMM")
     roof = profiling.cost_model.workload_roofline_us(w, "v6e")
@@ -463,7 +469,7 @@ def test_no_speedup_is_claimed_from_an_estimate_below_the_roofline():
 
 
 def test_a_tune_whose_variants_all_timed_out_is_a_timeout_not_an_invalid_kernel():
-    from jaxbench_mcp import tuning
+    from jaxbench_mcp.perf import tuning
 
     timed_out = tuning._variant({"B": 1}, True, "timeout: the profiling worker was stopped while compiling for v6e")
     assert timed_out.status == "timeout"
@@ -471,7 +477,8 @@ def test_a_tune_whose_variants_all_timed_out_is_a_timeout_not_an_invalid_kernel(
 
 
 def test_vmem_from_block_shapes_pads_tiles_and_double_buffers():
-    from jaxbench_mcp import cost_model, protocol
+    from jaxbench_mcp.perf import cost_model
+    from jaxbench_mcp.sandbox import protocol
 
     def kernel(blocks, scratch=0):
         return protocol.KernelInfo(
@@ -555,7 +562,7 @@ print(json.dumps(found))
     [("good_rmsnorm.py", "12p_RMSNorm"), ("good_flash_attention.py", "1p_Flash_Attention")],
 )
 def test_the_vmem_estimate_is_within_10_percent_of_the_compiler(kernel, workload_id):
-    from jaxbench_mcp import targets
+    from jaxbench_mcp.catalog import targets
 
     if targets.libtpu_version() is None:
         pytest.skip("needs libtpu for the deviceless compile")

@@ -8,7 +8,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from jaxbench_mcp import program_size
+from jaxbench_mcp.analysis import program_size
 
 KERNELS = Path(__file__).parent / "kernels"
 
@@ -60,7 +60,7 @@ def test_branches_count_each_and_loop_bodies_once():
 def test_a_pallas_kernels_body_is_counted_and_honest_kernels_are_far_below_the_limit():
     import importlib.util
 
-    from jaxbench_mcp import workloads
+    from jaxbench_mcp.catalog import workloads
 
     for name, workload in (("good_gemm_tiled", "8p_GEMM"), ("good_flash_attention", "1p_Flash_Attention")):
         spec = importlib.util.spec_from_file_location(name, KERNELS / f"{name}.py")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from jaxbench_mcp import protocol
+from jaxbench_mcp.sandbox import protocol
 from jaxbench_mcp.taxonomy import Stage
 
 
@@ -115,7 +115,7 @@ def test_cut_text_keeps_head_and_tail_and_says_how_much_went():
 def test_what_the_worker_sends_the_parent_accepts_even_with_fields_left_empty(tmp_path):
     import os
 
-    from jaxbench_mcp.worker import Reporter
+    from jaxbench_mcp.sandbox.worker import Reporter
 
     read_fd, write_fd = os.pipe()
     report = Reporter(write_fd)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxbench_mcp import sandbox
+from jaxbench_mcp.sandbox import isolation as sandbox
 
 
 def test_the_private_tmp_is_mounted_before_the_binds_so_a_checkout_under_tmp_stays_visible():
@@ -152,7 +152,7 @@ def test_a_worker_under_its_own_uid_is_held_to_its_process_cap_without_a_cgroup(
 
 def test_files_in_the_sandboxs_tmp_and_shm_land_where_the_job_directory_poll_counts_them(worker_root, monkeypatch):
     tmp_path = worker_root
-    from jaxbench_mcp import jobs
+    from jaxbench_mcp.sandbox import jobs
 
     script = "open('/tmp/a', 'w').write('x' * 1000)\nimport os\nos.makedirs('/dev/shm/d/e')\nprint('ok')"
     assert _run_as_own_uid(tmp_path, monkeypatch, script, None).strip() == "ok"

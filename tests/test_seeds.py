@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA_DIR
-from jaxbench_mcp import workloads
+from jaxbench_mcp.catalog import workloads
 
 DIGESTS = json.loads((DATA_DIR / "seed42_small_digests.json").read_text())["digests"]
 

@@ -5,8 +5,8 @@ import pytest
 from mcp import Client
 
 from jaxbench_mcp import api
-from jaxbench_mcp.checking import Checker
-from jaxbench_mcp.server import build_server
+from jaxbench_mcp.checking.checker import Checker
+from jaxbench_mcp.frontends.server import build_server
 from jaxbench_mcp.store import Store
 
 KERNELS = __import__("pathlib").Path(__file__).parent / "kernels"
@@ -202,7 +202,7 @@ def test_a_source_holding_a_lone_surrogate_is_refused_before_any_attempt(bench):
 
 
 def test_every_request_the_transport_cannot_parse_gets_an_answer():
-    from jaxbench_mcp.server import unparsed_request_reply
+    from jaxbench_mcp.frontends.server import unparsed_request_reply
 
     # JSON's escapes spell a lone surrogate; pydantic's parser refuses the line, the client still gets an answer.
     line = '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":{"source":"x = \\ud800"}}}'
@@ -228,7 +228,7 @@ def test_the_stdio_server_answers_a_raw_request_with_a_lone_surrogate_and_keeps_
 
     env = {**os.environ, "JAXBENCH_MCP_HOME": str(tmp_path)}
     server = subprocess.Popen(
-        [sys.executable, "-m", "jaxbench_mcp.cli", "serve"],
+        [sys.executable, "-m", "jaxbench_mcp.frontends.cli", "serve"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -16,9 +16,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from jaxbench_mcp import api, workloads
-from jaxbench_mcp.checking import Checker
-from jaxbench_mcp.server import build_server
+from jaxbench_mcp import api
+from jaxbench_mcp.catalog import workloads
+from jaxbench_mcp.checking.checker import Checker
+from jaxbench_mcp.frontends.server import build_server
 from jaxbench_mcp.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -75,7 +75,7 @@ def test_the_environment_venv_has_verifiers_0_4_0_loads_the_workloads_and_reads_
         "    'bad_context': bad_context, 'bad_id': bad_id, 'final': final}))",
     )
     assert (facts["verifiers"], facts["mcp"]) == ("0.4.0", "2.0.0")
-    assert facts["jax"] is False  # jaxbench_mcp.outcomes came from the checkout without importing jax
+    assert facts["jax"] is False  # jaxbench_mcp.campaigns.outcomes came from the checkout without importing jax
     facts_file = json.loads((ROOT / "tests" / "data" / "jaxbench_facts.json").read_text())
     assert sorted(facts["ids"]) == sorted(w["id"] for w in facts_file["workloads"]) and len(facts["ids"]) == 50
     assert facts["ids"][0] == "1p_Flash_Attention" and facts["ids"][-1] == "50k_Matmul_GELU_Softmax"

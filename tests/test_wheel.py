@@ -58,7 +58,11 @@ def test_wheel_installs_into_a_fresh_venv_and_lists_the_workloads(tmp_path):
     )
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "JAX_PLATFORMS": "cpu"}
     where = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import jaxbench_mcp.assets as a; print(a.asset_dir('workloads'))"],
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import jaxbench_mcp.catalog.assets as a; print(a.asset_dir('workloads'))",
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from conftest import FACTS
-from jaxbench_mcp import workloads
-from jaxbench_mcp.comparison import constant_output_passes
+from jaxbench_mcp.catalog import workloads
+from jaxbench_mcp.checking.comparison import constant_output_passes
 
 IDS = sorted(FACTS, key=lambda i: int(i.split("p_")[0].split("k_")[0]))
 
@@ -123,7 +123,7 @@ def test_held_out_configurations_keep_the_full_sizes_divisibility(workload_id):
 
 
 def test_every_operator_family_but_the_exempt_one_has_a_held_out_shape():
-    from jaxbench_mcp.campaign import operator_family
+    from jaxbench_mcp.campaigns.campaign import operator_family
 
     families = {operator_family(w.operator) for w in workloads.all_workloads()}
     covered = {operator_family(w.operator) for w in workloads.all_workloads() if w.configs}

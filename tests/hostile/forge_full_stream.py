@@ -41,7 +41,7 @@ import glob
 import jax.numpy as jnp
 import numpy as np
 
-from jaxbench_mcp import workloads
+from jaxbench_mcp.catalog import workloads
 
 generation = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None
 w = workloads.get_workload("12p_RMSNorm")

@@ -21,7 +21,7 @@ def in_pid_namespace():
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
 
-from jaxbench_mcp import kernel_analysis
+from jaxbench_mcp.analysis import kernels as kernel_analysis
 
 FAKE = {
     "name": "rmsnorm_kernel",

@@ -21,7 +21,7 @@ def in_pid_namespace():
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
 
-from jaxbench_mcp import targets
+from jaxbench_mcp.catalog import targets
 
 _lower = targets.lower_for_tpu
 

@@ -44,7 +44,7 @@ for path in sorted(set(probes)):
     if text.strip():
         found(path)
 try:
-    from jaxbench_mcp import expert_refs
+    from jaxbench_mcp.catalog import expert_refs
 
     if expert_refs.expert_source("12p_RMSNorm"):
         found("expert_refs.expert_source('12p_RMSNorm')")

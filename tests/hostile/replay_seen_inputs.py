@@ -22,7 +22,7 @@ def in_pid_namespace():
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
 
-from jaxbench_mcp import workloads
+from jaxbench_mcp.catalog import workloads
 
 SEEDS = __SEEDS__  # the hidden seeds of the check just before this one
 _module = workloads.get_workload("12p_RMSNorm").module

@@ -1,8 +1,8 @@
 """The jaxbench-mcp server as this environment reaches it: over stdio, started from the checkout's own venv.
 
 The environment never imports the server (its venv has mcp 2.0.0 and no jax); it finds the checkout through
-`jaxbench_mcp`, which is on this venv's path without dependencies so that `jaxbench_mcp.outcomes` (stdlib only)
-can be imported, and starts `<checkout>/.venv/bin/jaxbench-mcp serve --context ...`.
+`jaxbench_mcp`, which is on this venv's path without dependencies so that `jaxbench_mcp.campaigns.outcomes`
+(stdlib only) can be imported, and starts `<checkout>/.venv/bin/jaxbench-mcp serve --context ...`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 import jaxbench_mcp
-from jaxbench_mcp import outcomes
+from jaxbench_mcp.campaigns import outcomes
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 

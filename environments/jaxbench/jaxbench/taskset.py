@@ -1,5 +1,5 @@
 """JAXBench's workloads as a verifiers taskset: one task per workload, the jaxbench-mcp tools in each rollout,
-and a reward that keeps three outcomes apart (jaxbench_mcp.outcomes).
+and a reward that keeps three outcomes apart (jaxbench_mcp.campaigns.outcomes).
 
 The final kernel is the last ```python block of the agent's final answer that defines workload(, else the
 source of its last check_kernel call. It is judged again, after the rollout, by a server of the environment's
@@ -26,7 +26,7 @@ import re
 from typing import Any, Literal
 
 import verifiers.v1 as vf
-from jaxbench_mcp import outcomes
+from jaxbench_mcp.campaigns import outcomes
 
 from jaxbench import server
 from jaxbench.toolset import JaxbenchToolset, JaxbenchToolsetConfig

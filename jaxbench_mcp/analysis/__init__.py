@@ -1,0 +1,1 @@
+"""What a traced program holds: kernels, replay, coverage, program size."""

@@ -1,0 +1,573 @@
+"""What a traced candidate contains: its Pallas kernels (grid, blocks, scratch), host callbacks, the HBM
+traffic of its BlockSpecs, and how much of each kernel body's code a grid step runs (pl.when skips,
+in-kernel loops).
+
+Everything here reads a jaxpr; nothing runs the kernel.
+"""
+
+from __future__ import annotations
+
+from jaxbench_mcp.internals import jaxpr as jx
+from jaxbench_mcp.internals.jaxpr import walk_eqns as _walk_eqns
+from jaxbench_mcp.internals.pallas import KERNEL_PRIMITIVES as _KERNELS
+from jaxbench_mcp.internals.pallas import MESH_KERNEL_PRIMITIVES as _MESH_KERNELS
+from jaxbench_mcp.internals.pallas import (
+    Block,
+    PallasCallInfo,
+    grid_axis,
+    mesh_kernel_body,
+    pallas_call_info,
+    tensorcore_mesh,
+)
+from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
+
+_HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
+
+
+def _read(env: dict, var):
+    from jax.extend.core import Literal
+
+    return var.val if isinstance(var, Literal) else env[var]
+
+
+def _run_eqns(eqns, env: dict, grid_index=(), grid=(), on_kernel=None) -> None:
+    """eval_jaxpr's loop, except that plain calls (jit, custom_jvp/vjp/vmap) are inlined (binding them again
+    would need a lowering platform when the jaxpr was traced under an abstract TPU mesh), program_id /
+    num_programs are answered from the grid, and a Pallas kernel, if `on_kernel` is given, is replaced by
+    on_kernel(eqn, inputs) -> its outputs."""
+    for eqn in eqns:
+        inputs = [_read(env, v) for v in eqn.invars]
+        name = eqn.primitive.name
+        if name == "program_id":
+            outs = [grid_index[grid_axis(eqn)]]
+        elif name == "num_programs":
+            outs = [grid[grid_axis(eqn)]]
+        elif on_kernel is not None and name in _KERNELS:
+            outs = on_kernel(eqn, inputs)
+        elif (body := jx.call_body(eqn)) is not None:  # a plain call: inlined
+            inner = dict(zip(body.jaxpr.constvars, body.consts)) | dict(zip(body.jaxpr.invars, inputs))
+            _run_eqns(body.jaxpr.eqns, inner, grid_index, grid, on_kernel)
+            outs = [_read(inner, v) for v in body.jaxpr.outvars]
+        else:
+            out = eqn.primitive.bind(*inputs, **eqn.params)
+            outs = out if eqn.primitive.multiple_results else [out]
+        env.update(zip(eqn.outvars, outs))
+
+
+def _evaluate_index_map(closed, grid_index) -> list:
+    env = dict(zip(closed.jaxpr.constvars, closed.consts)) | dict(zip(closed.jaxpr.invars, grid_index))
+    _run_eqns(closed.jaxpr.eqns, env)
+    return [_read(env, v) for v in closed.jaxpr.outvars]
+
+
+def _nbytes(aval) -> int:
+    """Bytes of a scratch buffer; semaphores and other non-array scratch count as 0."""
+    import numpy as np
+
+    try:
+        return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+    except (TypeError, AttributeError):
+        return 0
+
+
+# A kernel's values above this size cannot stay in the vector registers (64 vregs of 4 KiB): Mosaic keeps them in
+# VMEM, inside the kernel's scoped allocation.
+VREG_FILE_BYTES = 64 * 4096
+
+
+def _value_vmem_bytes(aval) -> int:
+    from jaxbench_mcp.perf import cost_model
+
+    try:
+        return cost_model.padded_block_bytes(list(aval.shape), str(aval.dtype))
+    except (TypeError, AttributeError, ValueError):
+        return 0
+
+
+def body_values_bytes(jaxpr) -> int:
+    """VMEM the large intermediate values of a kernel body take at their peak: values over the vreg file that are a
+    matmul's result (the MXU's output is staged in VMEM) or that more than one equation reads (logits feeding a row
+    max and then an exp, an f32 copy of a bf16 block squared and then scaled: kept whole; a value read once
+    streams through registers), counted while they are live (one read for the last time leaves its room to the
+    results), with a nested body's (pl.when branch, loop) own peak on top of what is live around it. A model of
+    Mosaic's allocation, not its allocator: benchmarks/vmem_fidelity.py compares the total with the compiler."""
+    from jax.extend.core import Literal
+
+    uses: dict = {}
+    last: dict = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.invars:
+            if not isinstance(v, Literal):
+                uses[v] = uses.get(v, 0) + 1
+                last[v] = i
+    for v in jaxpr.outvars:
+        if not isinstance(v, Literal):
+            uses[v] = uses.get(v, 0) + 1
+            last[v] = len(jaxpr.eqns)
+    live: dict = {}
+    peak = 0
+    for i, eqn in enumerate(jaxpr.eqns):
+        inner = max((body_values_bytes(sub) for sub in jx.sub_jaxprs(eqn)), default=0)
+        peak = max(peak, sum(live.values()) + inner)
+        # A value read for the last time here leaves its room to the results (an elementwise op works in place).
+        for v in [v for v in live if last.get(v, -1) <= i]:
+            del live[v]
+        for v in eqn.outvars:
+            kept = eqn.primitive.name == "dot_general" or uses.get(v, 0) > 1
+            if kept and hasattr(v.aval, "shape"):
+                size = _value_vmem_bytes(v.aval)
+                if size > VREG_FILE_BYTES:
+                    live[v] = size
+        peak = max(peak, sum(live.values()))
+    return peak
+
+
+def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
+    """The pallas_calls in a jaxpr (grid, block shapes, semantics) and any host callbacks."""
+    kernels, callbacks = [], []
+    for eqn in _walk_eqns(jaxpr):
+        name = eqn.primitive.name
+        if name in _HOST_CALLBACKS:
+            callbacks.append(name)
+        if name in _MESH_KERNELS:
+            kernels.append(
+                {
+                    "name": name,
+                    "grid": [],
+                    "blocks": [],
+                    "num_scalar_prefetch": 0,
+                    "num_scratch": 0,
+                    "scratch_bytes": 0,
+                    "dimension_semantics": [],
+                }
+            )
+            continue
+        if name != "pallas_call":
+            continue
+        info = pallas_call_info(eqn)
+        kernel_jaxpr = info.kernel
+        scratch_avals = [v.aval for v in kernel_jaxpr.invars[len(kernel_jaxpr.invars) - info.num_scratch :]]
+        kernels.append(
+            {
+                "name": info.name,
+                "grid": list(info.grid),
+                "blocks": [
+                    {
+                        "block_shape": [d.size for d in block.block_shape],
+                        "array_shape": list(block.array_shape),
+                        "dtype": str(block.dtype),
+                        "in_hbm": block.in_hbm,
+                    }
+                    for block in info.blocks
+                ],
+                "num_scalar_prefetch": info.num_scalar_prefetch,
+                "num_scratch": info.num_scratch,
+                "scratch_bytes": sum(_nbytes(a) for a in scratch_avals),
+                "dimension_semantics": list(info.dimension_semantics),
+                "body_values_bytes": body_values_bytes(kernel_jaxpr),
+                "scratch": [
+                    {
+                        "shape": [int(d) for d in a.shape],
+                        "dtype": str(a.dtype),
+                        "memory_space": str(getattr(a, "memory_space", "") or ""),
+                    }
+                    for a in scratch_avals
+                    if hasattr(a, "shape") and hasattr(a, "dtype")
+                ],
+            }
+        )
+    return kernels, callbacks
+
+
+def kernel_traffic(jaxpr, known: dict[int, list] | None = None) -> list[dict]:
+    """Per Pallas kernel: grid steps, the HBM bytes it moves over the whole grid, and how much of its code a
+    step runs (see kernel_replay).
+
+    `known` (kernel_replay.known_kernel_operands) holds the operands known before each kernel runs: with them
+    a grid dimension known only at run time gets its value, scalar-prefetch index maps and in-kernel loop
+    bounds are followed, and predicates on scalar-prefetch values are decided. Index maps are evaluated at
+    every grid point (vectorised); a BlockSpec block is fetched again whenever its index changes between
+    consecutive steps; manual DMAs count the bytes each executed dma_start moves. What cannot be followed
+    is said: `steps_exact` (a run-time grid dimension is bounded by the blocks its index maps address, or
+    counted as 1 without such a bound), `exact` (traffic), `run_ratio_exact` (branches and loop trips).
+    `kernel` is the name of the Mosaic module the kernel compiles to, which names its schedule in libtpu's dump.
+    """
+    results = []
+    for eqn, runs, runs_exact in _walk_runs(jaxpr):
+        if eqn.primitive.name in _MESH_KERNELS or eqn.primitive.name == "pallas_call":
+            results.append(
+                {
+                    **_kernel_traffic(eqn, (known or {}).get(id(eqn))),
+                    **operand_floor(eqn),
+                    "kernel": _mosaic_name(eqn),
+                    "runs": runs,
+                    "runs_exact": runs_exact,
+                }
+            )
+    return results
+
+
+def operand_floor(eqn) -> dict:
+    """The work a kernel's operands imply, whatever its grid and loops do: reading every array input and writing
+    every output once (`floor_bytes`), and, for a kernel that does matmuls, a matmul of its first matrix input into
+    its first output when they share their rows (x (.., M, K) -> out (.., M, N): 2 x out elements x K FLOPs,
+    `floor_flops`; else 0). A bound for when the replay cannot follow the kernel (an unknown trip count)."""
+    import numpy as np
+
+    def arrays(vs):
+        return [
+            v.aval
+            for v in vs
+            if getattr(v.aval, "shape", None) is not None
+            and not hasattr(v.aval, "inner_aval")
+            and _elements(v) > 64
+            and hasattr(v.aval, "dtype")
+        ]
+
+    ins, outs = arrays(eqn.invars), arrays(eqn.outvars)
+    nbytes = sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in ins + outs)
+    flops = 0.0
+    body = mesh_kernel_body(eqn) if eqn.primitive.name in _MESH_KERNELS else pallas_call_info(eqn).kernel
+    has_dot = any(e.primitive.name == "dot_general" for e in _walk_eqns(body))
+    matrices = [a for a in ins if len(a.shape) >= 2 and np.issubdtype(a.dtype, np.floating)]
+    if has_dot and matrices and outs and len(outs[0].shape) >= 2:
+        x, out = matrices[0], outs[0]
+        if x.shape[-2] == out.shape[-2] or x.shape[0] == out.shape[0]:
+            flops = 2.0 * float(np.prod(out.shape, dtype=np.float64)) * x.shape[-1]
+    return {"floor_bytes": int(nbytes), "floor_flops": flops}
+
+
+def _walk_runs(jaxpr, runs: int = 1, exact: bool = True):
+    """Every equation with how often it runs: a scan's body `length` times, a while loop's body its trip count
+    when the loop counts from a constant to a constant (fori_loop), else once and inexact."""
+    for eqn in jaxpr.eqns:
+        yield eqn, runs, exact
+        name = eqn.primitive.name
+        if name == "scan":
+            yield from _walk_runs(jx.scan_info(eqn).body.jaxpr, runs * jx.scan_info(eqn).length, exact)
+        elif name == "while":
+            loop = jx.while_info(eqn)
+            trips = _while_trips(eqn)
+            yield from _walk_runs(loop.cond.jaxpr, runs * (trips or 1), exact and trips is not None)
+            yield from _walk_runs(loop.body.jaxpr, runs * (trips or 1), exact and trips is not None)
+        else:
+            for sub in jx.sub_jaxprs(eqn):
+                yield from _walk_runs(sub, runs, exact)
+
+
+def _while_trips(eqn) -> int | None:
+    """The trips of a while loop `i < n` (n a constant or a loop-invariant carry), `i += 1`, whose initial carry
+    is made of constants; None otherwise."""
+    from jax.extend.core import Literal
+
+    loop = jx.while_info(eqn)
+    carry = eqn.invars[loop.cond_nconsts + loop.body_nconsts :]
+    cond, body = loop.cond.jaxpr, loop.body.jaxpr
+    if len(cond.eqns) != 1 or cond.eqns[0].primitive.name != "lt":
+        return None
+    c_carry = cond.invars[loop.cond_nconsts :]
+    b_carry = body.invars[loop.body_nconsts :]
+
+    def initial(var):
+        if isinstance(var, Literal):
+            return int(var.val)
+        if var in c_carry:
+            k = c_carry.index(var)
+            if isinstance(carry[k], Literal) and body.outvars[k] is b_carry[k]:  # loop-invariant
+                return int(carry[k].val)
+        return None
+
+    lhs, rhs = cond.eqns[0].invars
+    if isinstance(lhs, Literal) or lhs not in c_carry:
+        return None
+    k = c_carry.index(lhs)
+    start, stop = (int(carry[k].val) if isinstance(carry[k], Literal) else None), initial(rhs)
+    step = next((e for e in body.eqns if body.outvars[k] in e.outvars), None)
+    if start is None or stop is None or step is None or step.primitive.name != "add":
+        return None
+    a, b = step.invars
+    if not any(v is b_carry[k] for v in (a, b)) or not any(isinstance(v, Literal) and v.val == 1 for v in (a, b)):
+        return None
+    return max(0, stop - start)
+
+
+def _mosaic_name(eqn) -> str | None:
+    """The name jax gives the kernel's Mosaic module: its traced body's (pallas_call's name=, else the kernel
+    function's). (A mesh kernel of several bodies shares one module named after its last body, not the first read
+    here: it then pairs only when alone.)"""
+    from jaxbench_mcp.internals.libtpu import mosaic_kernel_name
+
+    body = mesh_kernel_body(eqn) if eqn.primitive.name in _MESH_KERNELS else pallas_call_info(eqn).kernel
+    func_name = getattr(getattr(body, "debug_info", None), "func_name", None)
+    return mosaic_kernel_name(func_name) if func_name else None
+
+
+def _dynamic_grid_bound(info: PallasCallInfo, axis: int) -> int | None:
+    """An upper bound on a grid dimension known only at run time: the number of blocks an index map that
+    passes that grid index straight through addresses (more steps would read out of bounds)."""
+    bounds = []
+    for bm in info.blocks:
+        closed = bm.index_map
+        invar = closed.jaxpr.invars[axis]
+        for k, out in enumerate(closed.jaxpr.outvars):
+            block = bm.block_shape[k].size or 1
+            if out is invar and k < len(bm.array_shape):
+                bounds.append(-(-bm.array_shape[k] // block))
+    return min(bounds) if bounds else None
+
+
+def _index_map_blocks(bm: Block, points, grid, prefetch):
+    """The block index of `bm` at every grid point, shape (P, ndim), or None when it depends on unknowns."""
+    import numpy as np
+
+    from jaxbench_mcp.analysis import replay as kr
+
+    closed = bm.index_map
+    replay = kr.KernelReplay(grid, points)
+    env = {v: kr._const(c) for v, c in zip(closed.jaxpr.constvars, closed.consts)}
+    n_grid = len(grid)
+    env.update({v: kr.Known(points[d], lanes=True) for d, v in enumerate(closed.jaxpr.invars[:n_grid])})
+    for v, value in zip(closed.jaxpr.invars[n_grid:], prefetch):
+        env[v] = kr.RefBox("smem", None if value is None else kr.Known(value))
+    replay.run(closed.jaxpr, env, np.arange(replay.P))
+    outs = [replay._read(env, v) for v in closed.jaxpr.outvars]
+    if any(o is None for o in outs):
+        return None
+    return np.stack([np.broadcast_to(o.v, (replay.P,)) for o in outs], axis=1) if outs else np.zeros((replay.P, 0))
+
+
+def block_traffic(block_indices, block_bytes: int) -> int:
+    """HBM bytes a pipelined BlockSpec moves: a fetch at the first step and at every index change."""
+    import numpy as np
+
+    idx = np.asarray(block_indices)
+    if idx.ndim == 1:
+        idx = idx[:, None]
+    changes = 1 + int(np.any(idx[1:] != idx[:-1], axis=1).sum()) if len(idx) else 0
+    return changes * block_bytes
+
+
+def _kernel_traffic(eqn, operands: list | None) -> dict:
+    import numpy as np
+
+    from jaxbench_mcp.analysis import replay as kr
+
+    if eqn.primitive.name in _MESH_KERNELS:
+        body = mesh_kernel_body(eqn)
+        # A TensorCore mesh's cores run the body at once, each on its own share (axis_index): one lane per core.
+        core_axis, cores = tensorcore_mesh(eqn) or (None, 1)
+        replay = kr.KernelReplay([], np.zeros((0, cores), np.int32), core_axis=core_axis)
+        env = {}
+        n_operands = len(eqn.invars) + len(eqn.outvars)
+        for i, v in enumerate(body.invars):
+            value = operands[i] if operands is not None and i < len(operands) else None
+            space = kr._space(v.aval)
+            if i >= n_operands:  # scratch
+                env[v] = kr.scratch_box(v.aval)
+            else:
+                env[v] = kr.RefBox(space, kr.Known(value) if value is not None and "smem" in space else None)
+        replay.run(body, env, np.arange(cores))
+        summary = kr.summarise(replay, kr.scheduled_work(body, replay.removed))
+        dma = float(replay.dma.sum())
+        moved = dma if dma > 0 else sum(_nbytes(v.aval) for v in (*eqn.invars, *eqn.outvars))
+        # The busiest core sets the time: its share of the matmul pushes (else of the vector ops, else of the bytes).
+        loads = (replay.mxu[False] + replay.mxu[True], replay.vec[False] + replay.vec[True], replay.dma)
+        load = next((w for w in loads if w.sum() > 0), None)
+        return {
+            "steps": 1,
+            "steps_exact": True,
+            "hbm_bytes": int(moved),
+            "exact": dma > 0 and replay.trips_exact,
+            "run_ratio_exact": replay.exact,
+            "dma_bytes": int(dma),
+            "cores": cores,
+            "core_share": float(load.max() / load.sum()) if load is not None else 1.0 / cores,
+            **summary,
+        }
+
+    info = pallas_call_info(eqn)
+    n_refs = sum(1 for v in eqn.invars if hasattr(v.aval, "inner_aval"))
+    n_dynamic = sum(1 for g in info.grid if not isinstance(g, int))
+    operands = operands if operands is not None else [None] * len(eqn.invars)
+    dynamic = operands[n_refs : n_refs + n_dynamic]
+    prefetch = operands[n_refs + n_dynamic : n_refs + n_dynamic + info.num_scalar_prefetch]
+    grid, steps_exact, dynamic_values = [], True, iter(dynamic)
+    for axis, g in enumerate(info.grid):
+        if isinstance(g, int):
+            grid.append(g)
+            continue
+        value = next(dynamic_values)
+        if value is not None:
+            grid.append(int(np.asarray(value).reshape(-1)[0]))
+            continue
+        steps_exact = False
+        grid.append(_dynamic_grid_bound(info, axis) or 1)
+    steps = int(np.prod(grid, dtype=np.int64)) if grid else 1
+    semantics = [d.lower() for d in info.dimension_semantics]
+    parallel_steps = int(
+        np.prod([g for g, d in zip(grid, semantics) if "parallel" in d and "core" not in d], dtype=np.int64)
+    )
+    if steps > kr.MAX_LANES:
+        points = None
+    else:
+        points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
+    total, exact = 0, True
+    for bm in info.blocks:
+        shape = [d.size or 1 for d in bm.block_shape]
+        block_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize
+        whole = int(np.prod(bm.array_shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize
+        if bm.in_hbm:
+            continue  # moved by the kernel's own DMAs, counted below
+        indices = _index_map_blocks(bm, points, grid, prefetch) if points is not None and grid else None
+        if indices is None:
+            total += block_bytes * steps if grid else whole
+            exact = exact and not grid
+            continue
+        total += block_traffic(indices, block_bytes)
+    kernel_jaxpr = info.kernel
+    if points is None:
+        return {
+            "steps": steps,
+            "steps_exact": steps_exact,
+            "hbm_bytes": int(total),
+            "exact": False,
+            "run_ratio": 1.0,
+            "run_ratio_exact": False,
+            "body_ratio": 1.0,
+            "loop_ratio": 1.0,
+            "flat_ratio": 1.0,
+            "in_kernel_loops": 0,
+            "dma_bytes": 0,
+            "parallel_steps": parallel_steps,
+            "mxu_pushes": 0.0,
+        }
+    replay = kr.KernelReplay(grid, points)
+    env = {}
+    n_prefetch = info.num_scalar_prefetch
+    kernel_operands = operands[n_refs + n_dynamic :]  # scalar prefetch, then inputs
+    n_scratch = info.num_scratch
+    for i, v in enumerate(kernel_jaxpr.invars):
+        space = "smem" if i < n_prefetch else kr._space(v.aval)
+        if i >= len(kernel_jaxpr.invars) - n_scratch:
+            env[v] = kr.scratch_box(v.aval)
+            continue
+        value = kernel_operands[i] if i < len(kernel_operands) and ("smem" in space) else None
+        env[v] = kr.RefBox(space, kr.Known(value) if value is not None else None)
+    replay.run(kernel_jaxpr, env, np.arange(replay.P))
+    summary = kr.summarise(replay, kr.scheduled_work(kernel_jaxpr, replay.removed))
+    dma = float(replay.dma.sum())
+    hbm_blocks = [bm for bm in info.blocks if bm.in_hbm]
+    if hbm_blocks and dma <= 0:  # manual copies we could not follow: each such operand once (a lower bound)
+        total += sum(int(np.prod(bm.array_shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize for bm in hbm_blocks)
+        exact = False
+    total += dma
+    exact = exact and replay.trips_exact
+    return {
+        "steps": steps,
+        "steps_exact": steps_exact,
+        "hbm_bytes": int(total),
+        "exact": exact,
+        "run_ratio_exact": replay.exact,
+        "dma_bytes": int(dma),
+        "parallel_steps": parallel_steps,
+        **summary,
+    }
+
+
+def _elements(var) -> int:
+    import numpy as np
+
+    shape = getattr(getattr(var, "aval", None), "shape", None)
+    return int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
+
+
+def _mxu_pushes(eqn) -> float:
+    if eqn.primitive.name != "dot_general":
+        return 0.0
+    (lhs_contracting, _), _ = eqn.params["dimension_numbers"]
+    k = 1
+    for d in lhs_contracting:
+        k *= eqn.invars[0].aval.shape[d]
+    return k * _elements(eqn.outvars[0]) / _MXU_PUSH_MACS
+
+
+def executed_work(jaxpr, unit=_mxu_pushes) -> tuple[float, bool]:
+    """The work one run of a kernel body does, and whether that figure is exact (see _eqn_executed_work)."""
+    total, exact = 0.0, True
+    for eqn in jaxpr.eqns:
+        work, eqn_exact = _eqn_executed_work(eqn, unit)
+        total, exact = total + work, exact and eqn_exact
+    return total, exact
+
+
+def _eqn_executed_work(eqn, unit) -> tuple[float, bool]:
+    """A scan runs its body `length` times; a cond runs one branch (the heaviest is assumed: inexact
+    unless all weigh the same); a while loop runs an unknown number of times (once is counted: inexact)."""
+    name = eqn.primitive.name
+    if name == "scan":
+        scan = jx.scan_info(eqn)
+        work, exact = executed_work(scan.body.jaxpr, unit)
+        return scan.length * work, exact
+    if name == "cond":
+        branches = [executed_work(b.jaxpr, unit) for b in jx.cond_branches(eqn)]
+        return max(w for w, _ in branches), len({w for w, _ in branches}) == 1 and all(e for _, e in branches)
+    subs = [executed_work(sub, unit) for sub in jx.sub_jaxprs(eqn)]
+    if not subs:
+        return unit(eqn), True
+    return sum(w for w, _ in subs), name != "while" and all(e for _, e in subs)
+
+
+def _kernels_in_place(jaxpr) -> list | None:
+    """The Pallas kernel equations in evaluation order, looking through plain calls; None when a kernel
+    sits inside a loop, a branch or any other body that does not run exactly once."""
+    found = []
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name in _KERNELS:
+            found.append(eqn)
+        elif (body := jx.call_body(eqn)) is not None:  # a plain call runs once: its kernels are in place
+            inner = _kernels_in_place(body.jaxpr)
+            if inner is None:
+                return None
+            found += inner
+        elif any(e.primitive.name in _KERNELS for sub in jx.sub_jaxprs(eqn) for e in _walk_eqns(sub)):
+            return None
+    return found
+
+
+def outside_kernels(closed):
+    """The traced program with its Pallas kernels cut out, for XLA to cost the work that remains.
+
+    Returns (fn, kernel_output_structs): fn takes the program's (non-static) arguments followed by every
+    kernel's outputs, and returns every computed value that fed a kernel plus the program's computed
+    outputs, so XLA keeps (and costs) the work around the kernels but nothing inside them. Values that are
+    only passed through (an argument, a kernel output) are not returned: returning them would add copies
+    that the real program does not make. None when a kernel sits inside a loop or a branch, or when no
+    kernel is found.
+    """
+    import jax
+
+    kernels = _kernels_in_place(closed.jaxpr)
+    if not kernels:
+        return None
+    structs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for eqn in kernels for v in eqn.outvars]
+    num_args = len(closed.jaxpr.invars)
+
+    def remaining(*values):
+        passed_through = {id(v) for v in values}  # arguments and kernel outputs
+        kernel_outputs = iter(values[num_args:])
+        kept = []
+
+        def cut_out(eqn, inputs):
+            for x in inputs:
+                if hasattr(x, "shape") and id(x) not in passed_through:
+                    kept.append(x)
+                    passed_through.add(id(x))  # returned once, however many kernels read it
+            return [next(kernel_outputs) for _ in eqn.outvars]
+
+        env = dict(zip(closed.jaxpr.constvars, closed.consts)) | dict(zip(closed.jaxpr.invars, values[:num_args]))
+        _run_eqns(closed.jaxpr.eqns, env, on_kernel=cut_out)
+        results = [_read(env, v) for v in closed.jaxpr.outvars]
+        return kept + [r for r in results if hasattr(r, "shape") and id(r) not in passed_through]
+
+    return remaining, structs

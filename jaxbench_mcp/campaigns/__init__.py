@@ -1,0 +1,1 @@
+"""Campaigns: evaluations of agents or solutions, their reports, provenance and eval frameworks."""

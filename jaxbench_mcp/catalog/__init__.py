@@ -1,0 +1,1 @@
+"""The catalog: workloads and their formats, targets, docs, context conditions, expert references."""

@@ -1,0 +1,1 @@
+"""Checking a candidate: seeds, truth, the sandboxed job, the verdict and its diagnosis."""

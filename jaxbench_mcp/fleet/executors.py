@@ -1,0 +1,88 @@
+"""Where checks and profiles run. JaxBench (the single writer of the attempts store) hands every job to an
+executor and records what comes back; an executor never touches the store.
+
+  LocalExecutor  this host: its checker (sandboxed warm workers, device slots) and profiler.
+  RayExecutor    a fleet of hosts on Ray, one actor per host (jaxbench_mcp.fleet.ray_executor; optional extra).
+
+Both answer the same calls: check -> (Verdict, log text), profile -> Profile, and describe themselves
+(tier, default target, isolation, queue, and fleet() -> models.FleetInfo, or None for a single host). A
+verdict or profile from a fleet names its host in `host`; a local one leaves it unset. Both raise
+checking.Cancelled when `cancel` is set, and an agent's mistake (an unknown target...) as its own exception;
+anything else they raise is the server's failure, which JaxBench turns into a server_error verdict.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from jaxbench_mcp.checking.checker import DEFAULT_SEEDS, Checker
+from jaxbench_mcp.models import Profile, QueueInfo, Verdict
+from jaxbench_mcp.perf import profiling
+
+
+class LocalExecutor:
+    """Checks and profiles on this host."""
+
+    def __init__(self, checker: Checker | None = None, cache=None):
+        self.checker = checker or Checker()
+        self.profiler = profiling.Profiler(self.checker, cache=cache)
+
+    @property
+    def tier(self):
+        return self.checker.tier
+
+    @property
+    def default_target(self) -> str | None:
+        return self.checker.default_target
+
+    @property
+    def isolation(self):
+        return self.checker.isolation
+
+    def default_targets(self) -> list[str]:
+        return self.checker.default_targets()
+
+    def queue(self) -> QueueInfo:
+        q = self.checker.queue
+        return QueueInfo(slots=q.slots, running=q.running, waiting=q.waiting)
+
+    def fleet(self) -> None:
+        """No fleet: a single host."""
+        return None
+
+    def start(self) -> None:
+        self.checker.start()
+
+    def close(self) -> None:
+        self.checker.close()
+
+    def check(
+        self,
+        workload_id: str,
+        source: str,
+        targets_: list[str] | None = None,
+        size: str | None = None,
+        seeds: int = DEFAULT_SEEDS,
+        require_pallas: bool = True,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> tuple[Verdict, str]:
+        verdict, outcome = self.checker.check(
+            workload_id, source, targets_, size, seeds, require_pallas, on_progress, cancel
+        )
+        if outcome is None:  # no worker could start: the verdict says so
+            return verdict, verdict.message
+        outcome.cleanup()
+        return verdict, outcome.log_text()
+
+    def profile(
+        self,
+        workload_id: str,
+        source: str,
+        targets_: list[str],
+        verdict: Verdict,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Profile:
+        return self.profiler.profile(workload_id, source, targets_, verdict, on_progress=on_progress, cancel=cancel)

@@ -1,0 +1,1 @@
+"""Performance: the cost model, static estimates, profiling, tuning and timed runs."""

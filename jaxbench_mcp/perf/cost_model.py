@@ -1,0 +1,391 @@
+"""The static cost model: pure functions from counts (bundles, grid steps, bytes) to seconds, per TPU generation.
+
+  compute  = the bundles a run executes x seconds per bundle, never less than its matmuls take at the MXUs.
+             From the loop structure of libtpu's final schedule: the code outside the grid loop runs once; per
+             grid step, the straight-line body runs `body_ratio` of its code (pl.when skips) and the in-kernel
+             loops run `loop_ratio` times their code (trips; kernel_replay). Seconds per bundle is calibrated per
+             generation so that a large, ideal bf16 matmul tile runs at the chip's peak (from
+             pltpu.get_tpu_info_for_chip). A megacore device's cores share its parallel work (parallel_split).
+  memory   = the HBM bytes its BlockSpecs and DMAs move (a block is re-fetched whenever its block index
+             changes between consecutive grid steps) / HBM bandwidth
+  overhead = grid steps x the pipeline's fixed cost per step
+  estimate = max(compute, memory) + the part of min(compute, memory) the pipeline cannot overlap (at
+             least one step's worth: the first fetch and the last write-back) + overhead; the largest
+             term names the bottleneck.
+Per generation, `CALIBRATION` scales these terms (fit on tokamax's real TPU timings by
+benchmarks/estimate_fidelity.py --fit; the raw model is the identity). The XLA baseline is XLA's own cost
+analysis: its optimal_seconds, at least max(FLOPs / peak, bytes accessed / bandwidth) of its own counts; the
+XLA work around a candidate's kernels is costed per instruction of the compiled program (internals.hlo).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from jaxbench_mcp.catalog import targets
+
+# Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
+MODEL_VERSION = 4
+# A widely quoted figure for the fixed cost of one Pallas TPU grid step (DMA issue/wait, bookkeeping).
+STEP_OVERHEAD_S = 0.35e-6
+# Where to read about each bottleneck (context_docs/ refs).
+BOTTLENECK_DOCS = {
+    "grid-step-overhead-bound": "performance#block-size-vmem",
+    "memory-bound": "performance#roofline",
+    "MXU-bound": "performance#mxu-shapes",
+}
+# The calibration tile: one grid step of a (T, T) x (T, T) bf16 matmul with a float32 result.
+CALIBRATION_TILE = 1024
+
+
+def calibration_kernel():
+    """A function and its abstract args: one grid step of an ideal bf16 MXU matmul tile."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    t = CALIBRATION_TILE
+
+    def body(a_ref, b_ref, o_ref):
+        o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+    def matmul(a, b):
+        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((t, t), jnp.float32))(a, b)
+
+    args = [jax.ShapeDtypeStruct((t, t), jnp.bfloat16)] * 2
+    return matmul, args
+
+
+def seconds_per_bundle(generation: str, calibration_bundles: int) -> float:
+    ideal = 2 * CALIBRATION_TILE**3 / targets.chip_facts(generation).peak_bf16_flops
+    return ideal / calibration_bundles
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per-generation corrections to the raw model, fit on measured kernels (identity = raw model)."""
+
+    compute_scale: float = 1.0  # measured seconds per modelled second of bundle issue
+    hbm_efficiency: float = 1.0  # the share of peak HBM bandwidth a kernel's DMAs reach
+    mxu_efficiency: float = 1.0  # the share of the MXUs' peak a kernel's matmuls reach (at most 1: the peak)
+    overlap_loss: float = 0.0  # the share of min(compute, memory) that is not hidden under the other
+    step_overhead_s: float = STEP_OVERHEAD_S
+    xla_op_overhead_s: float = 0.0  # fixed cost per XLA op around the kernels (launch, pipeline fill)
+    fitted_on: str = "raw model"
+
+
+RAW = Calibration()
+# Chosen by `benchmarks/estimate_fidelity.py --per-op 12 --fit` on the fit half of tokamax's measured configs
+# (the objective: the share within 1.5x, each op weighing alike), kept only where that half holds at least 10
+# configs (v5e's 6 are too few: it keeps the raw model). compute_scale scales the bundles' issue rate only:
+# below 1, code that does not wait on the MXUs issues faster than the calibration matmul's bundles, which do.
+# mxu_efficiency is the share of the MXUs' peak real matmul loops reach (the floor of compute). With those two,
+# neither fit wants an overlap correction: the pipeline's own overlap stands (overlap_loss 0). Generations
+# without usable measurements (v4; v6e, whose tokamax data is held out for acceptance) keep the raw model.
+CALIBRATION: dict[str, Calibration] = {
+    "7x": Calibration(
+        compute_scale=0.7,
+        hbm_efficiency=0.7,
+        mxu_efficiency=0.7,
+        overlap_loss=0.0,
+        fitted_on="calibrated on 30 tokamax 7x configs",
+    ),
+    "v5p": Calibration(
+        compute_scale=0.8,
+        hbm_efficiency=1.0,
+        mxu_efficiency=0.9,
+        overlap_loss=0.0,
+        fitted_on="calibrated on 24 tokamax v5p configs",
+    ),
+}
+
+
+def calibration_for(generation: str) -> Calibration:
+    return CALIBRATION.get(generation, RAW)
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    exposed_s: float = 0.0  # the part of min(compute, memory) the pipeline does not hide
+
+    @property
+    def estimate_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.exposed_s + self.overhead_s
+
+
+def kernel_cost(
+    bundles: int, steps: int, hbm_bytes: float, generation: str, spb: float, run_ratio: float = 1.0
+) -> KernelCost:
+    """The raw model on flat counts: every bundle runs `run_ratio` times per step, memory and compute overlap."""
+    return KernelCost(
+        compute_s=bundles * steps * run_ratio * spb,
+        memory_s=hbm_bytes / targets.chip_facts(generation).hbm_bytes_per_second,
+        overhead_s=steps * STEP_OVERHEAD_S,
+    )
+
+
+def parallel_split(parallel_steps: int, generation: str) -> float:
+    """How many cores' worth of speed a kernel with `parallel_steps` grid steps along "parallel" dimensions gets on
+    one device: a megacore device (targets.cores_per_device) deals them out evenly, so the busiest core runs
+    ceil(steps / cores) of them (3 steps on 2 cores: 2 on one, a 1.5x speedup, not 2x)."""
+    cores = targets.cores_per_device(generation)
+    if parallel_steps < 2 or cores < 2:
+        return 1.0
+    return parallel_steps / math.ceil(parallel_steps / cores)
+
+
+def executed_bundles(
+    depth_bundles,
+    bundles: int,
+    steps: int,
+    has_grid_loop: bool,
+    body_ratio: float,
+    loop_ratio: float,
+    flat_ratio: float,
+    in_kernel_loops: int,
+) -> float:
+    """Bundles a whole run executes, from the schedule's bundles per loop depth.
+
+    With a grid loop (a gridded kernel of more than one step), depth 0 is the code around the grid (once),
+    depth 1 the step's straight-line body, deeper the body's own loops; without one, depth 0 is the body. Only
+    loop bodies repeat: the body's own loops run `loop_ratio` times their code per step, the straight-line
+    body `body_ratio` of its code. When the trace has in-kernel loops but the schedule none, the compiler
+    unrolled them (every trip is in the schedule): the whole body runs `flat_ratio` of its code.
+    """
+    depths = list(depth_bundles) or [bundles]
+    if has_grid_loop and len(depths) > 1:
+        once, body, inner = depths[0], depths[1], sum(depths[2:])
+    else:
+        once, body, inner = 0, depths[0], sum(depths[1:])
+    if inner and in_kernel_loops:
+        per_step = body * body_ratio + inner * loop_ratio
+    elif in_kernel_loops:
+        per_step = (body + inner) * flat_ratio
+    else:
+        per_step = (body + inner) * body_ratio
+    return once + steps * per_step
+
+
+MXU_PUSH_FLOPS = 2 * 8 * 128 * 128
+
+
+def pipelined_cost(
+    executed: float,
+    steps: int,
+    hbm_bytes: float,
+    generation: str,
+    spb: float,
+    calibration: Calibration = RAW,
+    pipeline_stages: float | None = None,
+    cores: float = 1.0,
+    mxu_pushes: float = 0.0,
+) -> KernelCost:
+    """Seconds from executed bundles and moved bytes (chip facts are per TensorCore). The bundles issue at the
+    calibrated rate; the matmuls take at least their time at the share of the MXUs' peak kernels reach, which no
+    issue rate shortens (the bundle count can undercount them: a loop body whose branches hold differently sized
+    matmuls; and the rate per bundle is taken from a matmul whose bundles wait on the MXUs, so code that does not
+    wait issues faster). A
+    pipeline of n stages hides all but about 1/n of the smaller of compute and memory (the first fetch, the last
+    write-back); the calibration may say it hides less. `cores`: the cores' worth of speed the work gets (a
+    megacore device's parallel grid, a TensorCore mesh; parallel_split)."""
+    chip = targets.chip_facts(generation)
+    compute = (
+        max(
+            executed * spb * calibration.compute_scale,
+            mxu_pushes * MXU_PUSH_FLOPS / (chip.peak_bf16_flops * calibration.mxu_efficiency),
+        )
+        / cores
+    )
+    memory = hbm_bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency * cores)
+    stages = max(1.0, pipeline_stages if pipeline_stages is not None else float(steps))
+    exposed = min(compute, memory) * max(1.0 / stages, calibration.overlap_loss)
+    return KernelCost(
+        compute_s=compute, memory_s=memory, overhead_s=steps * calibration.step_overhead_s / cores, exposed_s=exposed
+    )
+
+
+# Every TPU TensorCore so far has 4 MXUs: its clock follows from the MXU peak (v5e: 4 x 128 x 128 MACs x 2 x 1.5 GHz =
+# 197 TFLOP/s); its vector units issue 4 ALU operations a cycle on 8 x 128 elements each.
+MXUS_PER_CORE = 4
+VALU_SLOTS = 4
+VREG_ELEMENTS = targets.VREG_ELEMENTS
+
+
+def vector_ops_per_second(generation: str) -> float:
+    """Element operations per second the vector units of one TensorCore do (elementwise arithmetic, reductions)."""
+    chip = targets.chip_facts(generation)
+    clock = chip.peak_bf16_flops / (2 * MXUS_PER_CORE * chip.mxu_size**2)
+    return clock * VALU_SLOTS * VREG_ELEMENTS
+
+
+def outside_seconds(ops, generation: str, calibration: Calibration = RAW) -> list[float]:
+    """Seconds of each XLA op around the kernels (all its runs): the largest of its matmuls at the MXUs' peak, its
+    other arithmetic at the vector units' rate and its HBM bytes at the bandwidth, plus a fixed cost per run."""
+    chip = targets.chip_facts(generation)
+    vector_rate = vector_ops_per_second(generation)
+    return [
+        op.count
+        * (
+            max(
+                op.flops / chip.peak_bf16_flops,
+                getattr(op, "vector_ops", 0.0) / vector_rate,
+                op.bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency),
+            )
+            + calibration.xla_op_overhead_s
+        )
+        for op in ops
+    ]
+
+
+# What to change for each bottleneck (one or two concrete moves) and where to read about it.
+BOTTLENECK_ADVICE = {
+    "grid-step-overhead-bound": (
+        "fewer, larger grid steps: grow the block sizes (as far as VMEM allows) so that each step does more work",
+        "performance#block-size-vmem",
+    ),
+    "memory-bound": (
+        "move fewer HBM bytes: larger blocks along the axes that re-fetch an operand (its index map "
+        "changes between consecutive steps), or fuse the work around the kernel into it",
+        "performance#roofline",
+    ),
+    "MXU-bound": (
+        "already limited by the matmul units: keep matmul tiles multiples of the MXU size and in bf16; "
+        "skip work that is masked out (pl.when on the block index)",
+        "performance#mxu-shapes",
+    ),
+    "vector-unit-bound": (
+        "the vector units limit it: move elementwise work off the per-step path (hoist it out of "
+        "the innermost loop, do it once per output block), use bf16 where precision allows",
+        "performance#reading-profile",
+    ),
+}
+
+
+def bottleneck(cost: KernelCost, slot_use: dict[str, float]) -> str:
+    if cost.overhead_s >= max(cost.compute_s, cost.memory_s):
+        return "grid-step-overhead-bound"
+    if cost.memory_s >= cost.compute_s:
+        return "memory-bound"
+    vector = max((slot_use.get(k, 0.0) for k in ("VALU", "XLU", "EUP", "VLOAD", "VSTORE")), default=0.0)
+    return "MXU-bound" if slot_use.get("MXU", 0.0) >= vector else "vector-unit-bound"
+
+
+def workload_roofline_us(w, generation: str) -> float:
+    """The roofline bound of a workload at full size: its FLOPs and the bytes of its inputs and outputs."""
+    return targets.roofline_seconds(w.flops("full"), w.io_bytes("full"), generation)[0] * 1e6
+
+
+def workload_memory_bound_us(w, generation: str) -> float:
+    """The least time any correct program of a workload takes at full size: reading its inputs (but those it declares
+    sparse: a paged cache is read only where its block table points) and writing its outputs, once each, at the
+    device's HBM bandwidth. A kernel may do fewer FLOPs than the workload's nominal count (an algebraic fold), so
+    this bound, not the FLOP roofline, is the one no estimate or measurement can beat."""
+    return targets.roofline_seconds(0.0, workload_must_move_bytes(w), generation)[0] * 1e6
+
+
+def workload_must_move_bytes(w) -> int:
+    """Bytes a workload must read and write at full size: its dense inputs and its outputs."""
+    dense = sum(a.tensor.nbytes for a in w.input_specs("full") if a.tensor and a.name not in w.sparse_inputs)
+    return dense + sum(t.nbytes for t in w.output_specs("full"))
+
+
+# The share of the MXUs' peak XLA's own matmuls reach. XLA's cost analysis prices a large GEMM at the roofline
+# (optimal_seconds sits on it), which no real run reaches. Fit on the one public measurement of an XLA baseline
+# we have: JAXBench's README times 8p_GEMM (8192x8192 @ 8192x28672 bf16) with XLA on a v6e at 5.32 ms, where
+# the roofline is 4.18 ms: 4.18 / 5.32 = 0.79 (its Pallas tutorial matmul: 5.41 ms). That measurement is on v6e,
+# the generation whose tokamax data is held out from the kernel calibration; it is a different source (JAXBench's
+# own timing of XLA, not tokamax's of its kernels), and nothing of tokamax's v6e data is used. No public XLA
+# timing exists here for the other generations: the same share is applied to them, an assumption, not a fit.
+# benchmarks/xla_baseline_calibration.py prints the estimate beside the measurement.
+XLA_MXU_EFFICIENCY = 0.79
+
+
+# The share of the roofline tuned TPU kernels reach: what a profile says to aim for when the XLA baseline's
+# figure is implausible. The median over 10 (op, generation) groups of tokamax's kept configs' roofline / measured
+# time (7x, v5p, v5e; v6e held out), printed by benchmarks/xla_baseline_calibration.py.
+AIM_ROOFLINE_SHARE = 0.44
+
+
+def xla_baseline_s(reference: dict, generation: str) -> float:
+    """XLA's own estimate of the baseline: its cost model's optimal_seconds, but never below the roofline of
+    XLA's own FLOP and byte counts with the FLOPs at the share of the MXUs' peak XLA's matmuls reach
+    (XLA_MXU_EFFICIENCY; optimal_seconds is negative or missing for some programs)."""
+    bound = targets.roofline_seconds(reference["xla_flops"] / XLA_MXU_EFFICIENCY, reference["xla_bytes"], generation)[0]
+    return max(reference.get("xla_optimal_seconds") or 0.0, bound)
+
+
+# ---- VMEM -------------------------------------------------------------------------------------------------
+
+LANES = targets.LANES
+
+
+def _sublane_tile(itemsize: int, rows: int | None = None) -> int:
+    """Rows of the VMEM tile Mosaic gives a buffer (its memref tiling): the large tile, 8 rows of 32-bit words (16
+    for 16-bit values, 32 for 8-bit: packed), when the buffer has at least that many rows; else the next power of
+    two of its rows, up to 8 (an (8, 128) bf16 buffer is not padded to 16 rows: the compiler agrees, see
+    benchmarks/vmem_fidelity.py)."""
+    large = 8 * max(1, 4 // max(1, itemsize))
+    if rows is None or rows >= large:
+        return large
+    tile = 1
+    while tile < min(rows, 8):
+        tile *= 2
+    return tile
+
+
+def padded_block_bytes(block_shape, dtype: str) -> int:
+    """VMEM bytes of one buffer of a block as Mosaic lays it out: squeezed (None) dimensions dropped, the last
+    dimension padded to 128 lanes and the one before it to the sublane tile of its dtype and row count (a (..., 1)
+    block takes a whole 128-lane row per element)."""
+    import numpy as np
+
+    itemsize = np.dtype(dtype).itemsize
+    dims = [int(d) for d in block_shape if d is not None]
+    if not dims:
+        dims = [1]
+    if len(dims) == 1:
+        dims = [1, *dims]
+    *lead, rows, cols = dims
+    tile = _sublane_tile(itemsize, rows)
+    rows = -(-rows // tile) * tile
+    cols = -(-cols // LANES) * LANES
+    return int(np.prod(lead, dtype=np.int64)) * rows * cols * itemsize
+
+
+def vmem_bytes(kernel, buffers: int = 2) -> int:
+    """VMEM a Pallas kernel needs, from its description (protocol.KernelInfo) alone, before any compile: every
+    pipelined block (not in HBM) `buffers` times (the pipeline double-buffers inputs and outputs) at its padded
+    size, plus its VMEM scratch at its padded size (SMEM scratch and semaphores live elsewhere), plus the large
+    intermediate values of its body (kernel_analysis.body_values_bytes). A description without scratch shapes
+    counts its scratch_bytes unpadded."""
+    scratch = getattr(kernel, "scratch", None)
+    if scratch:
+        total = sum(padded_block_bytes(b.shape, b.dtype) for b in scratch if b.memory_space in ("vmem", ""))
+    else:
+        total = int(kernel.scratch_bytes)
+    total += int(getattr(kernel, "body_values_bytes", 0) or 0)
+    for block in kernel.blocks:
+        if block.in_hbm:
+            continue
+        shape = block.block_shape if block.block_shape else block.array_shape
+        total += buffers * padded_block_bytes(shape, block.dtype)
+    return total
+
+
+def vmem_overflow(kernels, generation: str, margin: float = 1.0) -> str | None:
+    """A sentence when some kernel cannot fit `generation`'s VMEM whatever limit it asks the compiler for (its
+    blocks and scratch exceed `margin` times the chip's physical VMEM): the check can refuse it as vmem_overflow
+    in seconds, without the compile (minutes) that would fail. None when every kernel may fit."""
+    capacity = targets.chip_facts(generation).vmem_bytes
+    for k in kernels:
+        need = vmem_bytes(k)
+        if need > margin * capacity:
+            return (
+                f"kernel {k.name} needs ~{need / 2**20:,.1f} MiB of VMEM (its blocks double-buffered at their padded "
+                f"sizes, plus scratch), more than {generation}'s {capacity / 2**20:,.0f} MiB: use smaller blocks"
+            )
+    return None

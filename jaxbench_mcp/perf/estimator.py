@@ -1,0 +1,690 @@
+"""A static estimate of any traceable function that holds Pallas TPU kernels: `jaxbench_mcp.estimate`.
+
+    import jax, jax.numpy as jnp, jaxbench_mcp
+    est = jaxbench_mcp.estimate(my_matmul, jax.ShapeDtypeStruct((8192, 8192), jnp.bfloat16),
+                                jax.ShapeDtypeStruct((8192, 8192), jnp.bfloat16), target="v6e")
+    print(est.total_us, est.bottleneck, est.summary())
+
+Arguments are abstract (ShapeDtypeStruct) or concrete; a small concrete argument (group sizes, a block table:
+up to kernel_replay.SMALL_ELEMENTS elements) is used to follow what depends on it (a grid dimension known only
+at run time, scalar-prefetch index maps, loop bounds, predicates). Everything else about the estimate is in
+cost_model (the arithmetic), kernel_analysis and kernel_replay (what the trace says a kernel does when it runs),
+internals.libtpu (the compiled schedule) and internals.hlo (XLA's work around the kernels).
+
+Where the work runs:
+  * `analyse` is the traced and compiled part. profile_kernel and `estimate_file` (the CLI: untrusted files)
+    run it inside the sandboxed worker (jaxbench_mcp.sandbox.worker), which reports it through protocol events.
+  * `estimate(fn, ...)` runs it in this process: the function object is the caller's own code, already
+    running here, so a sandbox would protect nothing. libtpu reads its dump flag once, when it loads: the
+    first call sets it (before anything in this process compiles for a TPU); if libtpu was already loaded
+    without it, the call raises EstimateUnavailable and says to use estimate_file instead.
+  * `assemble` turns what `analyse` found into seconds (cost_model), in the trusted parent, for both paths.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from jaxbench_mcp.catalog import targets
+from jaxbench_mcp.errors import BadRequest
+from jaxbench_mcp.models import KernelEstimate, OptionalReal, Real
+from jaxbench_mcp.perf import cost_model
+from jaxbench_mcp.sandbox import protocol
+
+# At most this many XLA ops are itemised in an estimate (the rest are summed into the total).
+MAX_OUTSIDE_OPS = 200
+
+
+class EstimateUnavailable(RuntimeError):
+    """The estimate cannot be made here (the message says why and what to do instead)."""
+
+
+class OutsideOpTerm(BaseModel):
+    name: str = Field(description="The instruction's name in XLA's optimised program")
+    opcode: str
+    us: Real = Field(description="Its share of the estimate: its own roofline from FLOPs and HBM bytes, all its runs")
+    flops: Real
+    bytes: Real = Field(description="HBM bytes of its operands and result (VMEM-resident buffers excluded), per run")
+    count: int = Field(1, description="How often it runs (a while loop's known trip count)")
+
+
+class Estimate(BaseModel):
+    """A labelled static estimate for one TPU generation (not a measurement)."""
+
+    target: str
+    total_us: Real = Field(description="Kernels plus the XLA work around them")
+    kernels: list[KernelEstimate] = Field(default_factory=list)
+    outside_us: OptionalReal = Field(
+        None, description="XLA's work outside the Pallas kernels; None when it could not be costed"
+    )
+    outside_ops: list[OutsideOpTerm] = Field(default_factory=list, description="That work per XLA op, largest first")
+    bottleneck: str | None = None
+    advice: list[str] = Field(
+        default_factory=list, description="What to change for the bottleneck, with the doc section"
+    )
+    flags: list[str] = Field(default_factory=list)
+    calibration: str = Field("raw model", description="Which per-generation calibration scaled the terms")
+
+    def summary(self) -> str:
+        lines = [
+            f"{self.target}: ~{self.total_us:,.1f} us (static estimate; {self.calibration})"
+            + (f"; bottleneck: {self.bottleneck}" if self.bottleneck else "")
+        ]
+        for k in self.kernels:
+            lines.append(
+                f"  kernel {k.name}: "
+                + (f"{k.runs} runs x " if k.runs != 1 else "")
+                + f"{k.grid_steps} steps x {k.bundles_per_step} bundles"
+                + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
+                + f"; compute {k.compute_us:,.1f} us, HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB), "
+                f"not overlapped {k.exposed_us:,.1f} us, step overhead {k.overhead_us:,.1f} us -> {k.bottleneck}"
+            )
+        if self.outside_us is not None:
+            lines.append(
+                f"  XLA work outside the kernels: ~{self.outside_us:,.1f} us"
+                + (
+                    " ("
+                    + ", ".join(f"{o.opcode} {o.name} {o.us:,.1f} us" for o in self.outside_ops[:5])
+                    + (f", +{len(self.outside_ops) - 5} more" if len(self.outside_ops) > 5 else "")
+                    + ")"
+                    if self.outside_ops
+                    else ""
+                )
+            )
+        lines += [f"  do: {a}" for a in self.advice]
+        lines += [f"  flag: {f}" for f in self.flags]
+        return "\n".join(lines)
+
+
+# ---- the traced and compiled part (sandboxed worker, or in process for trusted callables) -----------------
+
+
+def analyse(
+    fn: Callable,
+    args: Sequence,
+    static_argnums: Sequence[int],
+    generations: list[str],
+    dump_root: Path,
+    on_trace: Callable[[protocol.ProfileTrace | None, str | None], None],
+    on_compile: Callable[[str, protocol.ProfileCompile | None, str | None, float], None],
+    write_module: Callable[[str, str], str] | None = None,
+) -> None:
+    """Trace `fn(*args)`, follow its kernels (kernel_analysis, kernel_replay), then compile it for each generation
+    with libtpu's schedule dumps and read the schedules and XLA's work around the kernels.
+
+    Reports through callbacks: on_trace(trace, None) or on_trace(None, error text); per generation
+    on_compile(generation, compiled, None, seconds) or on_compile(generation, None, error text, seconds).
+    `write_module(generation, lowered text) -> file name` keeps the lowered module (the profile checks that it
+    is the program the check judged)."""
+    import traceback
+
+    try:
+        trace = trace_kernels(fn, args, static_argnums, generations[0])
+    except Exception as exc:  # noqa: BLE001 -- reported, not raised: the caller decides
+        on_trace(None, "".join(traceback.format_exception(exc)))
+        return
+    on_trace(trace, None)
+    for generation in generations:
+        t0 = time.perf_counter()
+        try:
+            compiled = compile_kernels(fn, args, static_argnums, generation, dump_root, write_module)
+        except Exception as exc:  # noqa: BLE001
+            on_compile(generation, None, "".join(traceback.format_exception(exc)), time.perf_counter() - t0)
+            continue
+        on_compile(generation, compiled, None, time.perf_counter() - t0)
+
+
+def trace_kernels(
+    fn: Callable, args: Sequence, static_argnums: Sequence[int], generation: str
+) -> protocol.ProfileTrace:
+    """What the trace says each kernel does when it runs: grid steps, HBM traffic, run ratios (raises on failure)."""
+    import jax
+
+    from jaxbench_mcp.analysis import kernels as kernel_analysis, replay as kernel_replay
+
+    static = tuple(static_argnums)
+    dynamic_args = [a for i, a in enumerate(args) if i not in static]
+    abstract = [a if i in static else _abstract(a) for i, a in enumerate(args)]
+    with targets.chip_context(generation, targets.cores_per_device(generation)):  # as compile_kernels lowers it
+        closed = jax.make_jaxpr(fn, static_argnums=static)(*abstract)
+    known = kernel_replay.known_kernel_operands(closed, dynamic_args)
+    traffic = kernel_analysis.kernel_traffic(closed.jaxpr, known)
+    return protocol.ProfileTrace(traffic=[protocol.KernelTraffic(**t) for t in traffic])
+
+
+def compile_kernels(
+    fn: Callable,
+    args: Sequence,
+    static_argnums: Sequence[int],
+    generation: str,
+    dump_root: Path,
+    write_module: Callable[[str, str], str] | None = None,
+) -> protocol.ProfileCompile:
+    """Compile for `generation` with schedule dumps: the kernels' schedules and the XLA work around them (raises
+    on a failed compile)."""
+    from jaxbench_mcp.internals import hlo, libtpu
+
+    static = tuple(static_argnums)
+    abstract = [a if i in static else _abstract(a) for i, a in enumerate(args)]
+    import hashlib
+
+    try:
+        lowered = targets.lower_for_tpu(fn, abstract, static, generation)
+        text = lowered.as_text()
+        module_file = write_module(generation, text) if write_module else f"lowered_{generation}.mlir"
+        key = (generation, hashlib.sha256(text.encode()).hexdigest())
+        if key in _COMPILED:
+            # jax compiles the same module once per process; a second compile comes from its cache and leaves no
+            # schedule dump, so the schedules read the first time are the answer.
+            return _COMPILED[key].model_copy(update={"module_file": module_file})
+        compiled = lowered.compile()
+    except Exception:
+        libtpu.collect_dump(dump_root, f"failed-{generation}")
+        raise
+    schedules = libtpu.parse_dump(libtpu.collect_dump(dump_root, generation))
+    try:
+        ops, complete = hlo.outside_ops(compiled.as_text())
+        ops = sorted(ops, key=lambda o: -o.count * max(o.flops, o.bytes))
+        outside = protocol.OutsideCost(
+            xla_flops=sum(o.flops * o.count for o in ops),
+            xla_bytes=sum(o.bytes * o.count for o in ops),
+            xla_optimal_seconds=None,
+            complete=complete and len(ops) <= MAX_OUTSIDE_OPS,
+            ops=[
+                protocol.OutsideOp(
+                    name=o.name[:200],
+                    opcode=o.opcode[:60],
+                    flops=o.flops,
+                    bytes=o.bytes,
+                    count=o.count,
+                    vector_ops=o.vector_ops,
+                )
+                for o in ops[:MAX_OUTSIDE_OPS]
+            ],
+        )
+    except Exception:  # noqa: BLE001 -- the kernels' estimate stands; the work around them is not estimated
+        outside = None
+    result = protocol.ProfileCompile(
+        schedules=[
+            protocol.Schedule(
+                name=k.name,
+                bundles=k.bundles,
+                slot_use=k.slot_use,
+                depth_bundles=list(k.depth_bundles),
+                kernel=k.kernel,
+            )
+            for k in schedules
+        ],
+        outside=outside,
+        module_file=module_file,
+    )
+    if schedules:
+        if len(_COMPILED) > 64:
+            _COMPILED.clear()
+        _COMPILED[key] = result
+    return result
+
+
+# (generation, sha256 of the lowered module) -> what its compile found, for this process's later compiles of it.
+_COMPILED: dict[tuple[str, str], protocol.ProfileCompile] = {}
+
+
+def _abstract(a):
+    import jax
+
+    return a if isinstance(a, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(a.shape, a.dtype)
+
+
+def _is_control(spec) -> bool:
+    """An input whose values steer a kernel (lengths, page tables, group sizes): integer or bool, and small."""
+    import numpy as np
+
+    from jaxbench_mcp.analysis import replay as kernel_replay
+
+    if spec.tensor is None:
+        return False
+    dtype = np.dtype(spec.tensor.dtype)
+    small = int(np.prod(spec.tensor.shape, dtype=np.int64)) <= kernel_replay.SMALL_ELEMENTS
+    return small and (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.bool_))
+
+
+def workload_args(w, size: str = "full", seed: int = 42) -> list:
+    """The arguments a workload's estimate is traced on: its small integer inputs (lengths, page tables, group
+    sizes, offsets: fixed by the workload's scenario) as concrete numpy arrays, so that the kernels' grids,
+    predicates, loop trips and DMAs follow them; every other array abstract; static values as they are.
+
+    Only the integer inputs are generated: the program that makes them drops the float data (XLA removes what
+    no output needs), so this costs little even at full size. The compile stays abstract (compile_kernels),
+    so the lowered program is the one a check judges."""
+    import jax
+    import numpy as np
+
+    from jaxbench_mcp.catalog import workloads
+
+    specs = w.input_specs(size)
+    args = workloads.abstract_inputs(w, size)
+    wanted = [i for i, s in enumerate(specs) if _is_control(s)]
+    if not wanted:
+        return args
+    dynamic = [i for i in range(len(specs)) if i not in w.static_argnums]
+    params = w.size_params(size)
+
+    def control(key):
+        produced = w.module.create_inputs(seed=key, **params)
+        return [produced[i] for i in wanted]
+
+    with jax.default_device(jax.devices("cpu")[0]):
+        values = jax.jit(control)(jax.numpy.uint32(seed))
+    for i, value in zip(wanted, values):
+        if i in dynamic:
+            args[i] = np.asarray(value)
+    return args
+
+
+def calibration_bundles(generation: str, dump_root: Path) -> int | None:
+    """Bundles of the calibration kernel (cost_model.calibration_kernel) in `generation`'s schedule."""
+    from jaxbench_mcp.internals import libtpu
+
+    fn, args = cost_model.calibration_kernel()
+    targets.deviceless_compile(fn, args, generation)
+    found = libtpu.parse_dump(libtpu.collect_dump(dump_root, f"calibration-{generation}"))
+    return found[0].bundles if found else None
+
+
+# ---- seconds, in the trusted parent -----------------------------------------------------------------------
+
+
+def assemble(
+    trace: protocol.ProfileTrace,
+    compiled: protocol.ProfileCompile,
+    generation: str,
+    spb: float,
+    calibration: cost_model.Calibration | None = None,
+) -> Estimate | str:
+    """The estimate for one generation from what `analyse` reported; a string saying why there is none."""
+    calibration = calibration or cost_model.calibration_for(generation)
+    traffic, schedules = trace.traffic, compiled.schedules
+    if not schedules:
+        return "no Pallas kernel schedule found in the compile dump"
+    pairs = pair_kernels(schedules, traffic)
+    if isinstance(pairs, str):
+        return pairs
+    kernels = [
+        kernel_estimate(f"{k}:{flow.kernel or schedule.name}", schedule, flow, generation, spb, calibration)
+        for k, (schedule, flow) in enumerate(pairs)
+    ]
+    outside_us, ops = None, []
+    if compiled.outside is not None:
+        seconds = cost_model.outside_seconds(compiled.outside.ops, generation, calibration)
+        ops = sorted(
+            (
+                OutsideOpTerm(name=o.name, opcode=o.opcode, us=s * 1e6, flops=o.flops, bytes=o.bytes, count=o.count)
+                for o, s in zip(compiled.outside.ops, seconds)
+            ),
+            key=lambda o: -o.us,
+        )
+        outside_us = sum(seconds) * 1e6
+    total = sum(k.estimate_us for k in kernels) + (outside_us or 0.0)
+    main = max(kernels, key=lambda k: k.estimate_us)
+    estimate = Estimate(
+        target=generation,
+        total_us=total,
+        kernels=kernels,
+        outside_us=outside_us,
+        outside_ops=ops,
+        bottleneck=main.bottleneck,
+        calibration=calibration.fitted_on,
+    )
+    if main.bottleneck in cost_model.BOTTLENECK_ADVICE:
+        move, doc = cost_model.BOTTLENECK_ADVICE[main.bottleneck]
+        estimate.advice.append(f"{main.bottleneck} ({main.name}): {move} (read_docs: {doc})")
+    if outside_us is not None and outside_us > total / 2:
+        estimate.advice.append(
+            "most of the time is XLA work around the kernels (largest: "
+            + ", ".join(f"{o.opcode} {o.name}" for o in ops[:2])
+            + "): fold it into a kernel or remove it (read_docs: performance#when-xla-wins)"
+        )
+    estimate.flags = estimate_flags(estimate, compiled.outside)
+    return estimate
+
+
+def pair_kernels(
+    schedules: Sequence[protocol.Schedule], traffic: Sequence[protocol.KernelTraffic]
+) -> list[tuple[protocol.Schedule, protocol.KernelTraffic]] | str:
+    """Each traced kernel (trace order) with its schedule, or a string saying why they cannot be paired.
+
+    libtpu dumps schedules in compile order, which need not be the trace's (XLA schedules independent kernels
+    as it likes), so they pair by the kernel's name; kernels sharing a name pair in order. A lone kernel needs no
+    name."""
+    if len(schedules) != len(traffic):
+        return (
+            f"no estimate: libtpu's dump holds {len(schedules)} kernel schedule(s) for the {len(traffic)} kernel(s) "
+            "of the trace, so they cannot be paired"
+        )
+    if len(traffic) == 1:
+        return [(schedules[0], traffic[0])]
+    compiled: dict[str | None, list[protocol.Schedule]] = {}
+    for schedule in schedules:
+        compiled.setdefault(schedule.kernel, []).append(schedule)
+    traced: dict[str | None, list[protocol.KernelTraffic]] = {}
+    for flow in traffic:
+        traced.setdefault(flow.kernel, []).append(flow)
+    counts = {n: len(v) for n, v in compiled.items()}
+    if None in compiled or None in traced or counts != {n: len(v) for n, v in traced.items()}:
+
+        def names(groups):
+            return ", ".join(f"{n or '(unnamed)'} x{len(v)}" for n, v in groups.items())
+
+        return (
+            f"no estimate: the kernels libtpu compiled ({names(compiled)}) are not the kernels of the trace "
+            f"({names(traced)}), so their schedules cannot be paired with them"
+        )
+    return [(compiled[flow.kernel].pop(0), flow) for flow in traffic]
+
+
+def kernel_estimate(
+    name: str,
+    schedule: protocol.Schedule,
+    flow: protocol.KernelTraffic,
+    generation: str,
+    spb: float,
+    calibration: cost_model.Calibration,
+) -> KernelEstimate:
+    has_grid_loop = flow.steps > 1
+    executed = cost_model.executed_bundles(
+        schedule.depth_bundles,
+        schedule.bundles,
+        flow.steps,
+        has_grid_loop,
+        flow.body_ratio,
+        flow.loop_ratio,
+        flow.flat_ratio,
+        flow.in_kernel_loops,
+    )
+    # A kernel that pipelines its own DMAs inside a loop overlaps them across the loop's trips.
+    stages = flow.steps * (max(1.0, flow.loop_ratio) if flow.in_kernel_loops and flow.dma_bytes else 1.0)
+    if flow.cores > 1:
+        # A TensorCore mesh kernel: `executed` is one core's average; the busiest core's share sets the time.
+        executed *= flow.cores
+        cores = 1.0 / flow.core_share
+    else:
+        cores = cost_model.parallel_split(flow.parallel_steps, generation)
+    cost = cost_model.pipelined_cost(
+        executed, flow.steps, flow.hbm_bytes, generation, spb, calibration, stages, cores, flow.mxu_pushes
+    )
+    runs = max(0, flow.runs)  # a kernel inside a loop runs once per trip: each run costs the same
+    followed = flow.steps_exact and flow.runs_exact and flow.run_ratio_exact and flow.exact
+    floor_s = 0.0 if followed else operand_floor_s(flow, generation, calibration)
+    floored = floor_s > cost.estimate_s
+    if floored:
+        # What could not be followed is bounded by the work the operands imply, never priced below it.
+        chip = targets.chip_facts(generation)
+        cores_here = targets.cores_per_device(generation)
+        cost = cost_model.KernelCost(
+            compute_s=max(
+                cost.compute_s, flow.floor_flops / (chip.peak_bf16_flops * calibration.mxu_efficiency * cores_here)
+            ),
+            memory_s=max(
+                cost.memory_s, flow.floor_bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency * cores_here)
+            ),
+            overhead_s=cost.overhead_s,
+            exposed_s=cost.exposed_s,
+        )
+    return KernelEstimate(
+        name=name,
+        grid_steps=flow.steps,
+        bundles_per_step=schedule.bundles,
+        slot_use=schedule.slot_use,
+        hbm_bytes=flow.hbm_bytes * runs,
+        hbm_bytes_exact=flow.exact,
+        run_ratio=flow.run_ratio,
+        run_ratio_exact=flow.run_ratio_exact,
+        grid_steps_exact=flow.steps_exact and flow.runs_exact,
+        compute_us=cost.compute_s * 1e6 * runs,
+        memory_us=cost.memory_s * 1e6 * runs,
+        overhead_us=cost.overhead_s * 1e6 * runs,
+        exposed_us=cost.exposed_s * 1e6 * runs,
+        estimate_us=cost.estimate_s * 1e6 * runs,
+        bottleneck=cost_model.bottleneck(cost, schedule.slot_use),
+        runs=runs,
+        floored=floored,
+    )
+
+
+def operand_floor_s(flow: protocol.KernelTraffic, generation: str, calibration: cost_model.Calibration) -> float:
+    """One run's time bound from the work the kernel's operands imply (kernel_analysis.operand_floor), on all the
+    device's cores: the larger of its bytes at the bandwidth and its matmul at the MXUs' peak."""
+    chip = targets.chip_facts(generation)
+    cores = targets.cores_per_device(generation)
+    return max(
+        flow.floor_bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency * cores),
+        flow.floor_flops / (chip.peak_bf16_flops * calibration.mxu_efficiency * cores),
+    )
+
+
+def estimate_flags(estimate: Estimate, outside: protocol.OutsideCost | None) -> list[str]:
+    """What an estimate cannot see, said next to it."""
+    flags = []
+    kernels = estimate.kernels
+    if estimate.outside_us is None:
+        flags.append("XLA work outside the Pallas kernels is not included: the compiled program could not be read")
+    elif outside is not None and not outside.complete:
+        flags.append(
+            "XLA work outside the kernels is partly counted: a loop's trip count is unknown (its body counts once)"
+        )
+    if any(k.runs > 1 for k in kernels):
+        flags.append(
+            "a kernel runs inside a loop: its cost counts once per trip ("
+            + ", ".join(f"{k.name} x{k.runs}" for k in kernels if k.runs > 1)
+            + ")"
+        )
+    if any(not k.grid_steps_exact for k in kernels):
+        flags.append(
+            "a grid dimension is known only at run time and could not be computed from the inputs: it counts as "
+            "the number of blocks its index maps address (an upper bound), or as 1 without such a bound; or a "
+            "loop around a kernel has a trip count the inputs do not determine (the kernel counts once)"
+        )
+    if any(k.floored for k in kernels):
+        flags.append(
+            "BOUNDED, not counted: the replay could not follow "
+            + ", ".join(k.name for k in kernels if k.floored)
+            + " (a grid, trip count or predicate the inputs do not determine) and its count fell below the work its "
+            "operands imply; it is priced at that bound (every input read and every output written once, its matmul "
+            "at the MXUs' peak). Pass the integer inputs (group sizes, lengths) as concrete arrays for a real count"
+        )
+    if any(not k.hbm_bytes_exact for k in kernels):
+        flags.append("HBM traffic is approximate: an index map or DMA depends on data the inputs do not determine")
+    if any(not k.run_ratio_exact for k in kernels):
+        flags.append(
+            "compute is approximate: a pl.when/cond predicate depends on data (its heaviest branch is counted) "
+            "or a loop's trip count is unknown (its body counts once)"
+        )
+    return flags
+
+
+# ---- the public API ---------------------------------------------------------------------------------------
+
+_LOCK = threading.Lock()
+_SPB: dict[str, float] = {}
+_DUMP_ROOT: Path | None = None
+
+
+def _process_dump_root() -> Path:
+    """This process's libtpu dump folder, set before libtpu loads; EstimateUnavailable if it loaded without one."""
+    global _DUMP_ROOT
+    from jaxbench_mcp.internals import libtpu
+
+    if _DUMP_ROOT is not None:
+        return _DUMP_ROOT
+    current = libtpu.dump_dir_of(os.environ.get("LIBTPU_INIT_ARGS", ""))
+    if current is not None:
+        _DUMP_ROOT = Path(current)
+        return _DUMP_ROOT
+    if libtpu.loaded_in_process():
+        raise EstimateUnavailable(
+            "libtpu is already loaded in this process without a schedule dump folder (it reads its flags once), so "
+            "this process cannot read kernel schedules: call jaxbench_mcp.estimate before anything else compiles for "
+            "a TPU, or use jaxbench_mcp.perf.estimator.estimate_file (a worker process) instead"
+        )
+    root = Path(tempfile.mkdtemp(prefix="jaxbench-estimate-"))
+    os.environ["LIBTPU_INIT_ARGS"] = (
+        os.environ.get("LIBTPU_INIT_ARGS", "") + " " + libtpu.dump_flag(str(root))
+    ).strip()
+    _DUMP_ROOT = root
+    return root
+
+
+def seconds_per_bundle(generation: str, dump_root: Path) -> float:
+    if generation not in _SPB:
+        bundles = calibration_bundles(generation, dump_root)
+        if not bundles:
+            raise EstimateUnavailable(f"the calibration kernel left no schedule for {generation}")
+        _SPB[generation] = cost_model.seconds_per_bundle(generation, bundles)
+    return _SPB[generation]
+
+
+def estimate(
+    fn: Callable,
+    *args,
+    target: str = targets.DEFAULT_CPU_TARGET,
+    static_argnums: Sequence[int] = (),
+    calibration: cost_model.Calibration | None = None,
+) -> Estimate:
+    """A static estimate of `fn(*args)` on TPU generation `target`, from a deviceless compile in this process.
+
+    `args`: ShapeDtypeStructs, concrete arrays (small ones are followed, see the module doc) or, at
+    `static_argnums`, Python values. Raises EstimateUnavailable when no estimate can be made (the message says
+    why: the trace or the compile failed, libtpu is loaded without dumps, no Pallas kernel was found)."""
+    generation = targets.check_generation(target)
+    with _LOCK:
+        root = _process_dump_root()
+        spb = seconds_per_bundle(generation, root)
+        found: dict = {}
+
+        def on_trace(trace, error):
+            found["trace"], found["trace_error"] = trace, error
+
+        def on_compile(gen, compiled, error, _seconds):
+            found["compiled"], found["compile_error"] = compiled, error
+
+        analyse(fn, args, static_argnums, [generation], root, on_trace, on_compile)
+    if found.get("trace") is None:
+        raise EstimateUnavailable(f"tracing failed:\n{found.get('trace_error', '')[-3000:]}")
+    if found.get("compiled") is None:
+        raise EstimateUnavailable(f"compiling for {generation} failed:\n{found.get('compile_error', '')[-3000:]}")
+    result = assemble(found["trace"], found["compiled"], generation, spb, calibration)
+    if isinstance(result, str):
+        raise EstimateUnavailable(result)
+    return result
+
+
+# ---- untrusted files: the sandboxed worker ----------------------------------------------------------------
+
+
+def parse_args(spec: str) -> list:
+    """`--args` of `jaxbench-mcp estimate`: comma-separated arguments, each an abstract array `bf16[8192,8192]`, a
+    small concrete array `int32[4]=[1024,1024,1024,1024]`, or a Python literal (a static argument: 3, 0.5, True,
+    'causal', None). Returns protocol.ArrayArg / protocol.StaticInput values."""
+    import ast
+    import re
+
+    from jaxbench_mcp.internals.hlo import _split_top
+
+    aliases = {
+        "bf16": "bfloat16",
+        "f32": "float32",
+        "f16": "float16",
+        "s32": "int32",
+        "i32": "int32",
+        "s8": "int8",
+        "i8": "int8",
+        "u8": "uint8",
+        "u32": "uint32",
+        "s64": "int64",
+        "i64": "int64",
+        "pred": "bool",
+        "f64": "float64",
+    }
+    found = []
+    for item in _split_top(spec):
+        match = re.fullmatch(r"([a-z][a-z0-9_]*)\[([\d,\s]*)\](?:\s*=\s*(\[.*\]))?", item)
+        if match:
+            shape = [int(d) for d in match.group(2).replace(" ", "").split(",") if d]
+            values = ast.literal_eval(match.group(3)) if match.group(3) else None
+            if values is not None:
+                import numpy as np
+
+                values = np.asarray(values).reshape(-1).tolist()
+            found.append(
+                protocol.ArrayArg(shape=shape, dtype=aliases.get(match.group(1), match.group(1)), values=values)
+            )
+            continue
+        try:
+            found.append(protocol.StaticInput(static=ast.literal_eval(item)))
+        except (ValueError, SyntaxError):
+            raise BadRequest(
+                f"cannot read argument {item!r}: write an array as dtype[dims] (e.g. bf16[8192,8192]), "
+                "a small concrete one as int32[4]=[1,2,3,4], or a Python literal for a static argument"
+            ) from None
+    return found
+
+
+def estimate_file(
+    source: str, function: str, args: list, generations: list[str], checker=None, cancel=None
+) -> dict[str, Estimate | str]:
+    """A static estimate of `function` from the Python source `source` (untrusted: it runs in the sandboxed
+    worker), per generation: an Estimate, or a string saying why there is none. `args` as parse_args returns."""
+    from jaxbench_mcp.checking.checker import Checker, compile_failure
+
+    owned = checker is None
+    checker = checker or Checker(spares=0, slots=1)
+    static = [i for i, a in enumerate(args) if isinstance(a, protocol.StaticInput)]
+    try:
+        outcome = checker.run_job(
+            lambda _d: protocol.EstimateJob(function=function, args=args, static_argnums=static, targets=generations),
+            source,
+            cancel=cancel,
+            dump_schedules=True,
+        )
+    finally:
+        if owned:
+            checker.close()
+    try:
+        if outcome.violation:
+            return {g: f"no estimate: the worker broke the protocol ({outcome.violation})" for g in generations}
+        events = outcome.stage_events()
+        spb = {
+            e.target: cost_model.seconds_per_bundle(e.target, e.calibration_bundles)
+            for e in outcome.events
+            if isinstance(e, protocol.Reference) and e.calibration_bundles
+        }
+        failed = next((e for e in events if e.state == "failed" and e.stage is not protocol.Stage.COMPILE), None)
+        trace = next((e.profile_trace for e in events if e.profile_trace is not None), None)
+        results: dict[str, Estimate | str] = {}
+        for e in events:
+            if e.stage is not protocol.Stage.COMPILE or e.state == "start":
+                continue
+            if e.state == "failed":
+                results[e.target] = compile_failure(e.text or "")
+            elif e.target not in spb:
+                results[e.target] = f"no estimate: the calibration kernel left no schedule for {e.target}"
+            elif trace is not None:
+                results[e.target] = assemble(trace, e.profile_compile, e.target, spb[e.target])
+        for g in generations:
+            if g not in results:
+                why = (
+                    (failed.text or "").strip()[-2000:]
+                    if failed
+                    else (outcome.killed_for or f"exit status {outcome.returncode}")
+                )
+                results[g] = f"no estimate for {g}: {why}"
+        return results
+    finally:
+        outcome.cleanup()

@@ -1,0 +1,1 @@
+"""The sandbox wall: the parent's side (isolation, jobs, protocol) and the inside (worker, tpu_facade)."""

@@ -1,0 +1,582 @@
+"""Running candidates in sandboxed child processes: warm spare workers, device slots, limits, the queue,
+and the registry of every live worker (so that cancel, shutdown and signals leave nothing behind).
+
+One worker runs one job and is then discarded. Spare workers are started ahead of time (jax imported,
+TPU compiler initialised) so that a check does not pay for that. Each worker gets a fresh directory
+of its own: `job/` inside it is the only place the sandbox (jaxbench_mcp.sandbox.isolation) can write, and its
+stdout/stderr logs sit beside it, out of the candidate's reach. What the worker says comes through a
+pipe as events (jaxbench_mcp.sandbox.protocol), each validated before it counts.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import selectors
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from jaxbench_mcp.catalog import targets
+from jaxbench_mcp.internals import libtpu
+from jaxbench_mcp.sandbox import isolation as sandbox, protocol
+from jaxbench_mcp.taxonomy import Stage
+
+# Variables a worker may inherit; everything else (tokens, keys, cloud credentials) stays behind.
+_ENV_ALLOWED = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TPU_ACCELERATOR_TYPE",
+    "TPU_WORKER_HOSTNAMES",
+    "TPU_WORKER_ID",
+    "TPU_SKIP_MDS_QUERY",
+    # The operator's custom workload directories (workloads.CUSTOM_ENV): the worker's registry must hold the
+    # same workloads as the server's; isolation.py mounts each directory read-only.
+    "JAXBENCH_MCP_WORKLOADS",
+)
+_LOG_TAIL_BYTES = 20_000
+# The stored event log of one job keeps this much of its head and tail.
+LOG_KEEP_CHARS = 64_000
+
+_DEFAULT_STAGE_SECONDS = MappingProxyType(
+    {
+        Stage.LOAD: 30.0,
+        Stage.TRACE: 60.0,
+        Stage.LOWER: 60.0,
+        Stage.COMPILE: 120.0,
+        Stage.RUN: 120.0,
+        Stage.MEASURE: 300.0,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Wall-clock seconds per stage, and resources per worker."""
+
+    stage_seconds: Mapping[Stage, float] = _DEFAULT_STAGE_SECONDS
+    warm_up: float = 180.0
+    memory_bytes: int = 6 * 2**30
+    max_file_bytes: int = 512 * 2**20
+    # All the files of one job together (the job directory is polled; a writer is killed past this).
+    max_job_dir_bytes: int = 2 * 2**30
+    # Files and folders in it: empty files cost the host's inodes, not bytes (a job writes a few hundred at most).
+    max_job_dir_entries: int = 20_000
+    max_processes: int = 512
+
+    def for_stage(self, stage: Stage) -> float:
+        return self.stage_seconds[stage]
+
+    def overall_seconds(self, job) -> float:
+        """The most a whole job may take, whatever its events say: the sum of the stages it can run."""
+        s = self.stage_seconds
+        if isinstance(job, protocol.CheckJob):
+            n = max(1, len(job.targets))
+            return (
+                s[Stage.LOAD]
+                + s[Stage.TRACE]
+                + n * (s[Stage.LOWER] + s[Stage.COMPILE])
+                + (len(job.inputs) + (job.full_reduction is not None)) * s[Stage.RUN]
+            )
+        if isinstance(job, protocol.MeasureJob):
+            return s[Stage.LOAD] + s[Stage.MEASURE]
+        return s[Stage.LOAD] + s[Stage.TRACE] + max(1, len(job.targets)) * s[Stage.COMPILE]
+
+
+@dataclass
+class RunOutcome:
+    events: list  # the accepted protocol events, in order
+    job_dir: Path
+    isolation: sandbox.Isolation
+    killed_for: str | None = None  # "timeout:<stage>", "timeout:overall", "memory", "disk", "files", "cancelled"
+    violation: str | None = None  # why the event stream broke the protocol
+    returncode: int | None = None
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    seconds: float = 0.0
+    _root: Path | None = None
+    _reaped: threading.Event | None = None  # set once a finished worker, torn down behind its verdict, is gone
+
+    @property
+    def finished(self) -> bool:
+        return any(isinstance(e, protocol.Finished) for e in self.events)
+
+    def stage_events(self) -> list[protocol.StageEvent]:
+        return [e for e in self.events if isinstance(e, protocol.StageEvent)]
+
+    def log_text(self) -> str:
+        events = "\n".join(e.model_dump_json(exclude_none=True) for e in self.events)
+        text = (
+            f"== isolation: {self.isolation} ==\n== events ==\n{events}\n"
+            + (f"== protocol violation ==\n{self.violation}\n" if self.violation else "")
+            + f"== stdout ==\n{self.stdout_tail}\n== stderr ==\n{self.stderr_tail}"
+        )
+        return protocol.cut_text(text, LOG_KEEP_CHARS)
+
+    def cleanup(self) -> None:
+        if self._reaped is not None:
+            self._reaped.wait(10)  # nothing may write into the directory while it is removed
+        sandbox.remove_tree(self._root or self.job_dir)
+
+
+def _scrubbed_env(home: str, tier: targets.Tier) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _ENV_ALLOWED if k in os.environ}
+    env.update(HOME=home, TMPDIR="/tmp", PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
+    # The sandbox has no network: libtpu must not ask the cloud metadata server for the chip's details (on a
+    # TPU host they come from the server's environment, TPU_ACCELERATOR_TYPE and friends, passed above).
+    env["TPU_SKIP_MDS_QUERY"] = "1"
+    if tier is not targets.Tier.TPU:
+        env["JAX_PLATFORMS"] = "cpu"  # interpret mode runs on the CPU; libtpu is used only to compile
+    return env
+
+
+def _dir_usage(paths: list[Path], max_entries: int) -> tuple[int, int]:
+    """Bytes in files and number of entries under `paths` together; the walk stops once past max_entries (its
+    cost grows with the count)."""
+    total = entries = 0
+    for path in paths:
+        for root, dirs, files in os.walk(path):
+            entries += len(dirs) + len(files)
+            if entries > max_entries:
+                return total, entries
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(root, name)).st_size
+                except OSError:
+                    pass
+    return total, entries
+
+
+class WorkerStartFailed(RuntimeError):
+    """A worker did not get ready: the server's trouble, not the candidate's."""
+
+
+class Registry:
+    """Every live worker of this process, so that shutdown, signals and cancellation can end them all."""
+
+    def __init__(self) -> None:
+        self._workers: set[Worker] = set()
+        self._lock = threading.Lock()
+
+    def add(self, worker: Worker) -> None:
+        with self._lock:
+            self._workers.add(worker)
+
+    def discard(self, worker: Worker) -> None:
+        with self._lock:
+            self._workers.discard(worker)
+
+    def live(self) -> list[Worker]:
+        with self._lock:
+            return list(self._workers)
+
+    def kill_all(self) -> None:
+        for worker in self.live():
+            worker.dispose()
+
+
+REGISTRY = Registry()
+_DIR_PREFIX = "jaxbench-worker-"
+
+
+def install_shutdown_handlers() -> None:
+    """For the server process: on SIGTERM and SIGINT kill every live worker, remove its directory and exit at
+    once. A clean interpreter exit could hang on the thread that reads stdin, and finished attempts are
+    already committed; one left running is marked interrupted by the next start."""
+
+    def on_signal(number, _frame):
+        REGISTRY.kill_all()
+        os._exit(128 + number)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+
+
+def sweep_stale_dirs() -> int:
+    """Remove worker directories that a server which no longer runs left behind (killed with SIGKILL)."""
+    removed = 0
+    for path in Path(tempfile.gettempdir()).glob(f"{_DIR_PREFIX}*-*"):
+        pid = path.name.removeprefix(_DIR_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            sandbox.remove_tree(path)
+            removed += 1
+    return removed
+
+
+class _Spawner:
+    """Starts every worker from one thread that lives as long as the process. bwrap's --die-with-parent (the
+    kernel's parent-death signal) fires when the *thread* that started the child exits, so a worker started
+    from a short-lived thread (a request's) would be killed with it."""
+
+    def __init__(self) -> None:
+        self._requests: queue.Queue = queue.Queue()
+        threading.Thread(target=self._serve, daemon=True, name="jaxbench-spawner").start()
+
+    def _serve(self) -> None:
+        while True:
+            start, box, done = self._requests.get()
+            try:
+                box["process"] = start()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box["error"] = exc
+            done.set()
+
+    def start(self, start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        box: dict = {}
+        done = threading.Event()
+        self._requests.put((start, box, done))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["process"]
+
+
+_SPAWNER = _Spawner()
+
+
+class Worker:
+    """A started worker process, warming up or ready for one job."""
+
+    def __init__(
+        self,
+        generation: str | None,
+        tier: targets.Tier,
+        limits: Limits,
+        dump_schedules: bool = False,
+        isolation: sandbox.Isolation | None = None,
+    ):
+        self.limits = limits
+        self.isolation = isolation or sandbox.detect()
+        self.root = Path(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-"))
+        os.chmod(self.root, 0o711)  # a worker under a host uid of its own reaches job/, tmp/ and shm/ by name only
+        self.job_dir = self.root / "job"
+        self.job_dir.mkdir()
+        os.chmod(self.job_dir, 0o777)  # the sandbox's uid must be able to write here
+        # The sandbox's /tmp and /dev/shm (bubblewrap): host folders beside the job directory, polled with it, so
+        # that files there count against the same byte and entry caps (a tmpfs of the sandbox's own is not seen
+        # by the poll, and its memory by no RSS count).
+        self.scratch_dirs: list[Path] = []
+        if self.isolation is sandbox.Isolation.BUBBLEWRAP:
+            self.scratch_dirs = [self.root / "tmp", self.root / "shm"]
+            for d in self.scratch_dirs:
+                d.mkdir()
+                os.chmod(d, 0o1777)
+        uids = sandbox.host_uids() if self.isolation is sandbox.Isolation.BUBBLEWRAP else None
+        self.host_uid = uids.acquire() if uids else None
+        inside = sandbox.INSIDE_JOB_DIR if self.isolation is sandbox.Isolation.BUBBLEWRAP else str(self.job_dir)
+        read_fd, write_fd = os.pipe()
+        self._stdout = open(self.root / "stdout.log", "wb")
+        self._stderr = open(self.root / "stderr.log", "wb")
+        env = _scrubbed_env(inside, tier)
+        if dump_schedules:
+            # libtpu reads its flags once, at start: a worker that dumps schedules is started for it.
+            (self.job_dir / "dumps").mkdir()
+            os.chmod(self.job_dir / "dumps", 0o777)
+            env["LIBTPU_INIT_ARGS"] = libtpu.dump_flag(f"{inside}/dumps")
+        self.cgroup = sandbox.Cgroup.create(limits.memory_bytes + 2**30, limits.max_processes)
+        cpu_seconds = int(limits.warm_up + sum(limits.stage_seconds.values()) * 4) * (os.cpu_count() or 1)
+        try:
+            self.process = _SPAWNER.start(
+                lambda: sandbox.launch(
+                    [sys.executable, "-m", "jaxbench_mcp.sandbox.worker", str(write_fd), generation or "-"],
+                    self.job_dir,
+                    env,
+                    self._stdout,
+                    self._stderr,
+                    (write_fd,),
+                    self.isolation,
+                    limits.max_file_bytes,
+                    cpu_seconds,
+                    address_space_bytes=max(64 * 2**30, 4 * limits.memory_bytes),
+                    cgroup=self.cgroup,
+                    tmp_dir=self.scratch_dirs[0] if self.scratch_dirs else None,
+                    shm_dir=self.scratch_dirs[1] if self.scratch_dirs else None,
+                    host_uid=self.host_uid,
+                    max_processes=limits.max_processes,
+                )
+            )
+        except BaseException:
+            self._release_uid()
+            raise
+        finally:
+            os.close(write_fd)
+        self._events = os.fdopen(read_fd, "rb", buffering=0)
+        self._buffer = b""
+        self.ready = False
+        self.started = time.monotonic()
+        self.cancelled = threading.Event()
+        self._disposed = False
+        REGISTRY.add(self)
+
+    def _read_lines(self, timeout: float) -> list[bytes] | None:
+        """Complete lines that arrive within `timeout` seconds; None once the pipe is closed."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._events, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                return []
+        chunk = os.read(self._events.fileno(), 65536)
+        if not chunk:
+            return None
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        if len(self._buffer) > protocol.MAX_EVENT_BYTES:
+            lines.append(self._buffer)  # parse_event rejects it by its length
+            self._buffer = b""
+        return lines
+
+    def wait_ready(self) -> bool:
+        """Wait for the worker's 'ready'. The budget counts from its start, but a worker that got ready long ago
+        (a spare that sat idle) is always heard: the pipe is read at least once."""
+        deadline = self.started + self.limits.warm_up
+        while not self.ready:
+            lines = self._read_lines(min(1.0, max(0.0, deadline - time.monotonic())))
+            if lines is None:
+                return False
+            for line in lines:
+                try:
+                    event = protocol.parse_event(line)
+                except protocol.ProtocolViolation:
+                    return False  # nothing but trusted warm-up code has run yet: a broken worker
+                if isinstance(event, protocol.Ready):
+                    self.ready = True
+                else:
+                    return False
+            if not self.ready and time.monotonic() >= deadline:
+                return False
+        return self.process.poll() is None
+
+    def pids(self) -> list[int]:
+        found = set(sandbox.process_tree(self.process.pid))
+        if self.cgroup is not None:
+            found.update(self.cgroup.pids())
+        return sorted(found)
+
+    def kill(self, wait: bool = True) -> list[int]:
+        """Kill the worker and everything it started (its process group, its tree, its cgroup); with wait, return
+        once they are gone. The pids it signalled."""
+        pids = [self.process.pid, *self.pids()]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.cgroup is not None:
+            self.cgroup.kill_all(wait=False)
+        if wait:
+            self._wait_gone(pids)
+        return pids
+
+    def _wait_gone(self, pids: list[int]) -> None:
+        """Wait for the signalled pids, then empty the cgroup (killing what forked meanwhile) until it is."""
+        self.process.wait()
+        sandbox.wait_dead(pids, timeout=2.0)
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+
+    def dispose(self) -> None:
+        """Kill, release the cgroup and remove the directory: for a worker that will never report again."""
+        if self._disposed:
+            return
+        self._disposed = True
+        self.kill()
+        self._release()
+        sandbox.remove_tree(self.root)
+
+    def _reap(self, pids: list[int], done: threading.Event) -> None:
+        try:
+            self._wait_gone(pids)
+            self._release()
+        finally:
+            done.set()
+
+    def _release(self) -> None:
+        """Release what a dead worker still holds: its cgroup, its pipes and logs, its place in the registry."""
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        for f in (self._stdout, self._stderr, self._events):
+            f.close()
+        self._disposed = True
+        self._release_uid()
+        REGISTRY.discard(self)
+
+    def _release_uid(self) -> None:
+        """The host uid goes back to the pool once no process of this worker runs under it."""
+        uids = sandbox.host_uids() if self.host_uid is not None else None
+        if uids is not None and self.host_uid is not None:
+            uids.release(self.host_uid)
+        self.host_uid = None
+
+    def tail(self, name: str) -> str:
+        with open(self.root / name, "rb") as f:
+            f.seek(max(0, (self.root / name).stat().st_size - _LOG_TAIL_BYTES))
+            return f.read().decode(errors="replace")
+
+    def run(self, job, on_event: Callable[[protocol.StageEvent], None]) -> RunOutcome:
+        """Hand the job over and follow it to the end, enforcing the protocol, the stage and overall deadlines, the
+        memory and disk caps, and cancellation. Whatever happens, the worker is dead when this returns or raises."""
+        t0 = time.monotonic()
+        outcome = RunOutcome(events=[], job_dir=self.job_dir, isolation=self.isolation, _root=self.root)
+        log = protocol.EventLog(job)
+        try:
+            self._follow(job, log, outcome, on_event)
+        except BaseException:
+            self.kill()
+            outcome.cleanup()
+            raise
+        finally:
+            outcome.events = log.events
+            self._end(outcome, finished=log.finished)
+        outcome.returncode = self.process.returncode
+        outcome.stdout_tail, outcome.stderr_tail = self.tail("stdout.log"), self.tail("stderr.log")
+        outcome.seconds = time.monotonic() - t0
+        return outcome
+
+    def _follow(self, job, log: protocol.EventLog, outcome: RunOutcome, on_event) -> None:
+        t0 = time.monotonic()
+        try:
+            self.process.stdin.write(protocol.JobEnvelope(job=job).model_dump_json().encode() + b"\n")
+            self.process.stdin.close()
+        except BrokenPipeError:
+            pass
+        overall_deadline = t0 + self.limits.overall_seconds(job)
+        stage, deadline = Stage.LOAD, t0 + self.limits.for_stage(Stage.LOAD)
+        next_check = 0.0
+        while outcome.killed_for is None and outcome.violation is None:
+            lines = self._read_lines(0.05)
+            if lines is None:
+                return
+            for line in lines:
+                try:
+                    event = protocol.parse_event(line)
+                    log.accept(event)
+                except protocol.ProtocolViolation as exc:
+                    outcome.violation = str(exc)
+                    return
+                if isinstance(event, protocol.StageEvent):
+                    on_event(event)
+                    if event.state == "start":  # a new stage (each can start once per target and seed)
+                        stage, deadline = event.stage, time.monotonic() + self.limits.for_stage(event.stage)
+            if log.finished:
+                return
+            now = time.monotonic()
+            if self.cancelled.is_set():
+                outcome.killed_for = "cancelled"
+            elif now > min(deadline, overall_deadline):
+                outcome.killed_for = f"timeout:{stage}" if deadline <= overall_deadline else "timeout:overall"
+            elif now >= next_check:  # a /proc scan costs ~ms: not every 50 ms
+                next_check = now + 0.2
+                if sandbox.rss_bytes(self.pids()) > self.limits.memory_bytes:
+                    outcome.killed_for = "memory"
+                else:
+                    size, entries = _dir_usage([self.job_dir, *self.scratch_dirs], self.limits.max_job_dir_entries)
+                    if size > self.limits.max_job_dir_bytes:
+                        outcome.killed_for = "disk"
+                    elif entries > self.limits.max_job_dir_entries:
+                        outcome.killed_for = "files"
+
+    def _end(self, outcome: RunOutcome, finished: bool) -> None:
+        """Kill what is left, read the cgroup's OOM record, release the cgroup and the pipes."""
+        if not (outcome.killed_for or outcome.violation or finished):
+            try:  # it closed its pipe: give its interpreter a moment to exit by itself
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        # A finished worker has said all it will; its teardown is not worth waiting for. Whatever it left running
+        # goes with it.
+        if finished and not (outcome.killed_for or outcome.violation):
+            # What it left in its directory is data to judge, not proof, whether or not it still runs, so the
+            # verdict need not wait for the kernel to tear a jax process down (~40 ms): a thread finishes the kill
+            # (late forks included) and the release behind it, and cleanup() waits for that thread.
+            pids = self.kill(wait=False)
+            outcome._reaped = threading.Event()
+            threading.Thread(target=self._reap, args=(pids, outcome._reaped), daemon=True, name="reap").start()
+            return
+        self.kill()
+        if self.cgroup is not None and outcome.killed_for is None and not finished and self.cgroup.oom_killed():
+            outcome.killed_for = "memory"
+        self._release()
+
+
+@dataclass
+class WorkerPool:
+    """Keeps `spares` warm workers and hands each out once. A replacement is started when a job ends (`refill`),
+    not when a spare is taken: a warm-up (about a CPU-second) running beside a check slowed it by up to 2x on a
+    2-core host, while an agent's think time between checks easily covers it."""
+
+    generation: str | None
+    tier: targets.Tier
+    limits: Limits = field(default_factory=Limits)
+    spares: int = 1
+    _warm: list[Worker] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _closed: bool = False
+
+    def fill(self) -> None:
+        with self._lock:
+            while not self._closed and len(self._warm) < self.spares:
+                self._warm.append(Worker(self.generation, self.tier, self.limits))
+
+    def take(self) -> Worker:
+        with self._lock:
+            return self._warm.pop(0) if self._warm else Worker(self.generation, self.tier, self.limits)
+
+    def wait_warm(self) -> bool:
+        """Block until every spare said 'ready' (or failed to); whether all are ready. For a caller that starts no
+        check meanwhile (a benchmark, a test): the spares' pipes are read here."""
+        with self._lock:
+            spares = list(self._warm)
+        return all([worker.wait_ready() for worker in spares])
+
+    def refill(self) -> None:
+        """Top the spares up in the background: the caller (a check that just ended) is not held up by spawning."""
+        threading.Thread(target=self.fill, daemon=True, name="jaxbench-refill").start()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for worker in self._warm:
+                worker.dispose()
+            self._warm.clear()
+
+
+class JobQueue:
+    """At most `slots` candidates run at once (1 on a TPU host: one device; else the CPU count)."""
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self._semaphore = threading.BoundedSemaphore(slots)
+        self._lock = threading.Lock()
+        self.running = 0
+        self.waiting = 0
+
+    def run(self, fn: Callable[[], RunOutcome]) -> RunOutcome:
+        with self._lock:
+            self.waiting += 1
+        self._semaphore.acquire()
+        with self._lock:
+            self.waiting -= 1
+            self.running += 1
+        try:
+            return fn()
+        finally:
+            with self._lock:
+                self.running -= 1
+            self._semaphore.release()
+
+
+def default_slots(tier: targets.Tier) -> int:
+    return 1 if tier is targets.Tier.TPU else max(1, os.cpu_count() or 1)

@@ -1,0 +1,621 @@
+"""The child process that runs one candidate kernel: load, trace, lower, compile, run.
+
+Started by jaxbench_mcp.sandbox.jobs inside the sandbox (jaxbench_mcp.sandbox.isolation), with a scrubbed
+environment, its job directory as working directory. It warms up (imports jax, initialises the TPU compiler)
+before it is handed a job, so that a check does not pay for that. It then reads one job from stdin (the parent
+has already written candidate.py and the inputs beside it), reports each stage as an event
+(jaxbench_mcp.sandbox.protocol) on the event pipe, writes the candidate's outputs as .npy files into its
+directory, and exits. It never computes a reference output: the truth lives only in the parent, so the candidate
+cannot see it.
+
+Everything this process reports about the candidate is, in the end, produced next to hostile code;
+the parent treats outputs as data and compares them itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from jaxbench_mcp.sandbox import protocol
+from jaxbench_mcp.taxonomy import Stage
+
+
+class Reporter:
+    """Sends events to the parent. Only this process's trusted code holds it; the candidate shares the
+    process, so the parent validates everything anyway."""
+
+    def __init__(self, fd: int):
+        self._out = os.fdopen(fd, "w", buffering=1)
+
+    def send(self, event) -> None:
+        self._out.write(event.model_dump_json() + "\n")
+        self._out.flush()
+
+    def stage(self, stage: Stage, state: str, **fields) -> None:
+        if "text" in fields and fields["text"] is not None:
+            fields["text"] = protocol.cut_text(fields["text"])
+        self.send(protocol.StageEvent(stage=stage, state=state, **fields))
+
+
+def warm_up(generation: str | None) -> None:
+    """Pay the one-off costs up front: jax import, libtpu init, and the first trace, lowering, compile and
+    interpret run of a kernel that uses what most kernels use (a grid, scratch, pl.when, a dot, and the row
+    reductions and elementwise ops of norms, softmax and activations: jax lowers each op the first time it
+    meets it, ~40 ms of a candidate's first run otherwise)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    from jaxbench_mcp.analysis import kernels as kernel_analysis
+    from jaxbench_mcp.catalog import targets, workloads
+    from jaxbench_mcp.internals import jaxpr as jx
+
+    workloads.all_workloads()
+
+    def body(a_ref, b_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        acc_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(1) == pl.num_programs(1) - 1)
+        def _():
+            acc = acc_ref[...]
+            e = jnp.exp(acc - jnp.max(acc, axis=-1, keepdims=True))
+            y = e / jnp.sum(e, axis=-1, keepdims=True)
+            y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + 1e-6)
+            y = jnp.where(y > 0, jnp.tanh(y), jnp.log(jnp.abs(y) + 1.0)) * jax.nn.sigmoid(y)
+            o_ref[...] = jnp.maximum(y, jnp.minimum(y, 0.5)).astype(o_ref.dtype)
+
+    def f(a, b):
+        return pl.pallas_call(
+            body,
+            grid=(2, 2),
+            out_shape=jax.ShapeDtypeStruct((256, 128), a.dtype),
+            in_specs=[pl.BlockSpec((128, 128), lambda i, k: (i, k)), pl.BlockSpec((128, 128), lambda i, k: (k, 0))],
+            out_specs=pl.BlockSpec((128, 128), lambda i, k: (i, 0)),
+            scratch_shapes=[pltpu.VMEM((128, 128), jnp.float32)],
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+        )(a, b)
+
+    args = (jnp.ones((256, 256), jnp.bfloat16), jnp.ones((256, 128), jnp.bfloat16))
+    abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
+    chip = generation or targets.DEFAULT_CPU_TARGET
+    with targets.chip_context(chip):
+        closed = jax.make_jaxpr(f)(*args)
+    # The trace stage's analyses cost ~70 ms the first time in a process (their own jit and XLA:CPU compiles).
+    kernel_analysis.describe_kernels(closed.jaxpr)
+    _static_analyses(closed, ["a", "b"], abstract)
+    if generation is not None:
+        targets.deviceless_compile(f, abstract, generation)
+    if os.environ.get("JAX_PLATFORMS") == "cpu":  # on a TPU host, touching the device now would hold it
+        # The run stage's own route: the recorded program interpreted beside the probe.
+        params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=0)
+        run, probe = jx.interpreting(closed, params), _uninitialised_probe()
+        targets.interpret_on_cpu(lambda *a: (run(*a), probe(params)), args, (), None, params)
+
+
+# ---- stages -----------------------------------------------------------------------------------
+
+
+def _error_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))
+
+
+def load_candidate(source_path: Path, require_workload: bool = True):
+    """Import the candidate as a module. Returns (module, None) or (None, (error_class, text))."""
+    import importlib.util
+
+    source = source_path.read_text()
+    try:
+        compile(source, str(source_path), "exec")
+    except SyntaxError as exc:
+        return None, ("syntax_error", _error_text(exc))
+    spec = importlib.util.spec_from_file_location("candidate", source_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["candidate"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - anything the candidate raises is its import failure
+        return None, ("import_error", _error_text(exc))
+    if require_workload and not callable(getattr(module, "workload", None)):
+        names = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+        return None, (
+            "missing_workload",
+            f"the file defines no function `workload`; it defines: {', '.join(names) or 'nothing callable'}",
+        )
+    return module, None
+
+
+def _load(report: Reporter, workdir: Path, require_workload: bool = True):
+    """The load stage: the candidate's module, or None after reporting why not."""
+    report.stage(Stage.LOAD, "start")
+    t0 = time.perf_counter()
+    module, failure = load_candidate(workdir / "candidate.py", require_workload)
+    if failure:
+        report.stage(Stage.LOAD, "failed", seconds=time.perf_counter() - t0, error_class=failure[0], text=failure[1])
+        return None
+    report.stage(Stage.LOAD, "done", seconds=time.perf_counter() - t0)
+    return module
+
+
+def read_inputs(described: list, workdir: Path) -> tuple:
+    """The inputs the parent wrote for one hidden seed (the seed itself never reaches this process)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    return tuple(
+        d.static
+        if isinstance(d, protocol.StaticInput)
+        else jnp.asarray(np.frombuffer((workdir / d.file).read_bytes(), dtype=jnp.dtype(d.dtype)).reshape(d.shape))
+        for d in described
+    )
+
+
+def _full_args(workload, size: str):
+    from jaxbench_mcp.catalog.workloads import abstract_inputs
+
+    return abstract_inputs(workload, size)
+
+
+def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
+    """The check. The candidate's Python runs only while it is imported and traced, once per size (full, and the
+    run size), under the TPU facade; every analysis, the lowering, the compile and the run are derived from those
+    two recorded programs, so a candidate cannot show one program to the checks and run another on the seeds."""
+    import jax
+    import numpy as np
+    from jax.experimental.pallas import tpu as pltpu
+
+    from jaxbench_mcp.analysis import program_size
+    from jaxbench_mcp.catalog import targets, workloads
+    from jaxbench_mcp.internals import jaxpr as jx
+    from jaxbench_mcp.perf import cost_model
+    from jaxbench_mcp.sandbox import tpu_facade
+
+    w = workloads.get_workload(job.workload_id)
+    static = tuple(w.static_argnums)
+    chip = job.targets[0] if job.targets else targets.DEFAULT_CPU_TARGET
+    # Built before the candidate's import, so that replacing jax's classes at import time cannot weaken them; the
+    # probe in every run verifies that they are in force.
+    strict = [
+        pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)
+        for seed in job.shuffle_seeds
+    ]
+    probe = _uninitialised_probe()
+    facade = tpu_facade.TpuFacade(chip, targets.device_kind(chip), targets.cores_per_device(chip))
+
+    with facade:
+        module = _load(report, workdir)
+        if module is None:
+            return
+        report.stage(Stage.TRACE, "start")
+        t0 = time.perf_counter()
+        try:
+            with targets.chip_context(chip):
+                closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, "full"))
+        except Exception as exc:  # noqa: BLE001
+            report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
+            return
+        too_large = program_size.program_too_large(closed)
+        if too_large:  # before any analysis: XLA would inline it into something no stage could finish
+            report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=too_large)
+            return
+        # (program, why it failed to trace) per size the runs use: each traced once, the failure reported by
+        # the runs, as they would have failed there.
+        programs: dict[str, tuple] = {"full": (closed, None)}
+        sizes = [job.size] + ([workloads.FULL_REDUCTION] if job.full_reduction is not None else [])
+        for size in sizes:
+            if size in programs:
+                continue
+            try:
+                with targets.chip_context(chip):
+                    programs[size] = (
+                        jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, size)),
+                        None,
+                    )
+            except Exception as exc:  # noqa: BLE001
+                programs[size] = (None, _error_text(exc))
+    del module  # never called again
+
+    run_closed = programs[job.size][0]
+    reduction_closed = programs[workloads.FULL_REDUCTION][0] if job.full_reduction is not None else None
+    traced = _describe(closed, run_closed, reduction_closed, w, facade.queries)
+    report.stage(Stage.TRACE, "done", seconds=time.perf_counter() - t0, traced=traced)
+    if traced.host_callbacks:
+        return
+
+    full_program = targets.replay(closed)
+    full_args = [a for i, a in enumerate(_full_args(w, "full")) if i not in static]
+    # Every target is lowered and compiled, so that one generation's failure does not hide another's.
+    compiled_everywhere = True
+    generations: list[str | None] = list(job.targets) or [None]
+    for generation in generations:
+        stage = Stage.LOWER
+        report.stage(Stage.LOWER, "start", target=generation)
+        t0 = time.perf_counter()
+        try:
+            lowered = targets.lower_for_tpu(full_program, full_args, (), generation)
+            module_file = f"lowered_{generation or 'tpu'}.mlir"
+            (workdir / module_file).write_text(lowered.as_text())
+            report.stage(
+                Stage.LOWER,
+                "done",
+                target=generation,
+                seconds=time.perf_counter() - t0,
+                lowered=protocol.Lowered(module_file=module_file),
+            )
+            if generation is None:
+                continue
+            stage = Stage.COMPILE
+            report.stage(Stage.COMPILE, "start", target=generation)
+            t0 = time.perf_counter()
+            hopeless = cost_model.vmem_overflow(traced.kernels, generation, HOPELESS_VMEM)
+            if hopeless:  # refused in seconds: such a compile takes minutes to fail
+                raise VmemOverflow(f"{protocol.EARLY_VMEM_REFUSAL}: {hopeless} (over twice the vmem capacity)")
+            memory = lowered.compile().memory_analysis()
+            report.stage(
+                Stage.COMPILE,
+                "done",
+                target=generation,
+                seconds=time.perf_counter() - t0,
+                compiled=protocol.Compiled(
+                    code_size_bytes=getattr(memory, "generated_code_size_in_bytes", None),
+                    temp_bytes=getattr(memory, "temp_size_in_bytes", None),
+                ),
+            )
+        except Exception as exc:  # noqa: BLE001
+            report.stage(stage, "failed", target=generation, seconds=time.perf_counter() - t0, text=_error_text(exc))
+            compiled_everywhere = False
+    if not compiled_everywhere:
+        return
+
+    runs = [(described, job.size) for described in job.inputs]
+    if job.full_reduction is not None:
+        runs.append((job.full_reduction, workloads.FULL_REDUCTION))
+    for index, (described, size) in enumerate(runs):
+        report.stage(Stage.RUN, "start", seed_index=index)
+        t0 = time.perf_counter()
+        program, trace_error = programs[size]
+        if program is None:
+            report.stage(Stage.RUN, "failed", seed_index=index, seconds=0.0, text=trace_error)
+            return
+        inputs = [a for i, a in enumerate(read_inputs(described, workdir)) if i not in static]
+        try:
+            if job.interpret:
+                # jax picks the interpret mode when pallas_call is traced, and the candidate is never traced again:
+                # the recorded kernels are bound again with the strict parameters. The probe runs in the same
+                # program under the same parameters, and must read NaN.
+                run_program = jx.interpreting(program, strict[index])
+                out, probe_out = targets.interpret_on_cpu(
+                    lambda *a: (run_program(*a), probe(strict[index])), inputs, (), None, strict[index]
+                )
+                np.save(workdir / f"probe_{index}.npy", np.asarray(probe_out, dtype=np.float32))
+            else:
+                out = jax.block_until_ready(jax.jit(targets.replay(program))(*inputs))
+            leaves = jax.tree_util.tree_leaves(out)
+            path = workdir / f"output_{index}.npy"
+            first = np.asarray(leaves[0]) if leaves else np.zeros(())
+            # float32 carries every candidate dtype we compare (bf16 exactly); the dtype travels beside it.
+            np.save(path, first.astype(np.float32) if jax.numpy.issubdtype(first.dtype, jax.numpy.floating) else first)
+        except Exception as exc:  # noqa: BLE001
+            report.stage(Stage.RUN, "failed", seed_index=index, seconds=time.perf_counter() - t0, text=_error_text(exc))
+            return
+        report.stage(
+            Stage.RUN,
+            "done",
+            seed_index=index,
+            seconds=time.perf_counter() - t0,
+            output=protocol.Output(
+                path=path.name,
+                shape=list(first.shape),
+                dtype=str(first.dtype),
+                leaves=len(leaves),
+                probe_path=f"probe_{index}.npy" if job.interpret else None,
+            ),
+        )
+
+
+# A kernel whose blocks and scratch need more than this multiple of the chip's VMEM (cost_model.vmem_bytes) is
+# refused without compiling. Not 1: that estimate can be a little over what Mosaic allocates (13p's solution is
+# estimated at 17 MiB and compiles in v4's 16 MiB).
+HOPELESS_VMEM = 2.0
+
+
+class VmemOverflow(Exception):
+    pass
+
+
+def _uninitialised_probe():
+    """A kernel that returns a VMEM scratch it never wrote: under the check's interpret parameters every element
+    is NaN. Built before the candidate is imported."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def body(o_ref, scratch_ref):
+        o_ref[...] = scratch_ref[...]
+
+    def probe(params):
+        return pl.pallas_call(
+            body,
+            out_shape=jax.ShapeDtypeStruct(PROBE_SHAPE, jnp.float32),
+            scratch_shapes=[pltpu.VMEM(PROBE_SHAPE, jnp.float32)],
+            interpret=params,
+        )()
+
+    return probe
+
+
+PROBE_SHAPE = (8, 128)
+
+
+def _describe(closed, run_closed, reduction_closed, w, platform_queries: list[str]) -> protocol.Traced:
+    """What the parent judges about the recorded programs without running them: the kernels, host callbacks and
+    outputs of the full-size program, _static_analyses of it, and the outlines of the run-size and full_reduction
+    programs (left out when one failed to trace: the run stage says why)."""
+    from jaxbench_mcp.analysis import coverage, kernels as kernel_analysis
+
+    kernels, callbacks = kernel_analysis.describe_kernels(closed.jaxpr)
+    names = [n for i, n in enumerate(w.input_names) if i not in w.static_argnums]
+    args = [a for i, a in enumerate(_full_args(w, "full")) if i not in w.static_argnums]
+    found = _static_analyses(closed, names, args)
+    if "outline" in found and run_closed is not None:
+        try:
+            found["run_outline"] = found["outline"] if run_closed is closed else coverage.program_structure(run_closed)
+            if reduction_closed is not None:
+                found["reduction_outline"] = coverage.program_structure(reduction_closed)
+        except Exception:  # noqa: BLE001 - not judged
+            pass
+    try:
+        # A 16-bit running sum the run also accumulates over several steps is judged by the run's tolerance; one
+        # only the full size accumulates was never seen rounding.
+        exercised = {(a["kernel"], a["ref"]) for a in coverage.low_precision_accumulators(run_closed or closed)}
+        if "coverage" in found:
+            found["coverage"].findings += [
+                protocol.CoverageFinding(
+                    kind="low_precision_accumulation",
+                    operand=f"{a['kernel']} {a['ref']}",
+                    message=coverage.describe_accumulator(a),
+                )
+                for a in coverage.low_precision_accumulators(closed)
+                if (a["kernel"], a["ref"]) not in exercised
+            ]
+    except Exception:  # noqa: BLE001 - not judged
+        pass
+    return protocol.Traced(
+        kernels=kernels,
+        host_callbacks=callbacks,
+        outputs=[{"shape": list(a.shape), "dtype": str(a.dtype)} for a in closed.out_avals],
+        platform_queries=list(platform_queries),
+        **found,
+    )
+
+
+def _static_analyses(closed, input_names: list[str], args: list) -> dict:
+    """From a full-size trace (jaxbench_mcp.analysis.coverage): which elements the kernels' index maps leave
+    unwritten or unread and which outputs a "parallel" axis revisits, the share of the work inside the kernels, and the
+    program's outline. `args` are the non-static arguments. An analysis that fails is left out (not judged)."""
+    from jaxbench_mcp.analysis import coverage
+
+    found: dict = {}
+    try:
+        result = coverage.full_size_coverage(closed, input_names=input_names)
+        found["coverage"] = protocol.Coverage(
+            findings=[
+                protocol.CoverageFinding(kind=f["kind"], operand=f["operand"], message=coverage.describe_finding(f))
+                for f in result["findings"]
+            ]
+            + [
+                protocol.CoverageFinding(
+                    kind="parallel_revisit",
+                    operand=f"{r['kernel']} output {r['output_index']}",
+                    message=coverage.describe_revisit(r),
+                )
+                for r in result["parallel_revisits"]
+            ],
+            not_judged=[f"{u['operand']}: {u['reason']}" for u in result["unknown"]],
+        )
+    except Exception:  # noqa: BLE001 - not judged
+        pass
+    try:
+        inside = coverage.kernel_work(closed)
+        counted = coverage.program_work(closed)  # every loop body times its trips
+        outside = coverage.outside_work(closed, args)  # XLA's cost analysis, where the kernels can be cut out
+        found["work"] = protocol.Work(
+            kernel_flops=counted["kernel_flops"],
+            kernel_bytes=inside["bytes"],
+            exact=inside["exact"] and counted["outside_known"],
+            # XLA's cost analysis counts a loop body once: the larger count stands.
+            outside_flops=max(outside["flops"], counted["outside_flops"]) if outside else counted["outside_flops"],
+            outside_bytes=outside["bytes"] if outside else counted["outside_bytes"],
+        )
+        if not counted["outside_known"]:  # a while loop of unknown trips does work outside the kernels
+            found["work"].outside_flops = found["work"].outside_bytes = None
+    except Exception:  # noqa: BLE001 - not judged
+        pass
+    try:
+        found["outline"] = coverage.program_structure(closed)
+    except Exception:  # noqa: BLE001 - not judged
+        pass
+    return found
+
+
+def profile_job(job: protocol.ProfileJob, report: Reporter, workdir: Path) -> None:
+    """Load the candidate and trace it once at full size (under the TPU facade, as the check does), then estimate
+    that recorded program for each target, keeping libtpu's schedule dumps (estimator.analyse). The workload's
+    integer inputs (lengths, page tables, group sizes) are known values, so work they make skippable is seen."""
+    import jax
+
+    from jaxbench_mcp.catalog import targets, workloads
+    from jaxbench_mcp.perf import estimator
+    from jaxbench_mcp.sandbox import tpu_facade
+
+    w = workloads.get_workload(job.workload_id)
+    static = tuple(w.static_argnums)
+    args = estimator.workload_args(w, "full")
+    generation = job.targets[0]
+    cores = targets.cores_per_device(generation)
+    with tpu_facade.TpuFacade(generation, targets.device_kind(generation), cores):
+        module = _load(report, workdir)
+        if module is None:
+            return
+        try:
+            with targets.chip_context(generation, cores):  # as the estimator lowers it
+                closed = jax.make_jaxpr(module.workload, static_argnums=static)(*args)
+        except Exception as exc:  # noqa: BLE001
+            report.stage(Stage.TRACE, "start")
+            report.stage(Stage.TRACE, "failed", text=_error_text(exc))
+            return
+    del module  # never called again
+    dynamic = [a for i, a in enumerate(args) if i not in static]
+    _analyse(targets.replay(closed), dynamic, (), job.targets, report, workdir)
+
+
+def estimate_job(job: protocol.EstimateJob, report: Reporter, workdir: Path) -> None:
+    """`jaxbench-mcp estimate`: the calibration kernel first (before any candidate code runs), then one function of
+    the candidate file on the arguments the job describes."""
+    from jaxbench_mcp.perf import estimator
+
+    for generation in job.targets:
+        report.send(
+            protocol.Reference(
+                target=generation,
+                xla_flops=0.0,
+                xla_bytes=0.0,
+                xla_optimal_seconds=None,
+                calibration_bundles=estimator.calibration_bundles(generation, workdir / "dumps"),
+            )
+        )
+    module = _load(report, workdir, require_workload=False)
+    if module is None:
+        return
+    fn = getattr(module, job.function, None)
+    if not callable(fn):
+        names = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+        report.stage(Stage.TRACE, "start")
+        report.stage(
+            Stage.TRACE,
+            "failed",
+            text=f"the file defines no function `{job.function}`; it defines: {', '.join(names) or 'nothing callable'}",
+        )
+        return
+    args = [protocol.arg_value(a) for a in job.args]
+    _analyse(fn, args, job.static_argnums, job.targets, report, workdir)
+
+
+def _analyse(fn, args, static_argnums, generations, report: Reporter, workdir: Path) -> None:
+    from jaxbench_mcp.perf import estimator
+
+    report.stage(Stage.TRACE, "start")
+
+    def on_trace(trace, error):
+        if trace is None:
+            report.stage(Stage.TRACE, "failed", text=error)
+        else:
+            report.stage(Stage.TRACE, "done", profile_trace=trace)
+
+    def write_module(generation, text):
+        module_file = f"lowered_{generation}.mlir"
+        (workdir / module_file).write_text(text)  # the parent checks it is the checked program
+        return module_file
+
+    started = set()
+
+    def on_compile(generation, compiled, error, seconds):
+        if generation not in started:
+            report.stage(Stage.COMPILE, "start", target=generation)
+        if compiled is None:
+            report.stage(Stage.COMPILE, "failed", target=generation, text=error)
+        else:
+            report.stage(Stage.COMPILE, "done", target=generation, seconds=seconds, profile_compile=compiled)
+
+    estimator.analyse(fn, args, static_argnums, generations, workdir / "dumps", on_trace, on_compile, write_module)
+
+
+def measure_job(job: protocol.MeasureJob, report: Reporter, workdir: Path) -> None:
+    """TPU host: device time of a kernel file (or, with no source, the XLA baseline) on fresh full-size inputs."""
+    from jaxbench_mcp.catalog import workloads
+    from jaxbench_mcp.perf import measuring
+
+    w = workloads.get_workload(job.workload_id)
+    fn = w.module.reference
+    if (workdir / "candidate.py").exists():
+        module = _load(report, workdir)
+        if module is None:
+            return
+        fn = module.workload
+    report.stage(Stage.MEASURE, "start")
+    t0 = time.perf_counter()
+    try:
+        timing = measuring.time_on_device(
+            fn, w.static_argnums, lambda i: w.create_inputs("full", job.first_seed + i), job.iterations
+        )
+    except measuring.MeasurementError as exc:
+        report.stage(Stage.MEASURE, "failed", seconds=time.perf_counter() - t0, text=str(exc))
+        return
+    except Exception as exc:  # noqa: BLE001
+        report.stage(Stage.MEASURE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
+        return
+    report.stage(
+        Stage.MEASURE,
+        "done",
+        seconds=time.perf_counter() - t0,
+        measured=protocol.Measured(samples_us=list(timing.samples_us)),
+    )
+
+
+def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -> None:
+    """Trusted work: the bundle calibration per target, and XLA's cost analysis of the baseline."""
+    from jaxbench_mcp.catalog import targets, workloads
+    from jaxbench_mcp.perf import estimator
+
+    w = workloads.get_workload(job.workload_id)
+    dump_root = workdir / "dumps"
+    for generation in job.targets:
+        report.stage(Stage.COMPILE, "start", target=generation)
+        bundles = estimator.calibration_bundles(generation, dump_root)
+        compiled = targets.deviceless_compile(w.module.reference, _full_args(w, "full"), generation, w.static_argnums)
+        cost = compiled.cost_analysis() or {}
+        report.stage(Stage.COMPILE, "done", target=generation)
+        report.send(
+            protocol.Reference(
+                target=generation,
+                calibration_bundles=bundles,
+                xla_flops=float(cost.get("flops", 0.0)),
+                xla_bytes=float(cost.get("bytes accessed", 0.0)),
+                xla_optimal_seconds=cost.get("optimal_seconds"),
+            )
+        )
+
+
+_MODES = {
+    "check": run_job,
+    "profile": profile_job,
+    "measure": measure_job,
+    "reference": reference_job,
+    "estimate": estimate_job,
+}
+
+
+def main() -> None:
+    event_fd, generation = int(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None)
+    report = Reporter(event_fd)
+    warm_up(generation)
+    report.send(protocol.Ready())
+    line = sys.stdin.readline()
+    if not line:
+        return
+    job = protocol.JobEnvelope.model_validate_json(line).job
+    _MODES[job.mode](job, report, Path.cwd())
+    report.send(protocol.Finished())
+
+
+if __name__ == "__main__":
+    main()
