@@ -1,7 +1,7 @@
 """The degenerate-output audit: classic no-op candidates against every workload's trusted comparison.
 
 For each workload and hidden seed, five outputs that a kernel could return without computing the
-workload are judged exactly as a candidate's output is (checking.truth_for + checking.compare, the
+workload are judged exactly as a candidate's output is (checking/truth's truth_for + checking/comparison's compare, the
 trusted side of a check; no worker runs):
 
   zeros     all zeros in the output dtype
@@ -41,7 +41,7 @@ def _as_output(values: np.ndarray, dtype: str) -> np.ndarray:
 def candidates(workload_id: str, truth, seed: int, replayed: np.ndarray) -> dict[str, np.ndarray | None]:
     """The no-op outputs for one seed; None where a candidate does not apply (no input of the output's size)."""
     from jaxbench_mcp.catalog import workloads
-    from jaxbench_mcp.checking import checker as checking
+    from jaxbench_mcp.checking.truth import inputs_for
 
     w = workloads.get_workload(workload_id)
     shape, dtype = truth.truth.shape, truth.dtype
@@ -52,7 +52,7 @@ def candidates(workload_id: str, truth, seed: int, replayed: np.ndarray) -> dict
         "input": None,
         "replay": _as_output(replayed, dtype),
     }
-    inputs = checking.inputs_for(workload_id, "small", seed)
+    inputs = inputs_for(workload_id, "small", seed)
     for i, x in enumerate(inputs):
         if i not in w.static_argnums and hasattr(x, "shape") and int(np.prod(x.shape)) == int(np.prod(shape)):
             made["input"] = _as_output(np.asarray(x).reshape(shape), dtype)
@@ -65,10 +65,11 @@ def audit_workload(workload_id: str, seeds=DEFAULT_SEEDS) -> list[dict]:
     "error_class"}; margin = worst error / tolerance, the smallest over the seeds (inf for a NaN
     output); caught is None where the candidate does not apply."""
     from jaxbench_mcp.catalog import workloads
-    from jaxbench_mcp.checking import checker as checking
+    from jaxbench_mcp.checking.comparison import compare
+    from jaxbench_mcp.checking.truth import inputs_for, truth_for
 
     w = workloads.get_workload(workload_id)
-    inputs42 = checking.inputs_for(workload_id, "small", 42)
+    inputs42 = inputs_for(workload_id, "small", 42)
     replayed = np.asarray(w.jitted_reference()(*inputs42)).astype(np.float64)
     rows = {
         name: {
@@ -83,11 +84,11 @@ def audit_workload(workload_id: str, seeds=DEFAULT_SEEDS) -> list[dict]:
         for name in CANDIDATES
     }
     for index, seed in enumerate(seeds):
-        truth = checking.truth_for(workload_id, "small", seed)
+        truth = truth_for(workload_id, "small", seed)
         for name, out in candidates(workload_id, truth, seed, replayed).items():
             if out is None:
                 continue
-            report, error_class, _ = checking.compare(out, truth.dtype, truth, index)
+            report, error_class, _ = compare(out, truth.dtype, truth, index)
             caught = error_class is not None
             margin = report.max_abs_error / report.tolerance if report.tolerance > 0 else float("inf")
             if report.nan_count or report.inf_count:

@@ -14,6 +14,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from jaxbench_mcp.analysis import coverage
 from jaxbench_mcp.catalog import expert_refs, targets, workloads
+from jaxbench_mcp.checking import rules
 
 KERNELS = Path(__file__).parent / "kernels"
 GOOD = sorted(p.name for p in KERNELS.glob("good_*.py"))
@@ -289,7 +290,7 @@ def test_a_shape_branching_candidate_is_a_different_program_at_full_size():
     module = _load(KERNELS / "bad_size_branch.py")
     small = coverage.program_structure(_trace(module.workload, "12p_RMSNorm", "small"))
     full = coverage.program_structure(_trace(module.workload, "12p_RMSNorm", "full"))
-    diff = coverage.first_difference(small, full)
+    diff = rules.first_difference(small, full)
     assert diff is not None
     assert "pallas_call:_scale_only" in full and not any(t.startswith("pallas_call") for t in small)
     assert "small size trace has" in diff["text"] and diff["a"] != diff["b"]
@@ -302,14 +303,14 @@ def test_good_kernels_are_the_same_program_at_both_sizes(name):
     small = coverage.program_structure(_trace(module.workload, wid, "small"))
     full = coverage.program_structure(_trace(module.workload, wid, "full"))
     assert any(t.startswith("pallas_call:") for t in full)
-    assert coverage.first_difference(small, full) is None
+    assert rules.first_difference(small, full) is None
 
 
 def test_first_difference_points_at_the_first_step_that_differs():
-    assert coverage.first_difference(["a", "b"], ["a", "b"]) is None
-    diff = coverage.first_difference(["a", "dot_general", "add"], ["a", "pallas_call:k"])
+    assert rules.first_difference(["a", "b"], ["a", "b"]) is None
+    diff = rules.first_difference(["a", "dot_general", "add"], ["a", "pallas_call:k"])
     assert (diff["position"], diff["a"], diff["b"]) == (1, "dot_general", "pallas_call:k")
-    ended = coverage.first_difference(["a"], ["a", "exp"])
+    ended = rules.first_difference(["a"], ["a", "exp"])
     assert (ended["position"], ended["a"], ended["b"]) == (1, None, "exp") and "the end of the program" in ended["text"]
 
 
@@ -322,8 +323,8 @@ def _judge(name: str) -> dict:
     w = workloads.get_workload(wid)
     closed = _trace(_load(path).workload, wid)
     args = [a for i, a in enumerate(workloads.abstract_inputs(w, "full")) if i not in w.static_argnums]
-    share = coverage.work_share(coverage.kernel_work(closed), coverage.outside_work(closed, args))
-    return share | coverage.judge_work_share(share, w.flops("full"), w.io_bytes("full"))
+    share = rules.work_share(coverage.kernel_work(closed), coverage.outside_work(closed, args))
+    return share | rules.judge_work_share(share, w.flops("full"), w.io_bytes("full"))
 
 
 def test_a_dead_pallas_call_beside_a_jnp_matmul_is_not_doing_the_work():
@@ -347,29 +348,29 @@ def test_good_kernels_do_the_work(name):
 
 
 def test_unknown_outside_work_never_passes():
-    share = coverage.work_share({"flops": 0.0, "bytes": 0.0, "exact": True}, None)
+    share = rules.work_share({"flops": 0.0, "bytes": 0.0, "exact": True}, None)
     assert share["flops_share"] is None
-    judged = coverage.judge_work_share(share, 1e12, 1e9)
+    judged = rules.judge_work_share(share, 1e12, 1e9)
     assert judged["error_class"] == "pallas_not_doing_the_work" and "cannot be counted" in judged["reason"]
 
 
 def test_a_kernel_doing_a_sliver_of_a_compute_bound_workload_is_not_doing_the_work():
     # 2.2% of the FLOPs in the kernels (the old rule let anything over 1% pass).
-    share = coverage.work_share({"flops": 2.2e10, "bytes": 1e8, "exact": True}, {"flops": 9.78e11, "bytes": 1e9})
-    judged = coverage.judge_work_share(share, 1e12, 1e9)
+    share = rules.work_share({"flops": 2.2e10, "bytes": 1e8, "exact": True}, {"flops": 9.78e11, "bytes": 1e9})
+    judged = rules.judge_work_share(share, 1e12, 1e9)
     assert judged["error_class"] == "pallas_not_doing_the_work" and "compute-bound" in judged["reason"]
-    share = coverage.work_share({"flops": 6e11, "bytes": 1e9, "exact": True}, {"flops": 4e11, "bytes": 1e9})
-    assert coverage.judge_work_share(share, 1e12, 1e9)["error_class"] is None
+    share = rules.work_share({"flops": 6e11, "bytes": 1e9, "exact": True}, {"flops": 4e11, "bytes": 1e9})
+    assert rules.judge_work_share(share, 1e12, 1e9)["error_class"] is None
 
 
 def test_a_memory_bound_workload_is_judged_by_its_bytes():
     # RMSNorm-like: 4 FLOPs per byte. Kernels that move 10% of the bytes and do 2.5% of the FLOPs do not do its work.
-    share = coverage.work_share({"flops": 1e8, "bytes": 1e8, "exact": True}, {"flops": 3.9e9, "bytes": 9e8})
-    judged = coverage.judge_work_share(share, 4e9, 1e9)
+    share = rules.work_share({"flops": 1e8, "bytes": 1e8, "exact": True}, {"flops": 3.9e9, "bytes": 9e8})
+    judged = rules.judge_work_share(share, 4e9, 1e9)
     assert judged["error_class"] == "pallas_not_doing_the_work" and "memory-bound" in judged["reason"]
     # ...unless they do its arithmetic (a paged decode kernel skips the pages no sequence reaches).
-    share = coverage.work_share({"flops": 3e9, "bytes": 1e8, "exact": True}, {"flops": 1e9, "bytes": 9e8})
-    assert coverage.judge_work_share(share, 4e9, 1e9)["error_class"] is None
+    share = rules.work_share({"flops": 3e9, "bytes": 1e8, "exact": True}, {"flops": 1e9, "bytes": 9e8})
+    assert rules.judge_work_share(share, 4e9, 1e9)["error_class"] is None
 
 
 def test_program_work_counts_loop_bodies_once_per_trip():
@@ -416,12 +417,12 @@ def test_the_outline_compares_kernel_bodies_and_constants():
         closed = jax.make_jaxpr(lambda x: program(x, scale, when))(jax.ShapeDtypeStruct((rows, 128), jnp.float32))
         return coverage.program_structure(closed)
 
-    assert coverage.first_difference(outline(16), outline(64)) is None
+    assert rules.first_difference(outline(16), outline(64)) is None
     # A pl.when that only the larger size has: a different body.
-    assert coverage.first_difference(outline(16), outline(64, when=True)) is not None
+    assert rules.first_difference(outline(16), outline(64, when=True)) is not None
     # A scale that changes with the size and derives from no shape; one that is 1/rows is a shape's.
-    assert coverage.first_difference(outline(16, scale=1.0), outline(64, scale=0.3)) is not None
-    assert coverage.first_difference(outline(16, scale=1 / 16), outline(64, scale=1 / 64)) is None
+    assert rules.first_difference(outline(16, scale=1.0), outline(64, scale=0.3)) is not None
+    assert rules.first_difference(outline(16, scale=1 / 16), outline(64, scale=1 / 64)) is None
 
 
 # ---- "parallel" labels on axes that revisit an output -------------------------------------------

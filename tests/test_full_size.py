@@ -7,10 +7,12 @@ from types import SimpleNamespace
 import pytest
 
 from jaxbench_mcp.catalog import workloads
-from jaxbench_mcp.checking.checker import Checker
-from jaxbench_mcp.models import DeviceTiming, Verdict
+from jaxbench_mcp.catalog.targets import Tier
+from jaxbench_mcp.checking import judge
+from jaxbench_mcp.models import DeviceTiming
 from jaxbench_mcp.perf import profiling
 from jaxbench_mcp.sandbox import protocol
+from jaxbench_mcp.sandbox.jobs import Limits
 
 
 def _profiler_measuring(median_us: float) -> profiling.Profiler:
@@ -41,9 +43,9 @@ def test_a_measured_time_below_the_memory_bound_is_rejected_and_a_fold_below_the
     assert fold.error is None and fold.candidate_us == pytest.approx(bound * 1.5) and fold.candidate_us < roofline
 
 
-def _verdict() -> Verdict:
-    return Verdict(
-        status="correct", message="", workload_id="8p_GEMM", size="small", targets=["v6e"], tier="cpu_libtpu"
+def _case(workload_id: str = "8p_GEMM", targets=("v6e",)) -> judge.Case:
+    return judge.Case(
+        workloads.get_workload(workload_id), "small", list(targets), Tier.CPU_LIBTPU, "process-only", Limits()
     )
 
 
@@ -60,13 +62,11 @@ def _traced(outline, run_outline, findings=()):
 
 def test_a_different_program_at_the_run_size_decides_before_coverage():
     unread = protocol.CoverageFinding(kind="unread_input", operand="A", message="A[:, 128:] is never read at full size")
-    verdict = _verdict()
-    failures = Checker._full_size(
-        workloads.get_workload("8p_GEMM"), _traced(["dot_general"], ["pallas_call:k"], [unread]), verdict
-    )
-    assert [f[0] for f in failures] == ["size_dependent_program"]
-    assert "small size" in failures[0][1] and "full size" in failures[0][1]
-    assert verdict.full_size_findings == [unread.message]
+    evidence = judge.Evidence()
+    failures = judge.full_size(_case(), _traced(["dot_general"], ["pallas_call:k"], [unread]), evidence)
+    assert [f.error_class for f in failures] == ["size_dependent_program"]
+    assert "small size" in failures[0].text and "full size" in failures[0].text
+    assert evidence.full_size_findings == [unread.message]
 
 
 def test_an_unwritten_output_decides_over_an_unread_input():
@@ -74,7 +74,7 @@ def test_an_unwritten_output_decides_over_an_unread_input():
         protocol.CoverageFinding(kind="unread_input", operand="A", message="A tail unread"),
         protocol.CoverageFinding(kind="unwritten_output", operand="output", message="output tail unwritten"),
     ]
-    failures = Checker._full_size(workloads.get_workload("8p_GEMM"), _traced(["x"], ["x"], findings), _verdict())
+    failures = judge.full_size(_case(), _traced(["x"], ["x"], findings), judge.Evidence())
     assert failures == [("unwritten_output", "output tail unwritten", None)]
 
 
@@ -82,14 +82,14 @@ def test_an_unread_part_of_a_sparse_input_is_a_warning():
     w = workloads.get_workload("6p_Paged_Attention")
     assert w.sparse_inputs == ("k_pages", "v_pages")
     finding = protocol.CoverageFinding(kind="unread_input", operand="k_pages", message="k_pages[9000:] is never read")
-    verdict = _verdict()
-    assert Checker._full_size(w, _traced(["x"], ["x"], [finding]), verdict) == []
-    assert verdict.warnings and "sparse" in verdict.warnings[0]
+    evidence = judge.Evidence()
+    assert judge.full_size(_case(w.id), _traced(["x"], ["x"], [finding]), evidence) == []
+    assert evidence.warnings and "sparse" in evidence.warnings[0]
 
 
 def test_the_pallas_share_is_said_in_the_verdict_and_a_sliver_fails():
     w = workloads.get_workload("8p_GEMM")
-    verdict = _verdict()
+    evidence = judge.Evidence()
     sliver = protocol.Work(
         kernel_flops=0.0,
         kernel_bytes=1024.0,
@@ -97,30 +97,28 @@ def test_the_pallas_share_is_said_in_the_verdict_and_a_sliver_fails():
         outside_bytes=w.io_bytes("full"),
         exact=True,
     )
-    failure = Checker._work_share(w, sliver, verdict)
-    assert failure[0] == "pallas_not_doing_the_work" and verdict.pallas_work.startswith("the Pallas kernels do 0.00%")
+    failure = judge.work_share(w, sliver, evidence)
+    assert failure.error_class == "pallas_not_doing_the_work"
+    assert evidence.pallas_work.startswith("the Pallas kernels do 0.00%")
     whole = protocol.Work(
         kernel_flops=w.flops("full"), kernel_bytes=w.io_bytes("full"), outside_flops=0.0, outside_bytes=0.0, exact=True
     )
-    verdict = _verdict()
-    assert Checker._work_share(w, whole, verdict) is None and "100.00%" in verdict.pallas_work
+    evidence = judge.Evidence()
+    assert judge.work_share(w, whole, evidence) is None and "100.00%" in evidence.pallas_work
 
 
 def test_a_parallel_reduction_axis_fails_on_megacore_targets_and_is_a_warning_elsewhere():
     finding = protocol.CoverageFinding(
         kind="parallel_revisit", operand="k output 0", message='kernel k marks grid axis 2 "parallel" (16 steps ...)'
     )
-    w = workloads.get_workload("8p_GEMM")
-    single = _verdict()
-    assert Checker._full_size(w, _traced(["x"], ["x"], [finding]), single) == []
+    single = judge.Evidence()
+    assert judge.full_size(_case(), _traced(["x"], ["x"], [finding]), single) == []
     assert single.warnings and "wrong on megacore chips" in single.warnings[0]
     assert single.full_size_findings == [finding.message]
     for targets in (["v5p"], ["v6e", "v4"]):
-        verdict = _verdict().model_copy(update={"targets": targets})
-        [failure] = Checker._full_size(w, _traced(["x"], ["x"], [finding]), verdict)
-        assert failure[0] == "parallel_reduction_axis" and targets[-1] in failure[1]
+        [failure] = judge.full_size(_case(targets=targets), _traced(["x"], ["x"], [finding]), judge.Evidence())
+        assert failure.error_class == "parallel_reduction_axis" and targets[-1] in failure.text
     # An unwritten output is the more direct fault and decides first.
     unwritten = protocol.CoverageFinding(kind="unwritten_output", operand="output", message="output tail unwritten")
-    verdict = _verdict().model_copy(update={"targets": ["v5p"]})
-    failures = Checker._full_size(w, _traced(["x"], ["x"], [finding, unwritten]), verdict)
-    assert [f[0] for f in failures] == ["unwritten_output"]
+    failures = judge.full_size(_case(targets=["v5p"]), _traced(["x"], ["x"], [finding, unwritten]), judge.Evidence())
+    assert [f.error_class for f in failures] == ["unwritten_output"]

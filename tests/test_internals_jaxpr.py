@@ -177,8 +177,8 @@ def test_jax_repeat_of_an_error_raised_under_a_transformation_is_noise():
 
 
 def test_decisive_lines_keep_the_candidate_frame_and_the_error_not_jaxs_frames():
-    """checking.decisive_lines drops the frames tracebacks.is_jax_noise recognises."""
-    from jaxbench_mcp.checking import checker as checking
+    """diagnosis.decisive_lines drops the frames tracebacks.is_jax_noise recognises."""
+    from jaxbench_mcp.checking import diagnosis
 
     text = (
         "Traceback (most recent call last):\n"
@@ -187,7 +187,7 @@ def test_decisive_lines_keep_the_candidate_frame_and_the_error_not_jaxs_frames()
         '  File "/x/jax/_src/pallas/mosaic/lowering.py", line 99, in lower\n    raise ValueError(msg)\n'
         "ValueError: The Pallas TPU lowering currently requires that the last two dimensions of your block shape are divisible by 8 and 128\n"
     )
-    lines = checking.decisive_lines(text).splitlines()
+    lines = diagnosis.decisive_lines(text).splitlines()
     assert lines[0] == "candidate.py line 12, in kernel: o_ref[...] = x_ref[0:100]"
     assert lines[-1].startswith("ValueError: The Pallas TPU lowering")
     assert not any("core.py" in l for l in lines)

@@ -15,6 +15,8 @@ TOP = {"api", "fleet", "campaigns", "frontends", "server", "targets", "__init__"
 UPWARD = {
     ("analysis.kernels", "perf.cost_model"),
     ("catalog.validation", "checking.checker"),
+    ("catalog.validation", "checking.comparison"),
+    ("catalog.validation", "checking.truth"),
     ("perf.tuning", "api"),
     ("sandbox.worker", "perf.cost_model"),
     ("sandbox.worker", "perf.estimator"),

@@ -11,7 +11,7 @@ import pytest
 
 from jaxbench_mcp import api
 from jaxbench_mcp.analysis import kernels as kernel_analysis
-from jaxbench_mcp.checking import checker as checking
+from jaxbench_mcp.checking import diagnosis
 from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.perf import cost_model, profiling
 from jaxbench_mcp.store import Store
@@ -303,7 +303,7 @@ def test_a_vmem_overflow_is_summarised_by_its_sizes():
         "allocation with size 112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M. It should not be "
         "possible to run out of scoped vmem - \nSee https://openxla.org/xla/errors/error_1001 for more details."
     )
-    assert checking.compile_failure(text) == (
+    assert diagnosis.compile_failure(text) == (
         "compile failed (vmem_overflow): out of VMEM: Scoped allocation with size "
         "112.00M and limit 32.00M exceeded scoped vmem limit by 80.00M"
     )

@@ -246,10 +246,12 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
         )
     )
 
-    from jaxbench_mcp.checking import checker as checking
+    from jaxbench_mcp.checking.checker import DEFAULT_SEEDS
+    from jaxbench_mcp.checking.comparison import compare
+    from jaxbench_mcp.checking.truth import truth_of
 
     try:
-        truths = [checking.truth_of(w, x) for x in inputs]
+        truths = [truth_of(w, x) for x in inputs]
     except Exception as exc:  # noqa: BLE001
         steps.append(Step("truth", False, f"the reference fails at small size: {type(exc).__name__}: {exc}"))
         return
@@ -283,7 +285,7 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
     caught, passed = [], []
     for k, (x, truth) in enumerate(zip(inputs, truths)):
         for name, cand in _degenerate_candidates(w, x, truth).items():
-            _, error, _ = checking.compare(cand, truth.dtype, truth, k)
+            _, error, _ = compare(cand, truth.dtype, truth, k)
             (passed if error is None else caught).append(name)
     passed_names = sorted(set(passed))
     if passed_names and not w.degenerate_output:
@@ -317,14 +319,14 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
     except Exception as exc:  # noqa: BLE001
         steps.append(Step("budget", False, f"the reference fails at small size: {type(exc).__name__}: {exc}"))
         return
-    allowed = RUN_STAGE_SECONDS / (checking.DEFAULT_SEEDS * INTERPRET_SLOWDOWN)
+    allowed = RUN_STAGE_SECONDS / (DEFAULT_SEEDS * INTERPRET_SLOWDOWN)
     steps.append(
         Step(
             "budget",
             run_seconds <= allowed,
             f"the reference runs in {run_seconds:.3f} s at small size (inputs {inputs_seconds:.3f} s); allowed "
             f"{allowed:.1f} s: an interpret run is ~{INTERPRET_SLOWDOWN:g}x slower and the run stage gives "
-            f"{RUN_STAGE_SECONDS:g} s for {checking.DEFAULT_SEEDS} seeds",
+            f"{RUN_STAGE_SECONDS:g} s for {DEFAULT_SEEDS} seeds",
         )
     )
 

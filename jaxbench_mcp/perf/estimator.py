@@ -641,7 +641,8 @@ def estimate_file(
 ) -> dict[str, Estimate | str]:
     """A static estimate of `function` from the Python source `source` (untrusted: it runs in the sandboxed
     worker), per generation: an Estimate, or a string saying why there is none. `args` as parse_args returns."""
-    from jaxbench_mcp.checking.checker import Checker, compile_failure
+    from jaxbench_mcp.checking.checker import Checker
+    from jaxbench_mcp.checking.diagnosis import compile_failure
 
     owned = checker is None
     checker = checker or Checker(spares=0, slots=1)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jaxbench_mcp.catalog import targets
-from jaxbench_mcp.checking.checker import compile_failure, inspect_module
+from jaxbench_mcp.checking.diagnosis import compile_failure
+from jaxbench_mcp.checking.judge import inspect_module
 from jaxbench_mcp.perf import cost_model, measuring
 from jaxbench_mcp.sandbox import protocol
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Stage

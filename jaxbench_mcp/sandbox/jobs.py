@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import queue
-import signal
 import selectors
+import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -154,6 +155,23 @@ def _dir_usage(paths: list[Path], max_entries: int) -> tuple[int, int]:
                 except OSError:
                     pass
     return total, entries
+
+
+def read_job_file(directory: Path, name: str, max_bytes: int) -> bytes:
+    """A file the worker wrote, read by the parent across the wall: defensively: a bare name, no link, a regular file, bounded in size."""
+    if "/" in name or name.startswith("."):
+        raise protocol.ProtocolViolation(f"the file name {name!r} is not a bare file name")
+    try:
+        fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise protocol.ProtocolViolation(f"{name} cannot be opened as a plain file ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise protocol.ProtocolViolation(f"{name} is not a regular file")
+        if info.st_size > max_bytes:
+            raise protocol.ProtocolViolation(f"{name} has {info.st_size:,} bytes; at most {max_bytes:,} were expected")
+        return f.read(max_bytes + 1)[:max_bytes]
 
 
 class WorkerStartFailed(RuntimeError):
