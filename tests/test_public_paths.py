@@ -54,3 +54,22 @@ def test_the_console_script_names_the_frontend_cli():
     from jaxbench_mcp.frontends.cli import main
 
     assert script.value == "jaxbench_mcp.frontends.cli:main" and script.load() is main
+
+
+def test_the_public_api_names_resolve_to_their_defining_modules():
+    import importlib
+
+    import jaxbench_mcp
+
+    for name, module in jaxbench_mcp._PUBLIC.items():
+        assert getattr(jaxbench_mcp, name) is getattr(importlib.import_module(module), name), name
+    assert set(dir(jaxbench_mcp)) == set(jaxbench_mcp.__all__)
+
+
+def test_importing_the_package_loads_neither_jax_nor_the_server_side():
+    # A workload module imports jaxbench_mcp.seeding inside the sandboxed worker: that must stay light.
+    code = (
+        "import sys, jaxbench_mcp\nprint(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jaxbench_mcp.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
