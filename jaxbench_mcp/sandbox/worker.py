@@ -164,7 +164,7 @@ def _full_args(workload, size: str):
     return abstract_inputs(workload, size)
 
 
-def run_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
+def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     """The check. The candidate's Python runs only while it is imported and traced, once per size (full, and the
     run size), under the TPU facade; every analysis, the lowering, the compile and the run are derived from those
     two recorded programs, so a candidate cannot show one program to the checks and run another on the seeds."""
@@ -596,7 +596,7 @@ def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -
 
 
 _MODES = {
-    "check": run_job,
+    "check": check_job,
     "profile": profile_job,
     "measure": measure_job,
     "reference": reference_job,
