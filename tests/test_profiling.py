@@ -527,7 +527,10 @@ _VMEM_BRACKET = """
 import dataclasses, importlib.util, json, sys
 import jax
 from jax._src import tpu_custom_call
-from jaxbench_mcp import cost_model, estimator, kernel_analysis, protocol, targets, workloads
+from jaxbench_mcp.analysis import kernels as kernel_analysis
+from jaxbench_mcp.catalog import targets, workloads
+from jaxbench_mcp.perf import cost_model, estimator
+from jaxbench_mcp.sandbox import protocol
 
 path, workload_id, generation = sys.argv[1:4]
 limit = {"bytes": None}
