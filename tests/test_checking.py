@@ -10,6 +10,7 @@ import pytest
 
 from jaxbench_mcp.checking import checker as checking
 from jaxbench_mcp.checking.checker import Checker, Truth, compare
+from jaxbench_mcp.requests import CheckRequest
 from jaxbench_mcp.sandbox.jobs import Limits
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Stage, Status
 
@@ -38,14 +39,14 @@ def verdicts():
 
         def run(case):
             name, workload_id, _, _ = case
-            verdict, outcome = checker.check(workload_id, (KERNELS / name).read_text())
+            verdict, outcome = checker.check(CheckRequest.of(workload_id, (KERNELS / name).read_text()))
             outcome.cleanup()
             return name, verdict
 
         with ThreadPoolExecutor(2) as pool:
             results = dict(pool.map(run, corpus()))
         # After hangs, crashes and memory bombs the same checker still answers correctly.
-        again, outcome = checker.check("12p_RMSNorm", (KERNELS / "good_rmsnorm.py").read_text())
+        again, outcome = checker.check(CheckRequest.of("12p_RMSNorm", (KERNELS / "good_rmsnorm.py").read_text()))
         outcome.cleanup()
         results["after-failures"] = again
         return results
@@ -98,7 +99,7 @@ def test_a_k_axis_labelled_parallel_fails_when_a_megacore_chip_is_targeted():
     source = source.replace('("parallel", "parallel", "arbitrary")', '("parallel", "parallel", "parallel")')
     checker = Checker(limits=TEST_LIMITS, spares=0, slots=1)
     try:
-        verdict, outcome = checker.check("8p_GEMM", source, targets_=["v5p"])
+        verdict, outcome = checker.check(CheckRequest.of("8p_GEMM", source, targets=["v5p"]))
         outcome.cleanup()
     finally:
         checker.close()

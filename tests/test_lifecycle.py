@@ -16,6 +16,7 @@ import pytest
 
 from jaxbench_mcp import api
 from jaxbench_mcp.checking.checker import Cancelled, Checker
+from jaxbench_mcp.requests import CheckRequest
 from jaxbench_mcp.sandbox import isolation as sandbox, jobs
 from jaxbench_mcp.store import Store
 
@@ -39,7 +40,7 @@ def test_a_spare_that_idled_past_its_warm_up_budget_still_takes_the_next_check()
             sel.register(spare._events, selectors.EVENT_READ)
             assert sel.select(180), "the spare never got ready"
         spare.started -= checker.limits.warm_up + 1  # as if it had idled past the budget (the agent was writing)
-        verdict, outcome = checker.check("12p_RMSNorm", GOOD)
+        verdict, outcome = checker.check(CheckRequest.of("12p_RMSNorm", GOOD))
         outcome.cleanup()
         assert verdict.status == "correct", verdict.summary()
     finally:
@@ -53,8 +54,7 @@ def test_no_spare_warms_up_beside_a_running_check_and_one_is_ready_after_it():
     try:
         assert checker.pool.wait_warm(), "the first spare never got ready"
         verdict, outcome = checker.check(
-            "12p_RMSNorm",
-            GOOD,
+            CheckRequest.of("12p_RMSNorm", GOOD),
             on_progress=lambda m: (
                 warming_during_check.append(len(jobs.REGISTRY.live()) - 1) if m.startswith("load: done") else None
             ),

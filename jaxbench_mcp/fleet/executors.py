@@ -4,11 +4,12 @@ executor and records what comes back; an executor never touches the store.
   LocalExecutor  this host: its checker (sandboxed warm workers, device slots) and profiler.
   RayExecutor    a fleet of hosts on Ray, one actor per host (jaxbench_mcp.fleet.ray_executor; optional extra).
 
-Both answer the same calls: check -> (Verdict, log text), profile -> Profile, and describe themselves
-(tier, default target, isolation, queue, and fleet() -> models.FleetInfo, or None for a single host). A
+Both answer the same calls: check(CheckRequest) -> (Verdict, log text), profile(ProfileRequest, verdict) ->
+Profile, and describe themselves (tier, default target, isolation, queue, and fleet() -> models.FleetInfo, or
+None for a single host). The request arrives validated (jaxbench_mcp.requests) and is passed on unchanged. A
 verdict or profile from a fleet names its host in `host`; a local one leaves it unset. Both raise
-checking.Cancelled when `cancel` is set, and an agent's mistake (an unknown target...) as its own exception;
-anything else they raise is the server's failure, which JaxBench turns into a server_error verdict.
+checking.Cancelled when `cancel` is set, and an agent's mistake (a target no host can serve...) as its own
+exception; anything else they raise is the server's failure, which JaxBench turns into a server_error verdict.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from jaxbench_mcp.checking.checker import DEFAULT_SEEDS, Checker
+from jaxbench_mcp.catalog import targets
+from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.models import Profile, QueueInfo, Verdict
 from jaxbench_mcp.perf import profiling
+from jaxbench_mcp.requests import CheckRequest, ProfileRequest
+from jaxbench_mcp.sandbox.isolation import Isolation
 
 
 class LocalExecutor:
@@ -29,7 +33,7 @@ class LocalExecutor:
         self.profiler = profiling.Profiler(self.checker, cache=cache)
 
     @property
-    def tier(self):
+    def tier(self) -> targets.Tier:
         return self.checker.tier
 
     @property
@@ -37,7 +41,7 @@ class LocalExecutor:
         return self.checker.default_target
 
     @property
-    def isolation(self):
+    def isolation(self) -> Isolation:
         return self.checker.isolation
 
     def default_targets(self) -> list[str]:
@@ -59,18 +63,11 @@ class LocalExecutor:
 
     def check(
         self,
-        workload_id: str,
-        source: str,
-        targets_: list[str] | None = None,
-        size: str | None = None,
-        seeds: int = DEFAULT_SEEDS,
-        require_pallas: bool = True,
+        request: CheckRequest,
         on_progress: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> tuple[Verdict, str]:
-        verdict, outcome = self.checker.check(
-            workload_id, source, targets_, size, seeds, require_pallas, on_progress, cancel
-        )
+        verdict, outcome = self.checker.check(request, on_progress, cancel)
         if outcome is None:  # no worker could start: the verdict says so
             return verdict, verdict.message
         outcome.cleanup()
@@ -78,11 +75,9 @@ class LocalExecutor:
 
     def profile(
         self,
-        workload_id: str,
-        source: str,
-        targets_: list[str],
+        request: ProfileRequest,
         verdict: Verdict,
         on_progress: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> Profile:
-        return self.profiler.profile(workload_id, source, targets_, verdict, on_progress=on_progress, cancel=cancel)
+        return self.profiler.profile(request, verdict, on_progress=on_progress, cancel=cancel)

@@ -9,6 +9,9 @@ Three kinds of process take part:
   host actor  one per host, on that host: a LocalExecutor (its checker with warm sandboxed workers, and its
               profiler). It returns verdicts and profiles as JSON and never writes any store.
 
+A job travels as a typed message (jaxbench_mcp.fleet.protocol): the CheckRequest or ProfileRequest JaxBench
+validated, JSON-ready across each process boundary and validated back into the same request on the other side.
+
 Why a separate proxy process: measured with Ray 2.60, a driver whose cluster (its GCS) goes away terminates its
 own process about 60 s later ("Failed to connect to GCS within 60 seconds ... The program will terminate"), and
 `ray.init` on an address nobody answers waits without end. Inside the server, either would take the MCP session
@@ -82,7 +85,9 @@ from typing import Any
 
 from jaxbench_mcp import __version__
 from jaxbench_mcp.catalog import targets
+from jaxbench_mcp.fleet.protocol import JOB, ActorReply, FleetCheckJob, FleetJob, FleetProfileJob
 from jaxbench_mcp.models import FleetHost, FleetInfo, Profile, QueueInfo, Verdict
+from jaxbench_mcp.requests import CheckRequest, ProfileRequest
 
 # The name it logged under before the rooms, so that log filters set up for the fleet keep matching.
 logger = logging.getLogger("jaxbench_mcp.fleet")
@@ -164,8 +169,9 @@ class HostView:
         )
 
 
-def place(hosts: list[HostView], targets_: list[str], exclude: set[str] | frozenset[str] = frozenset()) -> HostView:
-    """The host for a job for `targets_` (TPU generations; empty: no compile target), skipping node ids in `exclude`.
+def place(hosts: list[HostView], generations: list[str], exclude: set[str] | frozenset[str] = frozenset()) -> HostView:
+    """The host for a job for `generations` (TPU generations; empty: no compile target), skipping node ids in
+    `exclude`.
 
     Raises NoLiveHost when no host is ready, NoHostForTarget when ready hosts exist but none can compile for TPU."""
     live = [h for h in hosts if h.state == "ready" and h.node_id not in exclude]
@@ -175,17 +181,17 @@ def place(hosts: list[HostView], targets_: list[str], exclude: set[str] | frozen
             "no host of the fleet is up" + (f"; hosts: {'; '.join(down)}" if down else " (the cluster has none)")
         )
     pool = live
-    if targets_:
+    if generations:
         # A plain CPU host (no libtpu) lowers for TPU but compiles for no generation.
         able = [h for h in live if h.tier != str(targets.Tier.CPU)]
         if not able:
             raise NoHostForTarget(
-                f"no host of the fleet can compile for {', '.join(targets_)}: its hosts "
+                f"no host of the fleet can compile for {', '.join(generations)}: its hosts "
                 f"({', '.join(h.name for h in live)}) are plain CPU hosts without libtpu. Omit the target for a "
                 "lowering-only check, or add a host with libtpu or a TPU to the fleet"
             )
         pool = able
-        for generation in targets_:  # the first requested generation that some host carries decides
+        for generation in generations:  # the first requested generation that some host carries decides
             carriers = [h for h in able if h.attached_tpu == generation]
             if carriers:
                 pool = carriers
@@ -315,42 +321,25 @@ class HostActor:
         # A cancel that arrives before its job starts leaves the event set for it: the job then stops at once.
         self._job(try_id).cancel.set()
 
-    def check(
-        self,
-        try_id: str,
-        workload_id: str,
-        source: str,
-        targets_: list[str],
-        size: str | None,
-        seeds: int,
-        require_pallas: bool,
-    ) -> dict:
+    def run(self, try_id: str, job: dict) -> dict:
+        """One try of a job (a fleet.protocol job, JSON-ready) to its end: the ActorReply, JSON-ready."""
         from jaxbench_mcp.checking.checker import Cancelled
 
-        job = self._job(try_id)
+        message = JOB.validate_python(job)
+        state = self._job(try_id)
         try:
-            verdict, log = self.executor.check(
-                workload_id, source, targets_, size, seeds, require_pallas, job.note, job.cancel
-            )
+            match message:
+                case FleetCheckJob(request=request):
+                    verdict, log = self.executor.check(request, state.note, state.cancel)
+                    reply = ActorReply(verdict=verdict, log=log, progress=state.since(0))
+                case FleetProfileJob(request=request, verdict=checked):
+                    profile = self.executor.profile(request, checked, state.note, state.cancel)
+                    reply = ActorReply(profile=profile, progress=state.since(0))
         except Cancelled:
-            return {"cancelled": True, "progress": job.since(0)}
+            reply = ActorReply(cancelled=True, progress=state.since(0))
         finally:
             self._drop(try_id)
-        return {"verdict": verdict.model_dump(mode="json"), "log": log, "progress": job.since(0)}
-
-    def profile(self, try_id: str, workload_id: str, source: str, targets_: list[str], verdict: dict) -> dict:
-        from jaxbench_mcp.checking.checker import Cancelled
-
-        job = self._job(try_id)
-        try:
-            result = self.executor.profile(
-                workload_id, source, targets_, Verdict.model_validate(verdict), job.note, job.cancel
-            )
-        except Cancelled:
-            return {"cancelled": True, "progress": job.since(0)}
-        finally:
-            self._drop(try_id)
-        return {"profile": result.model_dump(mode="json"), "progress": job.since(0)}
+        return reply.model_dump(mode="json")
 
     def close(self) -> None:
         from jaxbench_mcp.sandbox import jobs
@@ -602,9 +591,9 @@ class _Proxy:
             except (EOFError, OSError):
                 break
             op = message[0]
-            if op == "job":
+            if op == "job":  # ("job", job id, a fleet.protocol job, JSON-ready)
                 threading.Thread(
-                    target=self.run_job, args=message[1:], daemon=True, name=f"fleet-job-{message[1][:8]}"
+                    target=self.run_job, args=message[1:3], daemon=True, name=f"fleet-job-{message[1][:8]}"
                 ).start()
             elif op == "cancel":
                 self.cancel_event(message[1]).set()
@@ -652,17 +641,19 @@ class _Proxy:
         with self.lock:
             return self.cancels.setdefault(job_id, threading.Event())
 
-    def run_job(self, job_id: str, kind: str, payload: dict, targets_: list[str]) -> None:
+    def run_job(self, job_id: str, job: dict) -> None:
         cancel = self.cancel_event(job_id)
         exclude: set[str] = set()
         try:
+            message = JOB.validate_python(job)
+            generations = list(message.request.targets)
             for attempt in range(1, MAX_TRIES + 1):
                 if cancel.is_set():
                     self.send("cancelled", job_id)
                     return
                 with self.lock:
                     try:
-                        view = place([h.view for h in self.hosts.values()], targets_, exclude)
+                        view = place([h.view for h in self.hosts.values()], generations, exclude)
                     except NoHostForTarget as exc:
                         chosen = None
                         failure: tuple = ("error", job_id, exc) if attempt == 1 else ("unavailable", job_id, str(exc))
@@ -686,7 +677,9 @@ class _Proxy:
                     },
                 )
                 try:
-                    outcome = self.follow(chosen, kind, f"{job_id}-{attempt}", payload, job_id, cancel)
+                    outcome = self.follow(
+                        chosen, f"{job_id}-{attempt}", message.model_dump(mode="json"), job_id, cancel
+                    )
                 finally:
                     with self.lock:
                         chosen.view.inflight -= 1
@@ -712,9 +705,10 @@ class _Proxy:
             with self.lock:
                 self.cancels.pop(job_id, None)
 
-    def follow(self, host: _Host, kind: str, try_id: str, payload: dict, job_id: str, cancel: threading.Event) -> tuple:
-        """Run one try on one host to its end, relaying progress and cancellation. Returns ('result', dict),
-        ('cancelled',), ('error', exception) or ('died', reason)."""
+    def follow(self, host: _Host, try_id: str, job: dict, job_id: str, cancel: threading.Event) -> tuple:
+        """Run one try of a job (JSON-ready) on one host to its end, relaying progress and cancellation. Returns
+        ('result', the ActorReply without its progress, JSON-ready), ('cancelled',), ('error', exception) or
+        ('died', reason)."""
         import ray
         from ray import exceptions as rx
 
@@ -725,7 +719,7 @@ class _Proxy:
             rx.ObjectLostError,
             rx.LocalRayletDiedError,
         )
-        ref = getattr(host.actor, kind).remote(try_id, **payload)
+        ref = host.actor.run.remote(try_id, job)
         relayed, cancel_sent = 0, False
         while True:
             if cancel.is_set() and not cancel_sent:
@@ -742,15 +736,17 @@ class _Proxy:
                 relayed += len(lines)
                 continue
             try:
-                result = ray.get(ref)
+                reply = ActorReply.model_validate(ray.get(ref))
             except host_lost as exc:
                 return ("died", _short(exc))
             except rx.RayTaskError as exc:
                 cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else RuntimeError(str(exc))
                 return ("error", _picklable(cause))
-            for line in result.pop("progress", [])[relayed:]:
+            for line in reply.progress[relayed:]:
                 self.send("progress", job_id, line)
-            return ("cancelled",) if result.get("cancelled") else ("result", result)
+            return (
+                ("cancelled",) if reply.cancelled else ("result", reply.model_dump(mode="json", exclude={"progress"}))
+            )
 
     def shutdown(self) -> None:
         import ray
@@ -1062,16 +1058,15 @@ class RayExecutor:
 
     def _run(
         self,
-        kind: str,
-        payload: dict,
-        targets_: list[str],
+        message: FleetJob,
         on_progress: Callable[[str], None] | None,
         cancel: threading.Event | None,
     ) -> tuple[str, Any, _Job]:
-        """Hand a job to the fleet and follow it: ('fleet', the actor's result, job) or ('local', why, job) when the
-        job must run here. Raises Cancelled, the job's own error or NoHostForTarget."""
+        """Hand a job to the fleet and follow it: ('fleet', the actor's ActorReply, job) or ('local', why, job) when
+        the job must run here. Raises Cancelled, the job's own error or NoHostForTarget."""
         from jaxbench_mcp.checking.checker import Cancelled
 
+        kind = message.kind
         progress = on_progress or (lambda _m: None)
         job = _Job(uuid.uuid4().hex, kind)
         with self._lock:
@@ -1079,7 +1074,7 @@ class RayExecutor:
                 return "local", self._fallback, job
             self._jobs[job.id] = job
         try:
-            if not self._send("job", job.id, kind, payload, targets_):
+            if not self._send("job", job.id, message.model_dump(mode="json")):
                 self._fall_back("the pipe to the fleet's Ray driver is closed")
                 return "local", self._fallback, job
             cancel_sent_at = None
@@ -1111,7 +1106,7 @@ class RayExecutor:
                         f"host {rest[0]['host']} died mid-{kind} ({rest[0]['reason'][:200]}); retrying on another host"
                     )
                 elif op == "result":
-                    return "fleet", rest[0], job
+                    return "fleet", ActorReply.model_validate(rest[0]), job
                 elif op == "cancelled":
                     raise Cancelled()
                 elif op == "error":
@@ -1124,13 +1119,13 @@ class RayExecutor:
             with self._lock:
                 self._jobs.pop(job.id, None)
 
-    def _local_or_refuse(self, why: str, targets_: list[str], job: _Job):
+    def _local_or_refuse(self, why: str, generations: list[str], job: _Job):
         """The local executor for a job the fleet cannot take, when this host can take it."""
         local = self._started_local()
-        if targets_ and local.tier is targets.Tier.CPU:
+        if generations and local.tier is targets.Tier.CPU:
             raise FleetUnavailable(
                 f"{why}; this server's own host has no libtpu, so it cannot compile for "
-                f"{', '.join(targets_)} in the fleet's place\n{job.history()}"
+                f"{', '.join(generations)} in the fleet's place\n{job.history()}"
             )
         return local
 
@@ -1140,35 +1135,19 @@ class RayExecutor:
 
     def check(
         self,
-        workload_id: str,
-        source: str,
-        targets_: list[str] | None = None,
-        size: str | None = None,
-        seeds: int | None = None,
-        require_pallas: bool = True,
+        request: CheckRequest,
         on_progress: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> tuple[Verdict, str]:
-        from jaxbench_mcp.checking.checker import DEFAULT_SEEDS
-
-        seeds = DEFAULT_SEEDS if seeds is None else seeds
-        chosen = list(targets_) if targets_ else self.default_targets()
-        payload = {
-            "workload_id": workload_id,
-            "source": source,
-            "targets_": chosen,
-            "size": size,
-            "seeds": seeds,
-            "require_pallas": require_pallas,
-        }
-        where, result, job = self._run("check", payload, chosen, on_progress, cancel)
+        chosen = list(request.targets)
+        where, result, job = self._run(FleetCheckJob(request=request), on_progress, cancel)
         if where == "fleet":
-            verdict = Verdict.model_validate(result["verdict"])
+            verdict = result.verdict
             verdict.host = job.tries[-1]["host"]
-            log = result["log"]
+            log = result.log
         else:
             local = self._local_or_refuse(str(result), chosen, job)
-            verdict, log = local.check(workload_id, source, chosen, size, seeds, require_pallas, on_progress, cancel)
+            verdict, log = local.check(request, on_progress, cancel)
             verdict.host = f"{socket.gethostname()} (local fallback)"
             verdict.warnings.append(self._local_note("check", str(result)))
             log = f"== fleet: {self._local_note('check', str(result))} ==\n{log}"
@@ -1182,27 +1161,19 @@ class RayExecutor:
 
     def profile(
         self,
-        workload_id: str,
-        source: str,
-        targets_: list[str],
+        request: ProfileRequest,
         verdict: Verdict,
         on_progress: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> Profile:
-        chosen = list(targets_) if targets_ else self.default_targets()
-        payload = {
-            "workload_id": workload_id,
-            "source": source,
-            "targets_": chosen,
-            "verdict": verdict.model_dump(mode="json"),
-        }
-        where, result, job = self._run("profile", payload, chosen, on_progress, cancel)
+        chosen = list(request.targets)
+        where, result, job = self._run(FleetProfileJob(request=request, verdict=verdict), on_progress, cancel)
         if where == "fleet":
-            profile = Profile.model_validate(result["profile"])
+            profile = result.profile
             profile.host = job.tries[-1]["host"]
         else:
             local = self._local_or_refuse(str(result), chosen, job)
-            profile = local.profile(workload_id, source, chosen, verdict, on_progress=on_progress, cancel=cancel)
+            profile = local.profile(request, verdict, on_progress=on_progress, cancel=cancel)
             profile.host = f"{socket.gethostname()} (local fallback)"
             profile.label = f"{profile.label} [{self._local_note('profile', str(result))}]"
         if any("died" in t for t in job.tries):

@@ -57,7 +57,6 @@ from starlette.responses import PlainTextResponse, Response
 from jaxbench_mcp import __version__, api, store
 from jaxbench_mcp.catalog import conditions, docs, workloads
 from jaxbench_mcp.catalog import targets as tpu_targets
-from jaxbench_mcp.checking.checker import DEFAULT_SEEDS
 from jaxbench_mcp.errors import AgentError
 from jaxbench_mcp.models import (
     AttemptList,
@@ -415,7 +414,7 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
         ] = None,
         seeds: Annotated[
             int, Field(ge=1, le=api.MAX_SEEDS, description="How many hidden seeds to run")
-        ] = DEFAULT_SEEDS,
+        ] = api.DEFAULT_SEEDS,
         config: Annotated[
             str | None,
             Field(
