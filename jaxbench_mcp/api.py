@@ -4,7 +4,7 @@ and list_attempts. The MCP server and the CLI adapt it to their channels; read_d
 tune_kernel from perf/tuning.py, and campaigns from campaigns/campaign.py.
 
 check_kernel and profile_kernel take the caller's arguments, validate them once into a frozen CheckRequest or
-ProfileRequest (jaxbench_mcp.requests) and hand that to the executor (fleet/executors)."""
+ProfileRequest (jaxbench_mcp.requests) and hand that to the executor (fleet/executors.Executor)."""
 
 from __future__ import annotations
 
@@ -167,11 +167,11 @@ class JaxBench:
         self,
         store: Store | None = None,
         checker: Checker | None = None,
-        executor=None,
+        executor: executors.Executor | None = None,
         context: str = "docs",
     ):
         self.store = store or Store()
-        self.executor = executor or executors.LocalExecutor(checker or Checker(), cache=self.store)
+        self.executor: executors.Executor = executor or executors.LocalExecutor(checker or Checker(), cache=self.store)
         # The docs ablation's condition (jaxbench_mcp.catalog.conditions): recorded with every result this bench stores.
         self.context = conditions.check_context(context)
 

@@ -1,6 +1,7 @@
 """Where checks and profiles run. JaxBench (the single writer of the attempts store) hands every job to an
 executor and records what comes back; an executor never touches the store.
 
+  Executor       the protocol: what JaxBench needs from an executor, whichever it is.
   LocalExecutor  this host: its checker (sandboxed warm workers, device slots) and profiler.
   RayExecutor    a fleet of hosts on Ray, one actor per host (jaxbench_mcp.fleet.ray_executor; optional extra).
 
@@ -16,13 +17,67 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.checking.checker import Checker
-from jaxbench_mcp.models import Profile, QueueInfo, Verdict
+from jaxbench_mcp.models import FleetInfo, Profile, QueueInfo, Verdict
 from jaxbench_mcp.perf import profiling
 from jaxbench_mcp.requests import CheckRequest, ProfileRequest
 from jaxbench_mcp.sandbox.isolation import Isolation
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """What JaxBench needs from an executor (LocalExecutor and fleet/ray_executor.RayExecutor satisfy it)."""
+
+    @property
+    def tier(self) -> targets.Tier:
+        """The tier its jobs get (on a fleet, the best tier a ready host offers)."""
+        ...
+
+    @property
+    def default_target(self) -> str | None:
+        """The TPU generation a job without targets compiles for (None: none; a plain CPU host)."""
+        ...
+
+    @property
+    def isolation(self) -> Isolation | str:
+        """How candidates are sandboxed (shown with str())."""
+        ...
+
+    def default_targets(self) -> list[str]:
+        """[default_target], or [] when there is none: what a request without targets is resolved to."""
+        ...
+
+    def queue(self) -> QueueInfo: ...
+
+    def fleet(self) -> FleetInfo | None:
+        """The fleet behind the executor; None for a single host."""
+        ...
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def check(
+        self,
+        request: CheckRequest,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> tuple[Verdict, str]:
+        """The verdict and the attempt's log text."""
+        ...
+
+    def profile(
+        self,
+        request: ProfileRequest,
+        verdict: Verdict,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Profile:
+        """The profile of a checked candidate (`verdict`: its check's; a failed one is returned unprofiled)."""
+        ...
 
 
 class LocalExecutor:
@@ -81,3 +136,9 @@ class LocalExecutor:
         cancel: threading.Event | None = None,
     ) -> Profile:
         return self.profiler.profile(request, verdict, on_progress=on_progress, cancel=cancel)
+
+
+if TYPE_CHECKING:  # mypy checks that the local executor satisfies the protocol (RayExecutor's is checked beside it)
+
+    def _satisfies(executor: LocalExecutor) -> Executor:
+        return executor

@@ -81,13 +81,16 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxbench_mcp import __version__
 from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.fleet.protocol import JOB, ActorReply, FleetCheckJob, FleetJob, FleetProfileJob
 from jaxbench_mcp.models import FleetHost, FleetInfo, Profile, QueueInfo, Verdict
 from jaxbench_mcp.requests import CheckRequest, ProfileRequest
+
+if TYPE_CHECKING:
+    from jaxbench_mcp.fleet.executors import Executor
 
 # The name it logged under before the rooms, so that log filters set up for the fleet keep matching.
 logger = logging.getLogger("jaxbench_mcp.fleet")
@@ -1180,3 +1183,9 @@ class RayExecutor:
             dead = ", ".join(t["host"] for t in job.tries if "died" in t)
             profile.label = f"{profile.label} [host {dead} died during this profile; it was retried on {profile.host}]"
         return profile
+
+
+if TYPE_CHECKING:  # mypy checks that the fleet's executor satisfies the protocol JaxBench uses
+
+    def _satisfies(executor: RayExecutor) -> Executor:
+        return executor

@@ -1,0 +1,184 @@
+"""The seams between JaxBench, its executor and the fleet, without a worker or Ray: the Executor protocol both
+executors satisfy, and the one request JaxBench builds and hands on unchanged."""
+
+import inspect
+import threading
+import typing
+
+import pytest
+
+from jaxbench_mcp import api
+from jaxbench_mcp.catalog import targets, workloads
+from jaxbench_mcp.checking.checker import Cancelled
+from jaxbench_mcp.errors import BadRequest
+from jaxbench_mcp.fleet import executors, ray_executor
+from jaxbench_mcp.models import Profile, QueueInfo, Verdict
+from jaxbench_mcp.requests import CheckRequest, ProfileRequest
+from jaxbench_mcp.store import Store
+
+PROTOCOL_MEMBERS = {
+    "tier",
+    "default_target",
+    "isolation",
+    "default_targets",
+    "queue",
+    "fleet",
+    "start",
+    "close",
+    "check",
+    "profile",
+}
+PROPERTIES = {"tier", "default_target", "isolation"}
+
+
+def _members(protocol) -> set[str]:
+    get = getattr(typing, "get_protocol_members", None)  # Python 3.13; 3.12 keeps them in __protocol_attrs__
+    return set(get(protocol) if get else protocol.__protocol_attrs__)
+
+
+def _parameters(function) -> list[tuple[str, object, object]]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+
+@pytest.mark.parametrize("cls", [executors.LocalExecutor, ray_executor.RayExecutor])
+def test_both_executors_satisfy_the_executor_protocol_structurally(cls):
+    assert _members(executors.Executor) == PROTOCOL_MEMBERS
+    for name in sorted(PROTOCOL_MEMBERS):
+        ours, theirs = getattr(executors.Executor, name), getattr(cls, name)
+        if name in PROPERTIES:
+            assert isinstance(theirs, property), f"{cls.__name__}.{name} is not a property"
+        else:
+            assert _parameters(theirs) == _parameters(ours), f"{cls.__name__}.{name}{inspect.signature(theirs)}"
+
+
+def test_instances_of_both_executors_are_executors_and_nothing_starts():
+    local = executors.LocalExecutor()
+    fleet = ray_executor.RayExecutor("127.0.0.1:1")  # constructed only: no proxy, no Ray
+    assert isinstance(local, executors.Executor) and isinstance(fleet, executors.Executor)
+    assert fleet._proc is None and fleet.fleet().ready_hosts == 0
+
+
+# ---- JaxBench and an executor that records what it is handed ------------------------------------------
+
+
+class _Recording:
+    """An Executor that answers at once and keeps every request it gets; a check of `HANG` waits for its cancel."""
+
+    HANG = "# hang"
+
+    def __init__(self, tier=targets.Tier.CPU_LIBTPU, default_target: str | None = "v6e"):
+        self._tier, self._default = tier, default_target
+        self.requests: list = []
+        self.started = threading.Event()
+
+    @property
+    def tier(self):
+        return self._tier
+
+    @property
+    def default_target(self):
+        return self._default
+
+    @property
+    def isolation(self):
+        return "process-only"
+
+    def default_targets(self):
+        return [self._default] if self._default else []
+
+    def queue(self):
+        return QueueInfo(slots=1, running=0, waiting=0)
+
+    def fleet(self):
+        return None
+
+    def start(self):
+        pass
+
+    def close(self):
+        pass
+
+    def check(self, request, on_progress=None, cancel=None):
+        self.requests.append(request)
+        if on_progress:
+            on_progress("load: done")
+        if request.source == self.HANG:
+            self.started.set()
+            assert cancel is not None and cancel.wait(30), "never cancelled"
+            raise Cancelled()
+        verdict = Verdict(
+            status="correct",
+            message="",
+            workload_id=request.workload_id,
+            size=request.size or "small",
+            targets=list(request.targets),
+            tier=str(self._tier),
+        )
+        return verdict, "the log"
+
+    def profile(self, request, verdict, on_progress=None, cancel=None):
+        self.requests.append(request)
+        return Profile(
+            workload_id=request.workload_id, tier=str(self._tier), kind="static estimate", label="x", verdict=verdict
+        )
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    executor = _Recording()
+    bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), executor=executor)
+    yield bench, executor
+    bench.store.close()
+
+
+def test_the_fake_is_an_executor():
+    assert isinstance(_Recording(), executors.Executor)
+
+
+def test_check_kernel_validates_once_and_hands_the_executor_the_request_unchanged(recorded):
+    bench, executor = recorded
+    verdict = bench.check_kernel("8p", "x = 1", size="full", seeds=2, require_pallas=False)
+    [request] = executor.requests
+    assert request == CheckRequest(
+        workload_id="8p_GEMM", source="x = 1", targets=["v6e"], size="full", seeds=2, require_pallas=False
+    )
+    assert verdict.status == "correct" and verdict.targets == ["v6e"] and verdict.attempt_id is not None
+    assert bench.store.get(verdict.attempt_id)["log"] == "the log"
+    # Named targets, canonical; the keyword of the public call is `targets`.
+    bench.check_kernel("8p_GEMM", "x = 1", targets=["TPU-V5E", "v5e"])
+    assert executor.requests[-1].targets == ["v5e"]
+    # The request JaxBench would build is the one it hands on.
+    assert bench.check_request("8p_GEMM", "x = 1") == executor.requests[0].model_copy(
+        update={"size": None, "seeds": 3, "require_pallas": True}
+    )
+
+
+def test_a_mistake_raises_before_any_attempt_and_reaches_no_executor(recorded):
+    bench, executor = recorded
+    with pytest.raises(workloads.UnknownWorkload):
+        bench.check_kernel("8p_GEM", "x = 1")
+    with pytest.raises(BadRequest, match="seeds must be between 1 and 16"):
+        bench.check_kernel("8p_GEMM", "x = 1", seeds=17)
+    with pytest.raises(targets.UnknownTarget):
+        bench.profile_kernel("8p_GEMM", "x = 1", "v9")
+    with pytest.raises(BadRequest, match="not valid Unicode"):
+        bench.profile_kernel("8p_GEMM", "x = '\udfff'")
+    assert executor.requests == [] and bench.store.recent(None, 10) == []
+
+
+def test_profile_kernel_checks_the_same_candidate_then_profiles_its_request(recorded):
+    bench, executor = recorded
+    profile = bench.profile_kernel("12p", "x = 1")
+    check, profiled = executor.requests
+    assert profiled == ProfileRequest(workload_id="12p_RMSNorm", source="x = 1", targets=["v6e"])
+    assert check == profiled.check_request()
+    assert profile.attempt_id is not None and profile.verdict.attempt_id not in (None, profile.attempt_id)
+    assert sorted(r["kind"] for r in bench.store.recent(None, 10)) == ["check", "profile"]
+
+
+def test_a_plain_cpu_executor_gets_requests_without_targets(tmp_path):
+    executor = _Recording(targets.Tier.CPU, default_target=None)
+    bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), executor=executor)
+    bench.check_kernel("8p_GEMM", "x = 1")
+    bench.profile_kernel("8p_GEMM", "x = 1")
+    assert [r.targets for r in executor.requests] == [[], [], []]
