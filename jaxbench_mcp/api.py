@@ -4,7 +4,9 @@ and list_attempts. The MCP server and the CLI adapt it to their channels; read_d
 tune_kernel from perf/tuning.py, and campaigns from campaigns/campaign.py.
 
 check_kernel and profile_kernel take the caller's arguments, validate them once into a frozen CheckRequest or
-ProfileRequest (jaxbench_mcp.requests) and hand that to the executor (fleet/executors.Executor)."""
+ProfileRequest (jaxbench_mcp.requests) and hand that to the executor (fleet/executors.Executor). A long job runs
+in the background as a BackgroundJob (submit_check, submit_profile, or submit for any such call): its attempt id
+as soon as the attempt exists, its result as a concurrent.futures.Future, and cancel()."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import cast
+from concurrent.futures import Future
+from typing import Any, Generic, TypeVar, cast
 
 import jax
 import jaxlib
@@ -158,6 +161,61 @@ def list_workloads(
 def get_workload(workload_id: str, size: str = "small", show_expert_source: bool = False) -> WorkloadSpec:
     """The spec; the expert kernel's source only when asked (JAXBench hides it from the agent)."""
     return workload_spec(workloads.get_workload(workload_id), size, show_expert_source)
+
+
+R = TypeVar("R")
+
+
+class BackgroundJob(Generic[R]):
+    """A check, profile or tune running on a thread of its own (JaxBench.submit and its kin make them).
+
+    `future`: the call's result or its exception (an AgentError for a refused request, Cancelled once cancelled).
+    `attempt_id`: the attempt the job recorded, as soon as it exists; with several (a check of every
+    configuration), the latest; None when the request was refused before an attempt was recorded.
+    `cancel()`: kills the job's worker; the attempt is recorded as cancelled and the future ends in Cancelled.
+    (The future's own cancel() cannot stop a job that is running: call the job's.)"""
+
+    def __init__(self, name: str = "job"):
+        self.name = name
+        self.future: Future[R] = Future()
+        self._cancel = threading.Event()
+        self._attempt_id: int | None = None
+        self._has_attempt = threading.Event()
+
+    @property
+    def attempt_id(self) -> int | None:
+        return self._attempt_id
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def wait_attempt(self, timeout: float | None = None) -> int | None:
+        """The attempt id once the attempt exists or the job has ended (None then: no attempt was recorded)."""
+        self._has_attempt.wait(timeout)
+        return self._attempt_id
+
+    def _remember(self, attempt_id: int) -> None:
+        self._attempt_id = attempt_id
+        self._has_attempt.set()
+
+    def _start(self, call: Callable[..., R], args: tuple, kwargs: dict) -> None:
+        self.future.set_running_or_notify_cancel()  # from here on, future.cancel() is refused
+
+        def run() -> None:
+            try:
+                result = call(*args, on_attempt=self._remember, cancel=self._cancel, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future, whatever it is
+                self.future.set_exception(exc)
+            else:
+                self.future.set_result(result)
+            finally:
+                self._has_attempt.set()
+
+        threading.Thread(target=run, daemon=True, name=f"jaxbench-{self.name}").start()
+        self._has_attempt.wait()
 
 
 class JaxBench:
@@ -479,30 +537,53 @@ class JaxBench:
         self.store.finish(attempt_id, verdict.status, verdict.error_class, result.model_dump(mode="json"), log, seconds)
         return result
 
-    def in_background(self, method: Callable, *args, **kwargs) -> tuple[threading.Event, dict]:
-        """Run check_kernel or profile_kernel on a thread.
+    # ---- background jobs ----
 
-        Returns (done, box); box gets 'attempt_id' as soon as the attempt exists, then 'result' or 'error'.
-        Setting box['cancel'] kills the job's worker and records the attempt as cancelled.
-        """
-        done, box, has_id = threading.Event(), {"cancel": threading.Event()}, threading.Event()
+    def submit(self, call: Callable[..., R], /, *args: Any, **kwargs: Any) -> BackgroundJob[R]:
+        """Run `call(*args, **kwargs)` on a thread of its own as a BackgroundJob; returns once the job's attempt
+        exists or the job has ended (a request refused before an attempt was recorded: attempt_id None, the
+        AgentError in the future).
 
-        def remember(attempt_id: int) -> None:
-            box["attempt_id"] = attempt_id
-            has_id.set()
+        `call` is check_kernel, profile_kernel or any call of the same shape (perf/tuning's tune_kernel): it takes
+        `on_attempt` (called with each attempt id it records) and `cancel` (a threading.Event), which the job
+        passes; the caller passes the rest, `on_progress` among them."""
+        job: BackgroundJob[R] = BackgroundJob(getattr(call, "__name__", "job"))
+        job._start(call, args, kwargs)
+        return job
 
-        def run() -> None:
-            try:
-                box["result"] = method(*args, on_attempt=remember, cancel=box["cancel"], **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller through the box, whatever it is
-                box["error"] = exc
-            finally:
-                has_id.set()
-                done.set()
+    def submit_check(
+        self,
+        workload_id: str,
+        source: str,
+        targets: list[str] | str | None = None,
+        size: str | None = None,
+        seeds: int = DEFAULT_SEEDS,
+        require_pallas: bool = True,
+        on_progress: Callable[[str], None] | None = None,
+        config: str | None = None,
+    ) -> BackgroundJob[Verdict]:
+        """check_kernel as a BackgroundJob."""
+        return self.submit(
+            self.check_kernel,
+            workload_id,
+            source,
+            targets,
+            size,
+            seeds,
+            require_pallas,
+            on_progress=on_progress,
+            config=config,
+        )
 
-        threading.Thread(target=run, daemon=True, name="jaxbench-job").start()
-        has_id.wait()
-        return done, box
+    def submit_profile(
+        self,
+        workload_id: str,
+        source: str,
+        targets: list[str] | str | None = None,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> BackgroundJob[Profile]:
+        """profile_kernel as a BackgroundJob."""
+        return self.submit(self.profile_kernel, workload_id, source, targets, on_progress=on_progress)
 
     def list_attempts(
         self, workload_id: str | None = None, attempt_id: int | None = None, limit: int = 20

@@ -1,8 +1,9 @@
 """The seams between JaxBench, its executor and the fleet, without a worker or Ray: the Executor protocol both
-executors satisfy, and the one request JaxBench builds and hands on unchanged."""
+executors satisfy, the one request JaxBench builds and hands on unchanged, and background jobs as futures."""
 
 import inspect
 import threading
+import time
 import typing
 
 import pytest
@@ -182,3 +183,61 @@ def test_a_plain_cpu_executor_gets_requests_without_targets(tmp_path):
     bench.check_kernel("8p_GEMM", "x = 1")
     bench.profile_kernel("8p_GEMM", "x = 1")
     assert [r.targets for r in executor.requests] == [[], [], []]
+
+
+# ---- background jobs ---------------------------------------------------------------------------------
+
+
+def test_a_background_check_has_its_attempt_id_at_once_and_its_verdict_in_the_future(recorded):
+    bench, _ = recorded
+    progress: list[str] = []
+    job = bench.submit_check("8p_GEMM", "x = 1", seeds=1, on_progress=progress.append)
+    assert isinstance(job, api.BackgroundJob) and job.attempt_id is not None
+    verdict = job.future.result(timeout=10)
+    assert verdict.attempt_id == job.attempt_id and job.done() and progress == ["load: done"]
+    assert bench.store.get(job.attempt_id)["state"] == "done"
+    profiled = bench.submit_profile("8p_GEMM", "x = 1")
+    assert profiled.future.result(timeout=10).attempt_id == profiled.attempt_id
+
+
+def test_a_refused_background_request_has_no_attempt_and_its_error_in_the_future(recorded):
+    bench, _ = recorded
+    job = bench.submit_check("8p_GEMM", "x = 1", seeds=0)
+    assert job.attempt_id is None and job.done()
+    assert isinstance(job.future.exception(), BadRequest)
+    assert bench.store.recent(None, 10) == []
+
+
+def test_cancelling_a_background_job_records_the_attempt_cancelled(recorded):
+    bench, executor = recorded
+    job = bench.submit_check("8p_GEMM", _Recording.HANG)
+    assert job.attempt_id is not None and executor.started.wait(10) and not job.done()
+    assert not job.future.cancel()  # a running job is stopped by the job's cancel, not the future's
+    job.cancel()
+    with pytest.raises(Cancelled):
+        job.future.result(timeout=10)
+    assert bench.store.get(job.attempt_id)["state"] == "cancelled"
+
+
+def test_a_background_job_of_every_configuration_names_its_latest_attempt(recorded):
+    bench, executor = recorded
+    job = bench.submit_check("8p_GEMM", "x = 1", config="all")
+    verdict = job.future.result(timeout=10)
+    assert [c.config for c in verdict.configs] == bench.runnable_configs("8p_GEMM")
+    assert job.attempt_id == verdict.configs[-1].attempt_id == max(r["id"] for r in bench.store.recent(None, 10))
+
+
+def test_any_call_of_the_same_shape_runs_as_a_background_job(recorded):
+    bench, _ = recorded
+    seen = {}
+
+    def tune(x, on_progress=None, on_attempt=None, cancel=None):
+        on_attempt(41)
+        seen["cancel"] = cancel
+        time.sleep(0.05)
+        return x * 2
+
+    job = bench.submit(tune, 21)
+    assert job.attempt_id == 41 and job.future.result(timeout=5) == 42 and job.name == "tune"
+    job.cancel()
+    assert seen["cancel"].is_set()
