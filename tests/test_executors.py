@@ -1,7 +1,10 @@
 """The seams between JaxBench, its executor and the fleet, without a worker or Ray: the Executor protocol both
-executors satisfy, the one request JaxBench builds and hands on unchanged, and background jobs as futures."""
+executors satisfy, the one request JaxBench builds and hands on unchanged, background jobs as futures, and the
+host actor's typed dispatch."""
 
 import inspect
+import subprocess
+import sys
 import threading
 import time
 import typing
@@ -13,6 +16,8 @@ from jaxbench_mcp.catalog import targets, workloads
 from jaxbench_mcp.checking.checker import Cancelled
 from jaxbench_mcp.errors import BadRequest
 from jaxbench_mcp.fleet import executors, ray_executor
+from jaxbench_mcp.fleet.actor import HostActor
+from jaxbench_mcp.fleet.protocol import ActorReply, FleetCheckJob, FleetProfileJob
 from jaxbench_mcp.models import Profile, QueueInfo, Verdict
 from jaxbench_mcp.requests import CheckRequest, ProfileRequest
 from jaxbench_mcp.store import Store
@@ -57,6 +62,21 @@ def test_instances_of_both_executors_are_executors_and_nothing_starts():
     fleet = ray_executor.RayExecutor("127.0.0.1:1")  # constructed only: no proxy, no Ray
     assert isinstance(local, executors.Executor) and isinstance(fleet, executors.Executor)
     assert fleet._proc is None and fleet.fleet().ready_hosts == 0
+
+
+def test_the_fleet_executor_imports_without_ray_and_starts_its_proxy_as_a_module():
+    code = (
+        "import sys, importlib.util; import jaxbench_mcp.fleet.ray_executor as r; "
+        "assert 'ray' not in sys.modules, 'ray imported'; "
+        "assert importlib.util.find_spec(r.PROXY_MODULE) is not None; "
+        "import jaxbench_mcp.fleet.proxy as p; assert callable(p.main); "
+        "assert 'ray' not in sys.modules, 'ray imported by the proxy module'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert ray_executor.PROXY_MODULE == "jaxbench_mcp.fleet.proxy"
+    start = inspect.getsource(ray_executor.RayExecutor.start)
+    assert '"-m", PROXY_MODULE' in start and '"-c"' not in start
 
 
 # ---- JaxBench and an executor that records what it is handed ------------------------------------------
@@ -241,3 +261,35 @@ def test_any_call_of_the_same_shape_runs_as_a_background_job(recorded):
     assert job.attempt_id == 41 and job.future.result(timeout=5) == 42 and job.name == "tune"
     job.cancel()
     assert seen["cancel"].is_set()
+
+
+# ---- the host actor's dispatch ------------------------------------------------------------------------
+
+
+def _actor(executor) -> HostActor:
+    actor = HostActor.__new__(HostActor)  # its __init__ starts a checker with workers; this one has a fake
+    actor.executor, actor._jobs, actor._lock = executor, {}, threading.Lock()
+    return actor
+
+
+def test_the_host_actor_runs_typed_jobs_and_replies_typed():
+    executor = _Recording()
+    actor = _actor(executor)
+    request = CheckRequest.of("8p_GEMM", "x = 1", ["v6e"], seeds=2)
+    reply = ActorReply.model_validate(actor.run("try-1", FleetCheckJob(request=request).model_dump(mode="json")))
+    assert executor.requests == [request]  # the request that was sent, validated back on arrival
+    assert reply.verdict.workload_id == "8p_GEMM" and reply.log == "the log" and reply.progress == ["load: done"]
+    profile_request = ProfileRequest.of("8p_GEMM", "x = 1", ["v6e"])
+    job = FleetProfileJob(request=profile_request, verdict=reply.verdict)
+    reply = ActorReply.model_validate(actor.run("try-2", job.model_dump(mode="json")))
+    assert executor.requests[-1] == profile_request and reply.profile.verdict.workload_id == "8p_GEMM"
+    assert actor._jobs == {}  # each try's state goes with it
+
+
+def test_the_host_actor_replies_cancelled_to_a_cancelled_try():
+    executor = _Recording()
+    actor = _actor(executor)
+    request = CheckRequest.of("8p_GEMM", _Recording.HANG)
+    actor.cancel("try-1")  # a cancel that comes before its try starts stops it at once
+    reply = ActorReply.model_validate(actor.run("try-1", FleetCheckJob(request=request).model_dump(mode="json")))
+    assert reply.cancelled and reply.verdict is None

@@ -1,4 +1,4 @@
-"""The Ray fleet (jaxbench_mcp.fleet.ray_executor): placement, and a local Ray cluster of two simulated hosts on this
+"""The Ray fleet (jaxbench_mcp.fleet: ray_executor, proxy, actor, placement): placement, and a local Ray cluster of two simulated hosts on this
 machine that must give the verdicts the local executor gives, survive a host that dies mid-campaign, and fall back to
 local execution when the whole cluster goes away."""
 
@@ -26,8 +26,8 @@ from jaxbench_mcp import api
 from jaxbench_mcp.campaigns import campaign
 from jaxbench_mcp.catalog import workloads
 from jaxbench_mcp.checking.checker import Checker
-from jaxbench_mcp.fleet import ray_executor as fleet
-from jaxbench_mcp.fleet.ray_executor import HostView, NoHostForTarget, NoLiveHost, place
+from jaxbench_mcp.fleet import proxy, ray_executor as fleet
+from jaxbench_mcp.fleet.placement import HostView, NoHostForTarget, NoLiveHost, place
 from jaxbench_mcp.frontends.server import build_server
 from jaxbench_mcp.store import Store
 
@@ -218,7 +218,7 @@ def test_mcp_checks_on_the_fleet_get_the_local_verdicts_and_server_info_shows_th
     assert {v["host"] for v in verdicts} == names  # equal load: the checks alternate between the two hosts
     assert any("placed on host" in m for m in progress)
     assert any(m.startswith("[") and "compile v6e: done" in m for m in progress)  # the hosts' own progress, relayed
-    assert refused_after < fleet.CLAIM_GRACE_SECONDS + 15
+    assert refused_after < proxy.CLAIM_GRACE_SECONDS + 15
 
 
 @pytest.mark.slow
