@@ -72,12 +72,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     from jaxbench_mcp.checking.checker import Checker
+    from jaxbench_mcp.requests import CheckRequest
 
     source = args.kernel.read_text()
     checker = Checker(spares=1, slots=1)
     checker.start()
     # Warms this process's reference compile, as a server's first check does.
-    checker.check(args.workload, source)[1].cleanup()
+    checker.check(CheckRequest.of(args.workload, source))[1].cleanup()
     hidden = [101, 102, 103]  # any seeds: the unavoidable work does not depend on them
     unavoidable(args.workload, args.kernel, hidden)  # warm this process's jax caches like the worker's warm-up
 
@@ -88,7 +89,7 @@ def main() -> None:
         time.sleep(1)
         checker.pool.wait_warm()
         t0 = time.perf_counter()
-        verdict, outcome = checker.check(args.workload, source)
+        verdict, outcome = checker.check(CheckRequest.of(args.workload, source))
         warm.append(time.perf_counter() - t0)
         outcome.cleanup()
         assert verdict.status == "correct", verdict.summary()

@@ -55,6 +55,7 @@ def main() -> None:
     from jaxbench_mcp.catalog import expert_refs
     from jaxbench_mcp.checking.checker import Checker
     from jaxbench_mcp.perf import cost_model, profiling
+    from jaxbench_mcp.requests import CheckRequest, ProfileRequest
 
     checker = Checker(spares=1, slots=1)
     profiler = profiling.Profiler(checker)
@@ -82,9 +83,9 @@ def main() -> None:
                 }
                 profiler.expert_estimates(workload_id, expert, [args.target], spb)
         t0 = time.monotonic()
-        verdict, _ = checker.check(workload_id, source, [args.target])
+        verdict, _ = checker.check(CheckRequest.of(workload_id, source, [args.target]))
         t1 = time.monotonic()
-        result = profiler.profile(workload_id, source, [args.target], verdict)
+        result = profiler.profile(ProfileRequest.of(workload_id, source, [args.target]), verdict)
         t2 = time.monotonic()
         entry = result.targets[0] if result.targets else None
         if verdict.status != "correct":

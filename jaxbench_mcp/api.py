@@ -1,7 +1,12 @@
 """What the frontends share: the workloads as specs (list_workloads, get_workload) and JaxBench, which owns the
 checker (or a fleet executor), the attempts store and background jobs, and runs check_kernel, profile_kernel
 and list_attempts. The MCP server and the CLI adapt it to their channels; read_docs is served from catalog/docs.py,
-tune_kernel from perf/tuning.py, and campaigns from campaigns/campaign.py."""
+tune_kernel from perf/tuning.py, and campaigns from campaigns/campaign.py.
+
+check_kernel and profile_kernel take the caller's arguments, validate them once into a frozen CheckRequest or
+ProfileRequest (jaxbench_mcp.requests) and hand that to the executor (fleet/executors.Executor). A long job runs
+in the background as a BackgroundJob (submit_check, submit_profile, or submit for any such call): its attempt id
+as soon as the attempt exists, its result as a concurrent.futures.Future, and cancel()."""
 
 from __future__ import annotations
 
@@ -12,16 +17,18 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from typing import cast
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, Generic, TypeVar, cast
 
 import jax
 import jaxlib
 
 from jaxbench_mcp.campaigns import provenance
-from jaxbench_mcp.catalog import conditions, expert_refs, targets, workloads
-from jaxbench_mcp.checking.checker import DEFAULT_SEEDS, Cancelled, Checker
-from jaxbench_mcp.errors import AgentError, BadRequest, UnknownAttempt
+from jaxbench_mcp.catalog import conditions, expert_refs, workloads
+from jaxbench_mcp.catalog import targets as target_catalog
+from jaxbench_mcp.checking.checker import Cancelled, Checker
+from jaxbench_mcp.errors import AgentError, BadRequest as BadRequest, UnknownAttempt
 from jaxbench_mcp.fleet import executors
 from jaxbench_mcp.perf import profiling
 from jaxbench_mcp.sandbox import isolation as sandbox, jobs, protocol
@@ -43,25 +50,25 @@ from jaxbench_mcp.models import (
     WorkloadSummary,
 )
 from jaxbench_mcp.catalog.workloads import Workload
-from jaxbench_mcp.store import Store, text_problem
+from jaxbench_mcp.requests import DEFAULT_SEEDS, MAX_SEEDS as MAX_SEEDS, CheckRequest, ProfileRequest
+from jaxbench_mcp.requests import check_source as check_source
+from jaxbench_mcp.store import Store
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Status
 
 logger = logging.getLogger(__name__)
 
 # How much of a server_error's log travels inside its verdict (the attempt keeps the whole log).
 _SERVER_LOG_TAIL_CHARS = 3000
-# The checker draws this many hidden seeds; a check runs on 1 to MAX_SEEDS of them.
-MAX_SEEDS = 16
 # list_attempts(attempt_id=...) returns at most this much of the log and of the source (head and tail), so
 # that one attempt stays well inside an MCP client's result budget.
 ATTEMPT_LOG_CHARS = 6000
 ATTEMPT_SOURCE_CHARS = 10000
 
 _TIER_DESCRIPTIONS = {
-    targets.Tier.TPU: "TPU attached: real compiles, real runs at full size, measured device time",
-    targets.Tier.CPU_LIBTPU: "CPU host with libtpu: deviceless XLA:TPU compiles at full size, TPU interpret-mode runs "
+    target_catalog.Tier.TPU: "TPU attached: real compiles, real runs at full size, measured device time",
+    target_catalog.Tier.CPU_LIBTPU: "CPU host with libtpu: deviceless XLA:TPU compiles at full size, TPU interpret-mode runs "
     "at small size, static performance estimates",
-    targets.Tier.CPU: "plain CPU host: lowering for TPU only, TPU interpret-mode runs, roofline bounds only",
+    target_catalog.Tier.CPU: "plain CPU host: lowering for TPU only, TPU interpret-mode runs, roofline bounds only",
 }
 
 
@@ -101,9 +108,9 @@ def size_spec(w: Workload, size: str) -> SizeSpec:
     in_bytes, out_bytes = sum(t.bytes for t in inputs), sum(t.bytes for t in outputs)
     # The roofline needs only jax's chip table, so every tier shows it.
     roofline = []
-    for gen in targets.GENERATIONS:
-        chip = targets.chip_facts(gen)
-        seconds, bound = targets.roofline_seconds(flops, in_bytes + out_bytes, gen)
+    for gen in target_catalog.GENERATIONS:
+        chip = target_catalog.chip_facts(gen)
+        seconds, bound = target_catalog.roofline_seconds(flops, in_bytes + out_bytes, gen)
         roofline.append(
             RooflineBound(
                 generation=gen,
@@ -156,14 +163,73 @@ def get_workload(workload_id: str, size: str = "small", show_expert_source: bool
     return workload_spec(workloads.get_workload(workload_id), size, show_expert_source)
 
 
+R = TypeVar("R")
+
+
+class BackgroundJob(Generic[R]):
+    """A check, profile or tune running on a thread of its own (JaxBench.submit and its kin make them).
+
+    `future`: the call's result or its exception (an AgentError for a refused request, Cancelled once cancelled).
+    `attempt_id`: the attempt the job recorded, as soon as it exists; with several (a check of every
+    configuration), the latest; None when the request was refused before an attempt was recorded.
+    `cancel()`: kills the job's worker; the attempt is recorded as cancelled and the future ends in Cancelled.
+    (The future's own cancel() cannot stop a job that is running: call the job's.)"""
+
+    def __init__(self, name: str = "job"):
+        self.name = name
+        self.future: Future[R] = Future()
+        self._cancel = threading.Event()
+        self._attempt_id: int | None = None
+        self._has_attempt = threading.Event()
+
+    @property
+    def attempt_id(self) -> int | None:
+        return self._attempt_id
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def wait_attempt(self, timeout: float | None = None) -> int | None:
+        """The attempt id once the attempt exists or the job has ended (None then: no attempt was recorded)."""
+        self._has_attempt.wait(timeout)
+        return self._attempt_id
+
+    def _remember(self, attempt_id: int) -> None:
+        self._attempt_id = attempt_id
+        self._has_attempt.set()
+
+    def _start(self, call: Callable[..., R], args: tuple, kwargs: dict) -> None:
+        self.future.set_running_or_notify_cancel()  # from here on, future.cancel() is refused
+
+        def run() -> None:
+            try:
+                result = call(*args, on_attempt=self._remember, cancel=self._cancel, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future, whatever it is
+                self.future.set_exception(exc)
+            else:
+                self.future.set_result(result)
+            finally:
+                self._has_attempt.set()
+
+        threading.Thread(target=run, daemon=True, name=f"jaxbench-{self.name}").start()
+        self._has_attempt.wait()
+
+
 class JaxBench:
     """An executor (this host's checker, or a fleet) plus the attempt store, which only this object writes."""
 
     def __init__(
-        self, store: Store | None = None, checker: Checker | None = None, executor=None, context: str = "docs"
+        self,
+        store: Store | None = None,
+        checker: Checker | None = None,
+        executor: executors.Executor | None = None,
+        context: str = "docs",
     ):
         self.store = store or Store()
-        self.executor = executor or executors.LocalExecutor(checker or Checker(), cache=self.store)
+        self.executor: executors.Executor = executor or executors.LocalExecutor(checker or Checker(), cache=self.store)
         # The docs ablation's condition (jaxbench_mcp.catalog.conditions): recorded with every result this bench stores.
         self.context = conditions.check_context(context)
 
@@ -196,9 +262,9 @@ class JaxBench:
             tier_description=_TIER_DESCRIPTIONS[tier],
             jax_version=jax.__version__,
             jaxlib_version=jaxlib.__version__,
-            libtpu_version=targets.libtpu_version(),
-            attached_tpu=targets.attached_generation() if tier is targets.Tier.TPU else None,
-            compile_targets=targets.compile_targets(tier),
+            libtpu_version=target_catalog.libtpu_version(),
+            attached_tpu=target_catalog.attached_generation() if tier is target_catalog.Tier.TPU else None,
+            compile_targets=target_catalog.compile_targets(tier),
             default_target=self.executor.default_target,
             workloads=len(workloads.all_workloads()),
             queue=self.executor.queue(),
@@ -212,7 +278,7 @@ class JaxBench:
         self,
         workload_id: str,
         source: str,
-        targets_: list[str] | str | None = None,
+        targets: list[str] | str | None = None,
         size: str | None = None,
         seeds: int = DEFAULT_SEEDS,
         require_pallas: bool = True,
@@ -230,23 +296,50 @@ class JaxBench:
         Mistakes in the request (unknown id, size or target) raise before an attempt is recorded. Once it is
         recorded, a failure of the server's own machinery (a worker that does not start, a bug) comes back as a
         `server_error` verdict with the attempt id and the end of the log, never as a bare exception."""
+        # With a configuration, `size` is ignored, as it always was: each configuration is a size of its own.
+        request = self.check_request(
+            workload_id, source, targets, size if config is None else None, seeds, require_pallas
+        )
         if config is not None:
-            return self._check_configs(
-                workload_id, source, targets_, config, seeds, require_pallas, on_progress, on_attempt, cancel
-            )
-        w = workloads.get_workload(workload_id)  # unknown ids fail before an attempt is recorded
-        check_source(source)
-        chosen = targets.parse_targets(targets_) if targets_ else None
-        if size is not None:
-            w.size_params(size)
-        if not 1 <= seeds <= MAX_SEEDS:
-            raise BadRequest(f"seeds must be between 1 and {MAX_SEEDS}")
-        attempt_id = self.store.start("check", w.id, source)
+            return self._check_configs(request, config, on_progress, on_attempt, cancel)
+        return self.check(request, on_progress, on_attempt, cancel)
+
+    def check_request(
+        self,
+        workload_id: str,
+        source: str,
+        targets: Sequence[str] | str | None = None,
+        size: str | None = None,
+        seeds: int = DEFAULT_SEEDS,
+        require_pallas: bool = True,
+    ) -> CheckRequest:
+        """A caller's arguments as a CheckRequest, the targets resolved to this bench's executor's default when
+        none are named. Raises the AgentError of the first mistake in them."""
+        return CheckRequest.of(
+            workload_id, source, targets, size, seeds, require_pallas, default_targets=self.executor.default_targets()
+        )
+
+    def profile_request(
+        self, workload_id: str, source: str, targets: Sequence[str] | str | None = None
+    ) -> ProfileRequest:
+        """A caller's arguments as a ProfileRequest (targets resolved as check_request's)."""
+        return ProfileRequest.of(workload_id, source, targets, default_targets=self.executor.default_targets())
+
+    def check(
+        self,
+        request: CheckRequest,
+        on_progress: Callable[[str], None] | None = None,
+        on_attempt: Callable[[int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Verdict:
+        """check_kernel for a validated request: record the attempt, hand the request to the executor, store
+        what comes back (a server_error verdict for a failure of the server's machinery)."""
+        attempt_id = self.store.start("check", request.workload_id, request.source)
         if on_attempt:
             on_attempt(attempt_id)
         started = time.monotonic()
         try:
-            verdict, log = self.executor.check(w.id, source, chosen, size, seeds, require_pallas, on_progress, cancel)
+            verdict, log = self.executor.check(request, on_progress, cancel)
         except Cancelled:
             self.store.cancel(attempt_id)
             raise
@@ -254,14 +347,14 @@ class JaxBench:
             self.store.fail(attempt_id, f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - the server's failure becomes a verdict the agent can read
-            run_size = size or ("full" if self.executor.tier is targets.Tier.TPU else "small")
+            run_size = request.size or ("full" if self.executor.tier is target_catalog.Tier.TPU else "small")
             return cast(
                 Verdict,
                 self._server_error(
                     "check",
                     attempt_id,
-                    w.id,
-                    chosen or self.executor.default_targets(),
+                    request.workload_id,
+                    list(request.targets),
                     run_size,
                     exc,
                     time.monotonic() - started,
@@ -279,22 +372,18 @@ class JaxBench:
         'full', which an interpret-mode run on the CPU cannot afford (full size is still traced and compiled).
         Never 'full_reduction': every check below full size runs it already."""
         w = workloads.get_workload(workload_id)
-        on_tpu = self.executor.tier is targets.Tier.TPU
+        on_tpu = self.executor.tier is target_catalog.Tier.TPU
         return [name for name in w.sizes if (on_tpu or name != "full") and name != workloads.FULL_REDUCTION]
 
     def _check_configs(
         self,
-        workload_id: str,
-        source: str,
-        targets_,
+        request: CheckRequest,
         config: str,
-        seeds: int,
-        require_pallas: bool,
-        on_progress,
-        on_attempt,
-        cancel,
+        on_progress: Callable[[str], None] | None,
+        on_attempt: Callable[[int], None] | None,
+        cancel: threading.Event | None,
     ) -> Verdict:
-        w = workloads.get_workload(workload_id)
+        w = workloads.get_workload(request.workload_id)
         if config != "all" and config not in w.sizes:
             raise workloads.UnknownSize(
                 f"unknown configuration {config!r} for {w.id}; choose 'all' or one of {', '.join(w.sizes)}"
@@ -304,14 +393,9 @@ class JaxBench:
         verdicts: list[tuple[str, Verdict]] = []
         for name in names:
             progress(f"configuration {name}")
-            verdicts.append(
-                (
-                    name,
-                    self.check_kernel(
-                        w.id, source, targets_, name, seeds, require_pallas, on_progress, on_attempt, cancel
-                    ),
-                )
-            )
+            # The size is one of the workload's own: the request stays valid as it is.
+            at_size = request.model_copy(update={"size": name})
+            verdicts.append((name, self.check(at_size, on_progress, on_attempt, cancel)))
         if len(verdicts) == 1:
             return verdicts[0][1]
         failing = [v for _, v in verdicts if v.status != "correct"]
@@ -341,27 +425,34 @@ class JaxBench:
         self,
         workload_id: str,
         source: str,
-        targets_: list[str] | str | None = None,
+        targets: list[str] | str | None = None,
         on_progress: Callable[[str], None] | None = None,
         on_attempt: Callable[[int], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> Profile:
         """Check first; a correct kernel is then measured (TPU host) or estimated (CPU host with libtpu) next to the
         XLA baseline and the expert kernel."""
-        w = workloads.get_workload(workload_id)
-        check_source(source)
-        chosen = targets.parse_targets(targets_) if targets_ else self.executor.default_targets()
-        attempt_id = self.store.start("profile", w.id, source)
+        return self.profile(self.profile_request(workload_id, source, targets), on_progress, on_attempt, cancel)
+
+    def profile(
+        self,
+        request: ProfileRequest,
+        on_progress: Callable[[str], None] | None = None,
+        on_attempt: Callable[[int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Profile:
+        """profile_kernel for a validated request: the check (an attempt of its own), then the profile."""
+        attempt_id = self.store.start("profile", request.workload_id, request.source)
         if on_attempt:
             on_attempt(attempt_id)
         progress = on_progress or (lambda _m: None)
         started = time.monotonic()
         verdict = None
         try:
-            verdict = self.check_kernel(w.id, source, chosen or None, on_progress=on_progress, cancel=cancel)
+            verdict = self.check(request.check_request(), on_progress=on_progress, cancel=cancel)
             if verdict.status != "correct":
                 progress("not profiled: the check failed")
-            result = self.executor.profile(w.id, source, chosen, verdict, on_progress=progress, cancel=cancel)
+            result = self.executor.profile(request, verdict, on_progress=progress, cancel=cancel)
         except Cancelled:
             self.store.cancel(attempt_id)
             raise
@@ -374,8 +465,8 @@ class JaxBench:
                 self._server_error(
                     "profile",
                     attempt_id,
-                    w.id,
-                    chosen,
+                    request.workload_id,
+                    list(request.targets),
                     verdict.size if verdict else "small",
                     exc,
                     time.monotonic() - started,
@@ -394,7 +485,7 @@ class JaxBench:
         kind: str,
         attempt_id: int,
         workload_id: str,
-        targets_: list[str],
+        chosen: list[str],
         size: str,
         exc: Exception,
         seconds: float,
@@ -422,7 +513,7 @@ class JaxBench:
             docs=list(info.docs),
             workload_id=workload_id,
             size=size,
-            targets=list(targets_),
+            targets=list(chosen),
             tier=str(self.executor.tier),
             isolation=str(self.executor.isolation),
             attempt_id=attempt_id,
@@ -446,30 +537,53 @@ class JaxBench:
         self.store.finish(attempt_id, verdict.status, verdict.error_class, result.model_dump(mode="json"), log, seconds)
         return result
 
-    def in_background(self, method: Callable, *args, **kwargs) -> tuple[threading.Event, dict]:
-        """Run check_kernel or profile_kernel on a thread.
+    # ---- background jobs ----
 
-        Returns (done, box); box gets 'attempt_id' as soon as the attempt exists, then 'result' or 'error'.
-        Setting box['cancel'] kills the job's worker and records the attempt as cancelled.
-        """
-        done, box, has_id = threading.Event(), {"cancel": threading.Event()}, threading.Event()
+    def submit(self, call: Callable[..., R], /, *args: Any, **kwargs: Any) -> BackgroundJob[R]:
+        """Run `call(*args, **kwargs)` on a thread of its own as a BackgroundJob; returns once the job's attempt
+        exists or the job has ended (a request refused before an attempt was recorded: attempt_id None, the
+        AgentError in the future).
 
-        def remember(attempt_id: int) -> None:
-            box["attempt_id"] = attempt_id
-            has_id.set()
+        `call` is check_kernel, profile_kernel or any call of the same shape (perf/tuning's tune_kernel): it takes
+        `on_attempt` (called with each attempt id it records) and `cancel` (a threading.Event), which the job
+        passes; the caller passes the rest, `on_progress` among them."""
+        job: BackgroundJob[R] = BackgroundJob(getattr(call, "__name__", "job"))
+        job._start(call, args, kwargs)
+        return job
 
-        def run() -> None:
-            try:
-                box["result"] = method(*args, on_attempt=remember, cancel=box["cancel"], **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller through the box, whatever it is
-                box["error"] = exc
-            finally:
-                has_id.set()
-                done.set()
+    def submit_check(
+        self,
+        workload_id: str,
+        source: str,
+        targets: list[str] | str | None = None,
+        size: str | None = None,
+        seeds: int = DEFAULT_SEEDS,
+        require_pallas: bool = True,
+        on_progress: Callable[[str], None] | None = None,
+        config: str | None = None,
+    ) -> BackgroundJob[Verdict]:
+        """check_kernel as a BackgroundJob."""
+        return self.submit(
+            self.check_kernel,
+            workload_id,
+            source,
+            targets,
+            size,
+            seeds,
+            require_pallas,
+            on_progress=on_progress,
+            config=config,
+        )
 
-        threading.Thread(target=run, daemon=True, name="jaxbench-job").start()
-        has_id.wait()
-        return done, box
+    def submit_profile(
+        self,
+        workload_id: str,
+        source: str,
+        targets: list[str] | str | None = None,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> BackgroundJob[Profile]:
+        """profile_kernel as a BackgroundJob."""
+        return self.submit(self.profile_kernel, workload_id, source, targets, on_progress=on_progress)
 
     def list_attempts(
         self, workload_id: str | None = None, attempt_id: int | None = None, limit: int = 20
@@ -494,16 +608,6 @@ class JaxBench:
         return AttemptList(
             attempts=[AttemptSummary(**_summary_fields(r)) for r in self.store.recent(workload_id, limit)]
         )
-
-
-def check_source(source: str) -> None:
-    """A candidate's source must be text the attempts store can keep (valid Unicode): else BadRequest, before
-    any attempt is recorded."""
-    if not isinstance(source, str):
-        raise BadRequest(f"the source must be text, not {type(source).__name__}")
-    problem = text_problem(source)
-    if problem:
-        raise BadRequest(problem)
 
 
 def _summary_fields(row) -> dict:

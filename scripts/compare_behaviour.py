@@ -307,6 +307,7 @@ def record(args) -> int:
     from jaxbench_mcp.catalog import targets
     from jaxbench_mcp.checking.checker import Checker
     from jaxbench_mcp.perf import profiling
+    from jaxbench_mcp.requests import CheckRequest, ProfileRequest
 
     cands = _select(candidates(), args.only)
     estimated = estimated_keys(candidates(), args.estimate_solutions)
@@ -358,7 +359,7 @@ def record(args) -> int:
             source = Path(cand["path"]).read_text()
             t0 = time.monotonic()
             try:
-                verdict, outcome = checker.check(cand["workload_id"], source, seeds=1)
+                verdict, outcome = checker.check(CheckRequest.of(cand["workload_id"], source, seeds=1))
                 if outcome is not None:
                     outcome.cleanup()
             except Exception as exc:  # noqa: BLE001 - recorded: a harness failure, not a verdict
@@ -371,7 +372,9 @@ def record(args) -> int:
             if need_estimate:
                 t1 = time.monotonic()
                 try:
-                    profile = profiler.profile(cand["workload_id"], source, [ESTIMATE_TARGET], verdict)
+                    profile = profiler.profile(
+                        ProfileRequest.of(cand["workload_id"], source, [ESTIMATE_TARGET]), verdict
+                    )
                     value = dict(
                         status=str(verdict.status),
                         targets=_round([t.model_dump(mode="json") for t in profile.targets]),

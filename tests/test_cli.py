@@ -16,10 +16,13 @@ def run(*args):
 def test_list_json_has_the_50_ids_with_both_sizes():
     out = json.loads(run("list", "--json").stdout)
     assert out["count"] == 50 and len({w["id"] for w in out["workloads"]}) == 50
-    # Every workload has both sizes; a few have held-out shapes beside them (checked in campaigns).
+    # Every workload has both sizes; a few have held-out shapes beside them (checked in campaigns), and 15 a
+    # full_reduction size (one more seed of every check below full size).
     assert all({"full", "small"} <= set(w["sizes"]) for w in out["workloads"])
     extra = {w["id"]: set(w["sizes"]) - {"full", "small"} for w in out["workloads"]}
-    assert all(names <= {"held_out"} for names in extra.values()) and extra["8p_GEMM"] == {"held_out"}
+    assert all(names <= {"held_out", "full_reduction"} for names in extra.values())
+    assert extra["8p_GEMM"] == {"held_out", "full_reduction"}
+    assert sum("full_reduction" in names for names in extra.values()) == 15
 
 
 def test_show_full_gemm_json():

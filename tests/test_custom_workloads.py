@@ -19,6 +19,7 @@ from jaxbench_mcp.catalog import formats as workload_formats, validation as work
 from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.frontends.server import build_server
 from jaxbench_mcp.models import Verdict
+from jaxbench_mcp.requests import CheckRequest
 from jaxbench_mcp.store import Store
 from jaxbench_mcp.taxonomy import Status
 
@@ -305,13 +306,14 @@ class _FakeExecutor:
     def default_targets(self):
         return []
 
-    def check(self, workload_id, source, targets_, size, seeds, require_pallas, on_progress, cancel):
+    def check(self, request: CheckRequest, on_progress=None, cancel=None):
+        size = request.size
         self.sizes.append(size)
         bad = size in self.fails
         verdict = Verdict(
             status=Status.INCORRECT if bad else Status.CORRECT,
             message="wrong" if bad else "",
-            workload_id=workload_id,
+            workload_id=request.workload_id,
             size=size,
             targets=[],
             tier=str(self.tier),

@@ -15,6 +15,7 @@ import pytest
 from jaxbench_mcp.catalog import expert_refs, workloads
 from jaxbench_mcp.catalog.assets import asset_dir
 from jaxbench_mcp.checking.checker import Checker
+from jaxbench_mcp.requests import CheckRequest
 
 REFS_DIR = asset_dir("tokamax_refs")
 CHECK_TARGETS = ["v5e", "v6e"]
@@ -94,7 +95,7 @@ def checker():
 def test_expert_reference_passes_the_check_ladder(checker, workload_id):
     module = _module(workload_id)
     source = Path(module.__file__).read_text()
-    verdict, outcome = checker.check(workload_id, source, targets_=CHECK_TARGETS)
+    verdict, outcome = checker.check(CheckRequest.of(workload_id, source, targets=CHECK_TARGETS))
     outcome.cleanup()
     compiled = [c.target for c in verdict.compiles if c.ok]
     assert verdict.status == "correct", verdict.summary()

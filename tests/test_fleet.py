@@ -1,4 +1,4 @@
-"""The Ray fleet (jaxbench_mcp.fleet.ray_executor): placement, and a local Ray cluster of two simulated hosts on this
+"""The Ray fleet (jaxbench_mcp.fleet: ray_executor, proxy, actor, placement): placement, and a local Ray cluster of two simulated hosts on this
 machine that must give the verdicts the local executor gives, survive a host that dies mid-campaign, and fall back to
 local execution when the whole cluster goes away."""
 
@@ -26,8 +26,8 @@ from jaxbench_mcp import api
 from jaxbench_mcp.campaigns import campaign
 from jaxbench_mcp.catalog import workloads
 from jaxbench_mcp.checking.checker import Checker
-from jaxbench_mcp.fleet import ray_executor as fleet
-from jaxbench_mcp.fleet.ray_executor import HostView, NoHostForTarget, NoLiveHost, place
+from jaxbench_mcp.fleet import proxy, ray_executor as fleet
+from jaxbench_mcp.fleet.placement import HostView, NoHostForTarget, NoLiveHost, place
 from jaxbench_mcp.frontends.server import build_server
 from jaxbench_mcp.store import Store
 
@@ -218,7 +218,7 @@ def test_mcp_checks_on_the_fleet_get_the_local_verdicts_and_server_info_shows_th
     assert {v["host"] for v in verdicts} == names  # equal load: the checks alternate between the two hosts
     assert any("placed on host" in m for m in progress)
     assert any(m.startswith("[") and "compile v6e: done" in m for m in progress)  # the hosts' own progress, relayed
-    assert refused_after < fleet.CLAIM_GRACE_SECONDS + 15
+    assert refused_after < proxy.CLAIM_GRACE_SECONDS + 15
 
 
 @pytest.mark.slow
@@ -291,17 +291,17 @@ def test_cancelling_a_check_stops_it_on_its_host(cluster, tmp_path):
     bench = _fleet_bench(cluster, tmp_path)
     bench.start()
     try:
-        done, box = bench.in_background(
-            bench.check_kernel, "12p_RMSNorm", (KERNELS / "good_rmsnorm.py").read_text(), seeds=16
-        )
+        job = bench.submit_check("12p_RMSNorm", (KERNELS / "good_rmsnorm.py").read_text(), seeds=16)
+        assert job.attempt_id is not None
         deadline = time.monotonic() + 120
         while not any(h.running for h in bench.executor.fleet().hosts) and time.monotonic() < deadline:
             time.sleep(0.1)
         asked = time.monotonic()
-        box["cancel"].set()
-        assert done.wait(60) and isinstance(box.get("error"), Cancelled), box
+        job.cancel()
+        with pytest.raises(Cancelled):
+            job.future.result(timeout=60)
         assert time.monotonic() - asked < 15  # the host killed the worker; nothing ran to its stage limits
-        assert bench.store.get(box["attempt_id"])["state"] == "cancelled"
+        assert bench.store.get(job.attempt_id)["state"] == "cancelled"
         # The host's slot is free again.
         assert all(h.running == 0 for h in bench.executor.fleet().hosts)
     finally:
@@ -402,19 +402,15 @@ def test_no_host_for_a_target_is_said_at_once_and_a_lost_cluster_falls_back_to_l
         assert bench.store.recent(None, 1)[0]["state"] == "failed"
 
         # A check in flight when the whole cluster goes away is run again on the server's own host.
-        done, box = bench.in_background(
-            bench.check_kernel, "12p_RMSNorm", rmsnorm, seeds=16
-        )  # long enough to be caught
+        job = bench.submit_check("12p_RMSNorm", rmsnorm, seeds=16)  # long enough to be caught
         deadline = time.monotonic() + 120
         while (
-            not any(h.running for h in bench.executor.fleet().hosts)
-            and time.monotonic() < deadline
-            and not done.is_set()
+            not any(h.running for h in bench.executor.fleet().hosts) and time.monotonic() < deadline and not job.done()
         ):
             time.sleep(0.1)
         cluster.shutdown()
-        assert done.wait(300) and "result" in box, box.get("error")
-        verdict = box["result"]
+        verdict = job.future.result(timeout=300)
+        assert verdict.attempt_id == job.attempt_id
         assert (
             str(verdict.status) == "correct"
             and verdict.host.endswith("(local fallback)")

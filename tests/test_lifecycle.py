@@ -16,6 +16,7 @@ import pytest
 
 from jaxbench_mcp import api
 from jaxbench_mcp.checking.checker import Cancelled, Checker
+from jaxbench_mcp.requests import CheckRequest
 from jaxbench_mcp.sandbox import isolation as sandbox, jobs
 from jaxbench_mcp.store import Store
 
@@ -39,7 +40,7 @@ def test_a_spare_that_idled_past_its_warm_up_budget_still_takes_the_next_check()
             sel.register(spare._events, selectors.EVENT_READ)
             assert sel.select(180), "the spare never got ready"
         spare.started -= checker.limits.warm_up + 1  # as if it had idled past the budget (the agent was writing)
-        verdict, outcome = checker.check("12p_RMSNorm", GOOD)
+        verdict, outcome = checker.check(CheckRequest.of("12p_RMSNorm", GOOD))
         outcome.cleanup()
         assert verdict.status == "correct", verdict.summary()
     finally:
@@ -53,8 +54,7 @@ def test_no_spare_warms_up_beside_a_running_check_and_one_is_ready_after_it():
     try:
         assert checker.pool.wait_warm(), "the first spare never got ready"
         verdict, outcome = checker.check(
-            "12p_RMSNorm",
-            GOOD,
+            CheckRequest.of("12p_RMSNorm", GOOD),
             on_progress=lambda m: (
                 warming_during_check.append(len(jobs.REGISTRY.live()) - 1) if m.startswith("load: done") else None
             ),
@@ -73,21 +73,22 @@ def test_no_spare_warms_up_beside_a_running_check_and_one_is_ready_after_it():
 def test_cancel_kills_the_worker_within_a_second_and_records_the_attempt_as_cancelled(tmp_path):
     bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
     loaded = threading.Event()
-    done, box = bench.in_background(
-        bench.check_kernel, "8p_GEMM", HANG, on_progress=lambda m: loaded.set() if m.startswith("load: done") else None
+    job = bench.submit_check(
+        "8p_GEMM", HANG, on_progress=lambda m: loaded.set() if m.startswith("load: done") else None
     )
     try:
+        assert job.attempt_id is not None and not job.done()
         assert loaded.wait(120), "the worker never loaded the candidate"
         [worker] = jobs.REGISTRY.live()
         pids = worker.pids()
         t0 = time.monotonic()
-        box["cancel"].set()
-        assert done.wait(5)
+        job.cancel()
+        with pytest.raises(Cancelled):
+            job.future.result(timeout=5)
         took = time.monotonic() - t0
-        assert isinstance(box.get("error"), Cancelled)
         assert took < 1.0, f"cancel took {took:.2f}s"
         assert not _alive(pids) and not worker.root.exists()
-        row = bench.store.get(box["attempt_id"])
+        row = bench.store.get(job.attempt_id)
         assert row["state"] == "cancelled"
     finally:
         bench.close()

@@ -14,6 +14,7 @@ from jaxbench_mcp.analysis import kernels as kernel_analysis
 from jaxbench_mcp.checking import diagnosis
 from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.perf import cost_model, profiling
+from jaxbench_mcp.requests import ProfileRequest
 from jaxbench_mcp.store import Store
 
 KERNELS = Path(__file__).parent / "kernels"
@@ -383,7 +384,7 @@ def _static_profile(workload_id: str, candidate_us: float, expert_us: float, xla
     verdict = Verdict(
         status="correct", message="", workload_id=workload_id, size="small", targets=["v6e"], tier="cpu_libtpu"
     )
-    (entry,) = profiler.profile(workload_id, "source", ["v6e"], verdict).targets
+    (entry,) = profiler.profile(ProfileRequest.of(workload_id, "source", ["v6e"]), verdict).targets
     return entry
 
 

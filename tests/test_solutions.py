@@ -20,6 +20,7 @@ from jaxbench_mcp import api
 from jaxbench_mcp.catalog import workloads
 from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.frontends.server import build_server
+from jaxbench_mcp.requests import CheckRequest
 from jaxbench_mcp.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +71,7 @@ def verdicts():
     try:
 
         def run(path: Path):
-            verdict, outcome = checker.check(path.stem, path.read_text(), seeds=SEEDS)
+            verdict, outcome = checker.check(CheckRequest.of(path.stem, path.read_text(), seeds=SEEDS))
             if outcome is not None:
                 outcome.cleanup()
             return path.name, verdict

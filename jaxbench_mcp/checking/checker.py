@@ -19,11 +19,10 @@ from jaxbench_mcp.catalog import targets, workloads
 from jaxbench_mcp.checking import judge
 from jaxbench_mcp.checking.truth import Truth, fresh_seed, inputs_for, truth_of
 from jaxbench_mcp.models import Verdict
+from jaxbench_mcp.requests import DEFAULT_SEEDS as DEFAULT_SEEDS, CheckRequest
 from jaxbench_mcp.sandbox import isolation as sandbox, protocol
 from jaxbench_mcp.sandbox.jobs import JobQueue, Limits, RunOutcome, Worker, WorkerPool, WorkerStartFailed, default_slots
 from jaxbench_mcp.taxonomy import ErrorClass
-
-DEFAULT_SEEDS = 3
 
 
 def write_inputs(inputs: tuple, directory: Path, prefix: str) -> list[protocol.InputFile | protocol.StaticInput]:
@@ -131,28 +130,23 @@ class Checker:
 
     def check(
         self,
-        workload_id: str,
-        source: str,
-        targets_: list[str] | None = None,
-        size: str | None = None,
-        seeds: int = DEFAULT_SEEDS,
-        require_pallas: bool = True,
+        request: CheckRequest,
         on_progress: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> tuple[Verdict, RunOutcome | None]:
         """The verdict on one candidate, and the worker's outcome (None when no worker could start: the verdict
-        is then a server_error). Raises Cancelled when `cancel` is set before the end."""
+        is then a server_error). Raises Cancelled when `cancel` is set before the end. The request was validated
+        when it was made (jaxbench_mcp.requests); what is checked here is what this host can do."""
         started = time.monotonic()
-        w = workloads.get_workload(workload_id)
-        chosen = targets.parse_targets(targets_) if targets_ else self.default_targets()
+        w = workloads.get_workload(request.workload_id)
+        source, size, seeds, require_pallas = request.source, request.size, request.seeds, request.require_pallas
+        chosen = list(request.targets) or self.default_targets()
         if chosen and self.tier is targets.Tier.CPU:
             raise targets.UnknownTarget(
                 "this host has no libtpu, so it cannot compile for a TPU generation; install jax[tpu] or omit targets"
             )
         run_size = size or ("full" if self.tier is targets.Tier.TPU else "small")
         w.size_params(run_size)
-        if not 1 <= seeds <= 16:
-            raise ValueError("seeds must be between 1 and 16")
         # Fresh hidden seeds for every check: an answer remembered from one check is worth nothing in the next.
         hidden = [fresh_seed() for _ in range(seeds)]
         # Below full size, one more seed runs where every reduction has its full length: what only full-length

@@ -1,1 +1,2 @@
-"""Where checks run: this host (executors) or a Ray fleet (ray_executor)."""
+"""Where checks run: this host (executors) or a Ray fleet (ray_executor, with its proxy process, host actors,
+placement and typed messages)."""

@@ -22,6 +22,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,6 @@ from starlette.responses import PlainTextResponse, Response
 from jaxbench_mcp import __version__, api, store
 from jaxbench_mcp.catalog import conditions, docs, workloads
 from jaxbench_mcp.catalog import targets as tpu_targets
-from jaxbench_mcp.checking.checker import DEFAULT_SEEDS
 from jaxbench_mcp.errors import AgentError
 from jaxbench_mcp.models import (
     AttemptList,
@@ -137,14 +137,15 @@ class DocsResult(docs.DocsPage):
 # ---- long jobs ------------------------------------------------------------------------------------
 
 
-async def _run_long(ctx: Context, method, *args, **kwargs) -> tuple[int, Any]:
-    """Run a check or profile on a thread, relaying its progress, until it ends or the call's time budget is
-    spent. Returns (attempt id, result), the result None while the job is still running."""
+async def _run_long(ctx: Context, submit: Callable[[Callable[[str], None]], api.BackgroundJob]) -> tuple[int, Any]:
+    """Run a check, profile or tune as a background job (`submit(on_progress)` starts it), relaying its progress,
+    until it ends or the call's time budget is spent. Returns (attempt id, result), the result None while the job
+    is still running."""
     messages: list[str] = []
-    done, box = method.__self__.in_background(method, *args, on_progress=messages.append, **kwargs)
+    job = submit(messages.append)
     sent, deadline = 0, time.monotonic() + CALL_BUDGET_SECONDS
     try:
-        while not done.is_set() and time.monotonic() < deadline:
+        while not job.done() and time.monotonic() < deadline:
             await anyio.sleep(0.1)
             while sent < len(messages):
                 sent += 1
@@ -152,20 +153,21 @@ async def _run_long(ctx: Context, method, *args, **kwargs) -> tuple[int, Any]:
     except anyio.get_cancelled_exc_class():
         # notifications/cancelled (or the session ending): the job's worker is killed and the attempt recorded
         # as cancelled, rather than running on to its stage limits.
-        box["cancel"].set()
+        job.cancel()
         raise
-    if "error" in box or "attempt_id" not in box:
-        exc = box.get("error") or RuntimeError("the job ended with neither an attempt nor an error")
+    failure = job.future.exception() if job.done() else None
+    if failure is not None or job.attempt_id is None:
+        exc = failure or RuntimeError("the job ended with neither an attempt nor an error")
         if isinstance(exc, AgentError):
             raise ToolError(_agent_message(exc)) from exc
         # The library turns every failure after the attempt is recorded into a server_error verdict; what
         # reaches here failed before there was an attempt (e.g. the attempts store), so there is no verdict.
-        logger.error("%s failed before an attempt was recorded", method.__name__, exc_info=exc)
+        logger.error("%s failed before an attempt was recorded", job.name, exc_info=exc)
         raise ToolError(
             f"server error (not caused by the kernel) before the attempt was recorded: "
             f"{type(exc).__name__}: {exc}. Call again; server_info shows the host's state."
         ) from exc
-    return box["attempt_id"], box.get("result")
+    return job.attempt_id, job.future.result() if job.done() else None
 
 
 # ---- requests the transport cannot parse ----------------------------------------------------------
@@ -415,7 +417,7 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
         ] = None,
         seeds: Annotated[
             int, Field(ge=1, le=api.MAX_SEEDS, description="How many hidden seeds to run")
-        ] = DEFAULT_SEEDS,
+        ] = api.DEFAULT_SEEDS,
         config: Annotated[
             str | None,
             Field(
@@ -429,7 +431,10 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
         lines, a fix hint and the doc sections to read. A check that outlasts about 45 s returns state 'running' and
         an attempt id: collect the verdict with list_attempts(attempt_id=...)."""
         attempt_id, verdict = await _run_long(
-            ctx, bench.check_kernel, workload_id, source, targets, size, seeds, config=config
+            ctx,
+            lambda on_progress: bench.submit_check(
+                workload_id, source, targets, size, seeds, on_progress=on_progress, config=config
+            ),
         )
         return _result(CheckOutcome(state="done" if verdict else "running", attempt_id=attempt_id, verdict=verdict))
 
@@ -448,7 +453,9 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
         time (median/min/spread, TFLOP/s, GB/s, % of roofline); on a CPU host with libtpu a labelled static estimate
         (bundle schedule, HBM traffic, grid overhead; bottleneck named); elsewhere the roofline bound only. The
         kernel is checked first; a failing check comes back instead of a profile."""
-        attempt_id, profile = await _run_long(ctx, bench.profile_kernel, workload_id, source, targets)
+        attempt_id, profile = await _run_long(
+            ctx, lambda on_progress: bench.submit_profile(workload_id, source, targets, on_progress=on_progress)
+        )
         return _result(ProfileOutcome(state="done" if profile else "running", attempt_id=attempt_id, profile=profile))
 
     from jaxbench_mcp.perf import tuning
@@ -488,7 +495,10 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
         table and the best passing source. A tune that outlasts about 45 s returns state 'running': collect its table
         with list_attempts(attempt_id=...)."""
         attempt_id, result = await _run_long(
-            ctx, tuner.tune_kernel, workload_id, source, params, target, check_top, max_variants
+            ctx,
+            lambda on_progress: tuner.submit_tune(
+                workload_id, source, params, target, check_top, max_variants, on_progress=on_progress
+            ),
         )
         return _result(tuning.TuneOutcome(state="done" if result else "running", attempt_id=attempt_id, result=result))
 

@@ -17,6 +17,7 @@ from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.checking.diagnosis import compile_failure
 from jaxbench_mcp.checking.judge import inspect_module
 from jaxbench_mcp.perf import cost_model, measuring
+from jaxbench_mcp.requests import ProfileRequest
 from jaxbench_mcp.sandbox import protocol
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Stage
 
@@ -467,14 +468,13 @@ class Profiler:
 
     def profile(
         self,
-        workload_id: str,
-        source: str,
-        generations: list[str],
+        request: ProfileRequest,
         verdict,
         on_progress: Callable[[str], None] | None = None,
         cancel=None,
     ):
-        """How fast a kernel that passed its check is, next to the XLA baseline and the expert kernel.
+        """How fast a kernel that passed its check is, next to the XLA baseline and the expert kernel, for the
+        request's targets (none: every generation).
 
         TPU host: measured on the attached chip (other generations estimated). CPU host with libtpu: static
         estimates. Plain CPU host: the roofline bound only.
@@ -483,8 +483,9 @@ class Profiler:
         from jaxbench_mcp.models import Profile, TargetEstimate
 
         tier = self.checker.tier
-        w = workloads.get_workload(workload_id)
-        generations = generations or list(targets.GENERATIONS)
+        w = workloads.get_workload(request.workload_id)
+        source = request.source
+        generations = list(request.targets) or list(targets.GENERATIONS)
         flops = w.flops("full")
         io_bytes = w.io_bytes("full")
         roofline_us = {g: cost_model.workload_roofline_us(w, g) for g in generations}

@@ -158,8 +158,20 @@ class Tuner:
     def __init__(self, bench):
         self.bench = bench
 
-    def in_background(self, method, *args, **kwargs):
-        return self.bench.in_background(method, *args, **kwargs)
+    def submit_tune(
+        self,
+        workload_id: str,
+        source: str,
+        params: dict[str, list],
+        target: str | None = None,
+        check_top: int = 3,
+        max_variants: int = MAX_VARIANTS,
+        on_progress: Callable[[str], None] | None = None,
+    ):
+        """tune_kernel as a background job of the bench (api.BackgroundJob: attempt id, future, cancel)."""
+        return self.bench.submit(
+            self.tune_kernel, workload_id, source, params, target, check_top, max_variants, on_progress=on_progress
+        )
 
     def tune_kernel(
         self,
