@@ -42,11 +42,14 @@ def test_seeding_stays_where_workload_modules_import_it():
 def test_the_server_file_loaded_by_path_delegates_to_the_frontend_and_builds_nothing():
     from jaxbench_mcp.frontends import server
 
-    # As `mcp run` loads it (by path, not registered in sys.modules); `mcp` itself is left unbuilt here.
+    # As `mcp run` loads it (by path, not registered in sys.modules); `mcp` itself is left unbuilt here. An earlier
+    # test in the same process may have built the frontend's default server: loading the shim must not build one.
+    before = server._default_server
     spec = importlib.util.spec_from_file_location("server_module", ROOT / "jaxbench_mcp" / "server.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.build_server is server.build_server and module._default_server is None
+    assert module.build_server is server.build_server and server._default_server is before
+    assert module._default_server is before
 
 
 def test_the_console_script_names_the_frontend_cli():

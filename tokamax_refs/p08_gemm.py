@@ -25,12 +25,12 @@ class Blocks:
 # block_k = 1024 still needs 18.4 MiB. So the tile is 1024 x 1024 with block_k = 512: grid
 # (8, 28, 16), 12 MiB. v6e (32 MiB default) compiles JAXBench's values too.
 # small: 256-wide tiles, grid (2, 24, 2) at 512 x 512 x 6144.
-# long_k: the small M and N with the full K (the full_reduction size); 256-wide K blocks would make 1,536
+# full_reduction: the small M and N with the full K; 256-wide K blocks would make 1,536
 # interpret-mode steps (a minute on CPU), these make 192 (7.5 MiB of VMEM).
 BLOCKS = {
     "full": Blocks(block_m=1024, block_n=1024, block_k=512),
     "small": Blocks(block_m=256, block_n=256, block_k=256),
-    "long_k": Blocks(block_m=256, block_n=512, block_k=1024),
+    "full_reduction": Blocks(block_m=256, block_n=512, block_k=1024),
 }
 
 
@@ -38,7 +38,7 @@ def _blocks_for(m: int, k: int, n: int) -> Blocks:
     full = BLOCKS["full"]
     if m % full.block_m == 0 and n % full.block_n == 0 and k % full.block_k == 0:
         return full
-    long_k = BLOCKS["long_k"]
+    long_k = BLOCKS["full_reduction"]
     if k >= 4 * long_k.block_k and all(d % b == 0 for d, b in zip((m, n, k), dataclasses.astuple(long_k))):
         return long_k
     return BLOCKS["small"]
