@@ -8,20 +8,18 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import types
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
 from jaxbench_mcp.catalog import docs
+from jaxbench_mcp.catalog.targets import deviceless_compile, lower_for_tpu
 from jaxbench_mcp.checking import error_catalog
 from jaxbench_mcp.checking.error_catalog import Diagnosis, classify, classify_exception, diagnosis_for
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, status_of
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax.experimental import pallas as pl  # noqa: E402
-from jax.experimental.pallas import tpu as pltpu  # noqa: E402
-
-from jaxbench_mcp.catalog.targets import deviceless_compile, lower_for_tpu  # noqa: E402
 
 S = jax.ShapeDtypeStruct
 

@@ -130,8 +130,7 @@ def test_store_through_reshape_is_refused_clearly():
 
 
 def test_install_is_idempotent():
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
-    from jax._src.pallas.mosaic.interpret import utils as interpret_utils
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc, utils as interpret_utils
 
     interpret_transforms.install()
     get, to_range = ipc.get, interpret_utils.to_range

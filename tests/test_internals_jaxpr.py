@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 
-from jaxbench_mcp.internals import jaxpr as jx
-from jaxbench_mcp.internals import tracebacks
 from canaries import changed
+from jaxbench_mcp.internals import jaxpr as jx, tracebacks
 
 
 def _only(closed, name: str):

@@ -34,6 +34,7 @@ from jaxbench_mcp import __version__, api
 from jaxbench_mcp.catalog import docs, workloads
 from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.frontends import server as server_module
+from jaxbench_mcp.frontends.server import RESULT_TOKEN_BUDGET, build_server
 from jaxbench_mcp.models import (
     CheckOutcome,
     KernelEstimate,
@@ -43,7 +44,6 @@ from jaxbench_mcp.models import (
     TargetEstimate,
     Verdict,
 )
-from jaxbench_mcp.frontends.server import RESULT_TOKEN_BUDGET, build_server
 from jaxbench_mcp.store import Store
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Status
 

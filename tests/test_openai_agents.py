@@ -10,10 +10,9 @@ import math
 import sys
 from pathlib import Path
 
-import pytest
-
 # The evals extra is part of the test set-up: a missing package is a failure, never a skip.
 import agents
+import pytest
 
 from jaxbench_mcp.campaigns import outcomes
 from jaxbench_mcp.taxonomy import Status

@@ -7,11 +7,12 @@ Everything here reads a jaxpr; nothing runs the kernel.
 
 from __future__ import annotations
 
+from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
 from jaxbench_mcp.internals import jaxpr as jx
 from jaxbench_mcp.internals.jaxpr import walk_eqns as _walk_eqns
-from jaxbench_mcp.internals.pallas import KERNEL_PRIMITIVES as _KERNELS
-from jaxbench_mcp.internals.pallas import MESH_KERNEL_PRIMITIVES as _MESH_KERNELS
 from jaxbench_mcp.internals.pallas import (
+    KERNEL_PRIMITIVES as _KERNELS,
+    MESH_KERNEL_PRIMITIVES as _MESH_KERNELS,
     Block,
     PallasCallInfo,
     grid_axis,
@@ -19,7 +20,6 @@ from jaxbench_mcp.internals.pallas import (
     pallas_call_info,
     tensorcore_mesh,
 )
-from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
 
 _HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
 

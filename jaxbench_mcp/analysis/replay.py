@@ -24,11 +24,15 @@ import math
 
 import numpy as np
 
-from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
-from jaxbench_mcp.catalog.targets import VREG_ELEMENTS as _VREG_ELEMENTS
+from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS, VREG_ELEMENTS as _VREG_ELEMENTS
 from jaxbench_mcp.internals import jaxpr as jx
-from jaxbench_mcp.internals.pallas import KERNEL_PRIMITIVES as _KERNELS
-from jaxbench_mcp.internals.pallas import axis_index_name, dma_source_and_target, grid_axis, run_scoped_body
+from jaxbench_mcp.internals.pallas import (
+    KERNEL_PRIMITIVES as _KERNELS,
+    axis_index_name,
+    dma_source_and_target,
+    grid_axis,
+    run_scoped_body,
+)
 
 # Values up to this many elements are computed when their inputs are known (group sizes, block tables).
 SMALL_ELEMENTS = 1 << 16

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib.util
 import hashlib
+import importlib.util
 import inspect
 import os
 import re

@@ -43,8 +43,7 @@ class UnsupportedRefView(NotImplementedError):
 
 def install() -> None:
     """Extend jax's TPU interpreter in this process (idempotent)."""
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
-    from jax._src.pallas.mosaic.interpret import utils as interpret_utils
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc, utils as interpret_utils
 
     with _LOCK:
         if getattr(ipc.get, _MARK, False):

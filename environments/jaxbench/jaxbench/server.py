@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import jaxbench_mcp
-from jaxbench_mcp.campaigns import outcomes
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+
+import jaxbench_mcp
+from jaxbench_mcp.campaigns import outcomes
 
 CONTEXTS = ("docs", "none")
 # Variables a started server keeps from this process: where its attempts store lives and which jax platform
