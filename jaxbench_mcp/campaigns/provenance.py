@@ -33,7 +33,7 @@ def workload_hash(workload_id: str) -> str:
     return _hash_of(workloads.get_workload(workload_id).path.as_posix())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hash_of(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()[:16]

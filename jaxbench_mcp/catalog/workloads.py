@@ -42,10 +42,11 @@ import inspect
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from jaxbench_mcp.catalog.assets import asset_dir
 from jaxbench_mcp.errors import AgentError, BadRequest, WorkloadDefinitionError
@@ -186,7 +187,7 @@ def _arrays_of_inputs(w: Workload, params: dict, seed, static_values: dict[int, 
     return [x for i, x in enumerate(inputs) if i not in w.static_argnums]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted_create_inputs(workload_id: str, size: str) -> Callable[[int], tuple]:
     """create_inputs as one compiled program for every seed: eager jax.random compiles op by op."""
     import jax
@@ -209,7 +210,7 @@ def _tensor_spec(x) -> TensorSpec:
     return TensorSpec(tuple(int(d) for d in x.shape), str(x.dtype))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _input_specs_cached(workload_id: str, size: str) -> tuple[ArgSpec, ...]:
     return _compute_input_specs(get_workload(workload_id), size)
 
@@ -235,7 +236,7 @@ def _input_specs(w: Workload, size: str) -> list[ArgSpec]:
     return list(_input_specs_cached(w.id, size))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _output_specs_cached(workload_id: str, size: str) -> tuple[TensorSpec, ...]:
     w = get_workload(workload_id)
     return _compute_output_specs(w, abstract_inputs(w, size))
@@ -259,7 +260,7 @@ def _output_specs(w: Workload, size: str) -> list[TensorSpec]:
     return list(_output_specs_cached(w.id, size))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _xla_flops(workload_id: str, size: str) -> int:
     """FLOPs of the reference as XLA's HLO cost analysis counts them (lowered only: nothing is allocated)."""
     import jax
