@@ -56,10 +56,10 @@ def load_example(source, name):
 def _tolerance(dtype):
     dtype = np.dtype(dtype)
     if dtype.kind in "iub":
-        return dict(rtol=0, atol=0)
+        return {"rtol": 0, "atol": 0}
     if dtype.itemsize <= 2:  # bfloat16 / float16
-        return dict(rtol=2e-2, atol=2e-2)
-    return dict(rtol=2e-4, atol=2e-4)
+        return {"rtol": 2e-2, "atol": 2e-2}
+    return {"rtol": 2e-4, "atol": 2e-4}
 
 
 def run_interpret(namespace, generation="v6e", **params):
@@ -422,7 +422,7 @@ def test_internal_links_resolve():
     link = re.compile(r"`([a-z0-9-]+#[a-z0-9-]+)`")
     bad = []
     for path in DOC_FILES:
-        for m in link.finditer(path.read_text()):
-            if not docs.section_exists(m.group(1)):
-                bad.append(f"{path.name}: {m.group(1)}")
+        bad.extend(
+            f"{path.name}: {m.group(1)}" for m in link.finditer(path.read_text()) if not docs.section_exists(m.group(1))
+        )
     assert not bad, bad

@@ -364,32 +364,32 @@ def score(bench, workload_id: str, source: str, target: str | None, cancel: thre
         else verdict.status not in ("invalid_kernel", "lowering_error", "compile_error")
     )
     correct = verdict.status == "correct"
-    return dict(
-        workload_id=workload_id,
-        status=verdict.status,
-        error_class=verdict.error_class,
-        message=verdict.message[:500],
-        compiled=compiled and verdict.status != "server_error",
-        correctness=Correctness(
+    return {
+        "workload_id": workload_id,
+        "status": verdict.status,
+        "error_class": verdict.error_class,
+        "message": verdict.message[:500],
+        "compiled": compiled and verdict.status != "server_error",
+        "correctness": Correctness(
             correct=correct,
             max_diff=worst,
             tolerance=min((s.tolerance for s in run_seeds), default=None),
             jaxbench_allclose=verdict.jaxbench_compatible,
         ),
-        timings=Timings(
+        "timings": Timings(
             kernel_us=entry.candidate_us if entry and correct else None,
             baseline_us=entry.xla_baseline_us if entry and correct else None,
             pallas_reference_us=entry.expert_us if entry and correct else None,
             method=profile.kind,
         ),
-        speedup_vs_baseline=entry.speedup_vs_xla if entry and correct else None,
-        speedup_vs_pallas=entry.speedup_vs_expert if entry and correct else None,
-        roofline_pct=entry.roofline_pct if entry and correct else None,
-        target=target,
-        tier=profile.tier,
-        estimate_kind=profile.kind,
-        attempt_id=profile.attempt_id,
-    )
+        "speedup_vs_baseline": entry.speedup_vs_xla if entry and correct else None,
+        "speedup_vs_pallas": entry.speedup_vs_expert if entry and correct else None,
+        "roofline_pct": entry.roofline_pct if entry and correct else None,
+        "target": target,
+        "tier": profile.tier,
+        "estimate_kind": profile.kind,
+        "attempt_id": profile.attempt_id,
+    }
 
 
 def evaluate(
@@ -621,19 +621,19 @@ def sample_metrics(results: list[AttemptResult]) -> dict:
     if len(models) > 1:
         raise CampaignError(f"attempts by different models ({', '.join(sorted(models))}) in one run: split the run")
     provenance = next((r.provenance for r in results if r.provenance), {})
-    return dict(
-        samples=len(samples),
-        per_sample_correctness=sum(r.correctness.correct for r in results) / len(results) if results else 0.0,
-        solved_sample_rate=sum(sum(x) for x in per_workload.values()) / len(samples) if samples else 0.0,
-        pass_at_k=pass_k,
-        pass_at_k_workloads=pass_k_workloads,
-        checks_to_first_correct=_spread(checks),
-        turns_to_first_correct=_spread(turns),
-        model=next(iter(models), None),
-        context=next(iter(contexts), UNRECORDED),
-        provenance=provenance,
-        workload_sha256={r.workload_id: r.workload_sha256 for r in results if r.workload_sha256},
-    )
+    return {
+        "samples": len(samples),
+        "per_sample_correctness": sum(r.correctness.correct for r in results) / len(results) if results else 0.0,
+        "solved_sample_rate": sum(sum(x) for x in per_workload.values()) / len(samples) if samples else 0.0,
+        "pass_at_k": pass_k,
+        "pass_at_k_workloads": pass_k_workloads,
+        "checks_to_first_correct": _spread(checks),
+        "turns_to_first_correct": _spread(turns),
+        "model": next(iter(models), None),
+        "context": next(iter(contexts), UNRECORDED),
+        "provenance": provenance,
+        "workload_sha256": {r.workload_id: r.workload_sha256 for r in results if r.workload_sha256},
+    }
 
 
 def load(run_dir: Path | str) -> tuple[list[AttemptResult], Summary]:
