@@ -499,7 +499,10 @@ def main() -> None:
     validate_half = [c for c in used if c.half == "validate"]
     if args.fit:
         fitted = {g: fit(fit_half, g) for g in CHIPS}
-        chosen = lambda g: fitted.get(g) or cost_model.RAW  # noqa: E731
+
+        def chosen(g):
+            return fitted.get(g) or cost_model.RAW
+
         report("raw model (no calibration), all sampled configs", used, lambda g: cost_model.RAW)
         report("calibrated, FIT half", fit_half, chosen)
         report("raw model, VALIDATION half", validate_half, lambda g: cost_model.RAW)

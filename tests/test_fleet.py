@@ -377,7 +377,8 @@ def test_a_host_that_dies_mid_campaign_costs_a_retry_not_an_attempt(cluster, loc
     assert verdict["host"] != killed["host"] and any("died during this check" in w for w in verdict["warnings"])
     store.close()
     print(
-        f"campaign with a host killed mid-check: {time.monotonic() - started:.0f} s; the retried check's log, head:\n{log[:700]}"
+        f"campaign with a host killed mid-check: {time.monotonic() - started:.0f} s; "
+        f"the retried check's log, head:\n{log[:700]}"
     )
 
 

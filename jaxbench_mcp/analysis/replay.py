@@ -321,11 +321,10 @@ class KernelReplay:
         self.P = points.shape[1] if points.ndim == 2 else 1
         self.max_trips = max_trips
         self.evals = 0  # equations evaluated so far (bounds the replay of long loops)
-        zeros = lambda: np.zeros(self.P)  # noqa: E731
         # executed work per lane: MXU pushes and vector ops, outside and inside in-kernel loops; HBM DMA bytes
-        self.mxu = {False: zeros(), True: zeros()}
-        self.vec = {False: zeros(), True: zeros()}
-        self.dma = zeros()
+        self.mxu = {False: np.zeros(self.P), True: np.zeros(self.P)}
+        self.vec = {False: np.zeros(self.P), True: np.zeros(self.P)}
+        self.dma = np.zeros(self.P)
         self.exact = True
         self.trips_exact = True
         self.loop_ids: set[int] = set()  # the in-kernel loops met (not fully unrolled)

@@ -168,10 +168,12 @@ class Summary(BaseModel):
     workload_sha256: dict[str, str] = Field(default_factory=dict, description="workload -> module content hash")
 
     def summary(self) -> str:
-        pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+        def pct(x):
+            return f"{100 * x:.1f}%"
+
         lines = [
-            f"{self.run_dir}: {self.attempts} attempts at {self.workloads_attempted} of {self.workloads_total} workloads "
-            f"(tier {self.tier}, target {self.target or 'none'}, speeds: {self.speed_kind})"
+            f"{self.run_dir}: {self.attempts} attempts at {self.workloads_attempted} of {self.workloads_total} "
+            f"workloads (tier {self.tier}, target {self.target or 'none'}, speeds: {self.speed_kind})"
             + (" -- INTERRUPTED, partial" if self.interrupted else ""),
             f"compiled {pct(self.compile_rate)} of attempts; correct {pct(self.correct_rate_attempted)} of attempted "
             f"workloads, {pct(self.correct_rate_all)} of all {self.workloads_total}",
@@ -538,7 +540,9 @@ def summarize(
             "geomean": "geometric mean of speedup vs XLA over workloads whose best attempt is correct",
             "peak_fraction": "roofline / time in percent (the workload's FLOPs at peak and its input+output bytes at "
             "HBM bandwidth): read first; over 100% means fewer FLOPs than nominal or missed work",
-            "clipped_geomean": "MaxKernel: geometric mean over all attempted workloads of max(1, speedup); failures count as 1x",
+            "clipped_geomean": (
+                "MaxKernel: geometric mean over all attempted workloads of max(1, speedup); failures count as 1x"
+            ),
             "compile_rate": "share of attempts that loaded, traced, lowered and compiled for every target",
             "per_sample_correctness": "JAXBench's: correct attempts / all attempts",
             "solved_sample_rate": "samples (trajectories) with at least one correct attempt / all samples",

@@ -23,8 +23,8 @@ JAXBENCH_COMMIT = "81be73a3ca33418f8e2a774d06a90298c5973917"
 
 # The correctness rule of jaxbench_mcp.checking.checker, in words (its factor is checking._TOLERANCE_FACTOR).
 TOLERANCE_RULE = (
-    "per hidden seed, max |candidate - truth| <= max(2 x max |native-dtype baseline - truth|, eps(dtype) x max |truth|);"
-    " truth one precision above the output (float32 for bf16, float64 for float32)"
+    "per hidden seed, max |candidate - truth| <= max(2 x max |native-dtype baseline - truth|, "
+    "eps(dtype) x max |truth|); truth one precision above the output (float32 for bf16, float64 for float32)"
 )
 
 

@@ -188,18 +188,22 @@ def _exec_copy(path: Path, tag: str, overrides: dict[str, Any], config_dict: str
     return module
 
 
+def _int_entries(d: dict[str, Any]) -> dict[str, int]:
+    """The entries of `d` whose values are ints (bools are not sizes)."""
+    return {k: v for k, v in d.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
 def _size_params(module: types.ModuleType, kind: str) -> tuple[dict[str, int], str | None]:
     """The integer size parameters the input function reads, and the dict they live in (None: module level)."""
     config = getattr(module, "CONFIG", None)
-    ints = lambda d: {k: v for k, v in d.items() if isinstance(v, int) and not isinstance(v, bool)}  # noqa: E731
     if kind == BASELINE:
         if not isinstance(config, dict):
             raise _Fail("CONFIG", "baseline.py defines no CONFIG dict")
-        return ints(config), "CONFIG"
+        return _int_entries(config), "CONFIG"
     read = set(module.get_inputs.__code__.co_names)
     if "CONFIG" in read and isinstance(config, dict):
-        return ints(config), "CONFIG"
-    return ints({k: v for k, v in vars(module).items() if k in read and not k.startswith("_")}), None
+        return _int_entries(config), "CONFIG"
+    return _int_entries({k: v for k, v in vars(module).items() if k in read and not k.startswith("_")}), None
 
 
 def _overrides(folder: Path) -> dict[str, Any]:

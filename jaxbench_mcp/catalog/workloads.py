@@ -617,6 +617,9 @@ def keeps_divisibility(full: int, small: int, cap: int = 2048) -> bool:
         return False
     if full_pow2:
         return True
-    twos = lambda n: (n & -n).bit_length() - 1  # the exponent of 2 in n
+
+    def twos(n):
+        return (n & -n).bit_length() - 1  # the exponent of 2 in n
+
     limit = cap.bit_length() - 1
     return min(twos(full), limit) == min(twos(small), limit)

@@ -368,7 +368,8 @@ class Profiler:
         from jaxbench_mcp.models import OutsideOpCost, TargetEstimate
 
         progress(
-            f"calibrating bundles and costing the XLA baseline for {', '.join(generations)} (cached after the first time)"
+            f"calibrating bundles and costing the XLA baseline for {', '.join(generations)} "
+            "(cached after the first time)"
         )
         refs = self.reference_estimates(w.id, generations)
         missing = [g for g in generations if not refs[g].get("calibration_bundles")]
@@ -395,7 +396,8 @@ class Profiler:
         expert = {}
         if expert_module is not None:
             progress(
-                f"compiling the expert kernel for {', '.join(generations)} with schedule dumps (cached after the first time)"
+                f"compiling the expert kernel for {', '.join(generations)} with schedule dumps "
+                "(cached after the first time)"
             )
             expert = self.expert_estimates(w.id, Path(expert_module.__file__).read_text(), generations, spb, cancel)
         for g in generations:
