@@ -42,7 +42,7 @@ def xla_rows() -> None:
 
     print(f"{'workload':<10} {'gen':<4} {'roofline':>9} {'XLA raw':>9} {'estimate':>9} {'measured':>9} {'est/meas':>8}")
     pallas = {}
-    for (wid, g), (what, ms) in PUBLIC_PALLAS.items():
+    for wid, g in PUBLIC_PALLAS:
         # First: estimate() must set libtpu's dump folder before anything else in this process compiles for a TPU.
         w = workloads.get_workload(wid)
         module = _load(ROOT / "tests" / "kernels" / "good_gemm_tiled.py")

@@ -36,7 +36,7 @@ def extract_examples():
     out = []
     for path in DOC_FILES:
         text = path.read_text()
-        for k, m in enumerate(_PY_BLOCK.finditer(text), 1):
+        for m in _PY_BLOCK.finditer(text):
             line = text.count("\n", 0, m.start()) + 2
             out.append(pytest.param(path.name, line, m.group(1), id=f"{path.stem}:{line}"))
     return out
@@ -83,7 +83,7 @@ def assert_matches(got, want):
 
     got_leaves, want_leaves = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
     assert len(got_leaves) == len(want_leaves)
-    for g, w in zip(got_leaves, want_leaves):
+    for g, w in zip(got_leaves, want_leaves, strict=True):
         assert g.shape == w.shape, (g.shape, w.shape)
         assert g.dtype == w.dtype, (g.dtype, w.dtype)
         np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w, np.float32), **_tolerance(w.dtype))

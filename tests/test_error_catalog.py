@@ -41,7 +41,7 @@ def load_source(source: str):
     def load():
         module = types.ModuleType("candidate")
         exec(compile(source, "candidate.py", "exec"), module.__dict__)
-        return getattr(module, "workload")
+        return module.workload
 
     return raised(load)
 

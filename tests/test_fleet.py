@@ -212,7 +212,7 @@ def test_mcp_checks_on_the_fleet_get_the_local_verdicts_and_server_info_shows_th
     assert fleet_info["tpu_chips"] == 0 and fleet_info["fallback"] is None and fleet_info["queue_length"] == 0
     assert info.structured_content["tier"] == "cpu_libtpu" and "fleet: Ray cluster at" in info.content[0].text
     assert max(busy) > 0  # one check on two one-slot hosts: half the fleet busy
-    for (workload, kernel), verdict in zip(CASES, verdicts):
+    for (_workload, kernel), verdict in zip(CASES, verdicts, strict=True):
         assert (verdict["status"], verdict["error_class"]) == local_verdicts[kernel], verdict["message"]
         assert verdict["host"] in names and verdict["tier"] == "cpu_libtpu"
     assert {v["host"] for v in verdicts} == names  # equal load: the checks alternate between the two hosts

@@ -347,7 +347,7 @@ def test_crash_verdicts_reach_the_agent_over_http(http_server):
                 for name in cases
             ]
 
-    for name, result in zip(cases, anyio.run(go)):
+    for name, result in zip(cases, anyio.run(go), strict=True):
         expected = dict(kv.split("=", 1) for kv in (KERNELS / name).read_text().splitlines()[0].split()[2:])
         assert not result.is_error, result.content[0].text
         verdict = result.structured_content["verdict"]
@@ -491,7 +491,7 @@ def test_resource_and_prompt_mistakes_are_invalid_params_with_the_message_and_on
 
     caplog.set_level(logging.INFO)
     errors = run(bench, body)
-    for error, (_, words) in zip(errors, mistakes):
+    for error, (_, words) in zip(errors, mistakes, strict=True):
         assert error.code == mcp_types.INVALID_PARAMS, error.message
         assert all(w in error.message for w in words), error.message
         assert "jaxbench-mcp list" not in error.message

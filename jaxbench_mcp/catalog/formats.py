@@ -323,7 +323,7 @@ def _adapt(source: Path, kind: str) -> types.ModuleType:
         raise _Fail(inputs_name, f"does not run: {type(exc).__name__}: {exc}") from exc
     sizes_bytes = [sum(int(a.size) * a.dtype.itemsize for a in cfg) for cfg in full_shapes]
     full_index = max(range(len(full_shapes)), key=sizes_bytes.__getitem__)
-    counts = {(len(d), len(s)) for d, s in zip(full_shapes, statics)}
+    counts = {(len(d), len(s)) for d, s in zip(full_shapes, statics, strict=True)}
     if len(counts) != 1:
         raise _Fail(inputs_name, f"the configurations differ in their number of (dynamic, static) args: {counts}")
     n_dynamic, n_static = counts.pop()

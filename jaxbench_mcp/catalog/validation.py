@@ -281,7 +281,7 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
         )
 
     caught, passed = [], []
-    for k, (x, truth) in enumerate(zip(inputs, truths)):
+    for k, (x, truth) in enumerate(zip(inputs, truths, strict=True)):
         for name, cand in _degenerate_candidates(w, x, truth).items():
             _, error, _ = checking.compare(cand, truth.dtype, truth, k)
             (passed if error is None else caught).append(name)

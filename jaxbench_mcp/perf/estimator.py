@@ -282,7 +282,7 @@ def workload_args(w, size: str = "full", seed: int = 42) -> list:
 
     with jax.default_device(jax.devices("cpu")[0]):
         values = jax.jit(control)(jax.numpy.uint32(seed))
-    for i, value in zip(wanted, values):
+    for i, value in zip(wanted, values, strict=True):
         if i in dynamic:
             args[i] = np.asarray(value)
     return args
@@ -326,7 +326,7 @@ def assemble(
         ops = sorted(
             (
                 OutsideOpTerm(name=o.name, opcode=o.opcode, us=s * 1e6, flops=o.flops, bytes=o.bytes, count=o.count)
-                for o, s in zip(compiled.outside.ops, seconds)
+                for o, s in zip(compiled.outside.ops, seconds, strict=True)
             ),
             key=lambda o: -o.us,
         )
