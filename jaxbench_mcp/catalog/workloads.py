@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from jaxbench_mcp.catalog.assets import asset_dir
 from jaxbench_mcp.errors import AgentError, BadRequest, WorkloadDefinitionError
@@ -354,7 +354,7 @@ def _load_module(path: Path, package: str = "jaxbench_workloads") -> ModuleType:
 
 
 def _validate(path: Path, module: ModuleType, custom: bool = False, number: int = 0) -> Workload:
-    def fail(field: str, problem: str):
+    def fail(field: str, problem: str) -> NoReturn:
         raise WorkloadDefinitionError(path, field, problem)
 
     for field_, kind in _REQUIRED.items():
@@ -384,33 +384,7 @@ def _validate(path: Path, module: ModuleType, custom: bool = False, number: int 
         fail("DESCRIPTION", "empty")
 
     sizes = module.SIZES
-    missing_sizes = [k for k in SIZE_NAMES if k not in sizes]
-    if missing_sizes:
-        fail("SIZES", f"needs the keys {SIZE_NAMES} (more named configurations may follow), lacks {missing_sizes}")
-    for name, params in sizes.items():
-        if not isinstance(name, str) or not _CONFIG_NAME.match(name) or name == "all":
-            fail(
-                "SIZES",
-                f"{name!r} is not a configuration name: lowercase letters, digits and '_', a letter first, at "
-                "most 32 characters, and not 'all'",
-            )
-        if not isinstance(params, dict):
-            fail(f"SIZES[{name!r}]", f"must be a dict of size parameters, got {type(params).__name__}")
-        if set(params) != set(sizes["full"]):
-            fail(
-                f"SIZES[{name!r}]", f"must have the parameters of 'full' {sorted(sizes['full'])}, has {sorted(params)}"
-            )
-    for fn in ("create_inputs", "flops"):
-        if not callable(getattr(module, fn, None)):
-            continue
-        params = inspect.signature(getattr(module, fn)).parameters
-        accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        missing = [k for k in sizes["full"] if k not in params and not accepts_any]
-        if missing:
-            fail(fn, f"does not accept the size parameters {missing}")
-    create_params = inspect.signature(module.create_inputs).parameters
-    if "seed" not in create_params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in create_params.values()):
-        fail("create_inputs", "must take a keyword argument `seed`")
+    _validate_sizes(module, sizes, fail)
 
     static = tuple(getattr(module, "STATIC_ARGNUMS", ()))
     if any(not 0 <= i < len(module.INPUT_NAMES) for i in static):
@@ -442,6 +416,38 @@ def _validate(path: Path, module: ModuleType, custom: bool = False, number: int 
         size_rule=str(getattr(module, "SIZE_RULE", "")),
         jit_inputs=bool(getattr(module, "JIT_INPUTS", True)),
     )
+
+
+def _validate_sizes(module: ModuleType, sizes: dict, fail: Callable[[str, str], NoReturn]) -> None:
+    """SIZES has `full` and `small` (and maybe more configurations), each with the parameters of `full`, and
+    create_inputs (which takes a `seed`) and flops accept those parameters."""
+    missing_sizes = [k for k in SIZE_NAMES if k not in sizes]
+    if missing_sizes:
+        fail("SIZES", f"needs the keys {SIZE_NAMES} (more named configurations may follow), lacks {missing_sizes}")
+    for name, params in sizes.items():
+        if not isinstance(name, str) or not _CONFIG_NAME.match(name) or name == "all":
+            fail(
+                "SIZES",
+                f"{name!r} is not a configuration name: lowercase letters, digits and '_', a letter first, at "
+                "most 32 characters, and not 'all'",
+            )
+        if not isinstance(params, dict):
+            fail(f"SIZES[{name!r}]", f"must be a dict of size parameters, got {type(params).__name__}")
+        if set(params) != set(sizes["full"]):
+            fail(
+                f"SIZES[{name!r}]", f"must have the parameters of 'full' {sorted(sizes['full'])}, has {sorted(params)}"
+            )
+    for fn in ("create_inputs", "flops"):
+        if not callable(getattr(module, fn, None)):
+            continue
+        params = inspect.signature(getattr(module, fn)).parameters
+        accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        missing = [k for k in sizes["full"] if k not in params and not accepts_any]
+        if missing:
+            fail(fn, f"does not accept the size parameters {missing}")
+    create_params = inspect.signature(module.create_inputs).parameters
+    if "seed" not in create_params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in create_params.values()):
+        fail("create_inputs", "must take a keyword argument `seed`")
 
 
 def _trace_check(w: Workload) -> None:
