@@ -36,7 +36,7 @@ def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
 
     from jaxbench_mcp.catalog import targets, workloads
     from jaxbench_mcp.internals import jaxpr as jx
-    from jaxbench_mcp.sandbox.worker import _uninitialised_probe
+    from jaxbench_mcp.sandbox.worker import _uninitialised_probe, _with_probe
 
     w = workloads.get_workload(workload_id)
     spec = importlib.util.spec_from_file_location(f"bench_candidate_{time.monotonic_ns()}", kernel)
@@ -46,7 +46,7 @@ def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
     if workloads.FULL_REDUCTION in w.sizes:
         seeds, sizes = [*seeds, seeds[-1] + 1], [*sizes, workloads.FULL_REDUCTION]
     # Input creation is not part of the timed work.
-    inputs = [w.create_inputs(size, seed=s) for s, size in zip(seeds, sizes)]
+    inputs = [w.create_inputs(size, seed=s) for s, size in zip(seeds, sizes, strict=True)]
     static = tuple(w.static_argnums)
     probe = _uninitialised_probe()
     t0 = time.perf_counter()
@@ -57,11 +57,11 @@ def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
         }
     full_args = [a for i, a in enumerate(workloads.abstract_inputs(w, "full")) if i not in static]
     targets.deviceless_compile(targets.replay(programs["full"]), full_args, "v6e")
-    for seed, size, args in zip(seeds, sizes, inputs):
+    for seed, size, args in zip(seeds, sizes, inputs, strict=True):
         params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)
         run = jx.interpreting(programs[size], params)
         dynamic = [a for i, a in enumerate(args) if i not in static]
-        targets.interpret_on_cpu(lambda *a: (run(*a), probe(params)), dynamic, (), None, params)
+        targets.interpret_on_cpu(_with_probe(run, probe, params), dynamic, (), None, params)
     return time.perf_counter() - t0
 
 

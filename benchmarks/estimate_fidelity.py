@@ -122,8 +122,8 @@ def load_configs(op: str, generation: str) -> list[Config]:
     raw = json.loads(text)
     parsed = tk_cache._get_cache_adapter(cls()).validate_json(text)
     found = []
-    for (spec_key, configs), (spec, data) in zip(raw.items(), parsed.items()):
-        for (config_key, result), (config, bench) in zip(configs.items(), data.items()):
+    for (spec_key, configs), (spec, data) in zip(raw.items(), parsed.items(), strict=True):
+        for (config_key, result), (config, _bench) in zip(configs.items(), data.items(), strict=True):
             times = result.get("evaluation_times_ms") or []
             if not times:
                 continue
@@ -334,7 +334,7 @@ def spearman(a: list[float], b: list[float]) -> float | None:
         return None
     ra, rb = _ranks(a), _ranks(b)
     ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
     sa, sb = math.sqrt(sum((x - ma) ** 2 for x in ra)), math.sqrt(sum((y - mb) ** 2 for y in rb))
     return cov / (sa * sb) if sa and sb else None
 
@@ -358,7 +358,7 @@ def pair_order(configs: list[Config], predicted: list[float]) -> tuple[float, in
 
 
 def metrics(configs: list[Config], predicted: list[float]) -> dict:
-    ratios = [p / c.measured_us for p, c in zip(predicted, configs)]
+    ratios = [p / c.measured_us for p, c in zip(predicted, configs, strict=True)]
     right, counted = pair_order(configs, predicted)
     return {
         "n": len(configs),
@@ -390,7 +390,7 @@ def report(title: str, configs: list[Config], calibration_for) -> None:
             if not chosen:
                 continue
             ours = [estimate_us(c, calibration_for(generation)) for c in chosen]
-            kept = [(c, e) for c, e in zip(chosen, ours) if e is not None]
+            kept = [(c, e) for c, e in zip(chosen, ours, strict=True) if e is not None]
             if not kept:
                 continue
             cs, es = [c for c, _ in kept], [e for _, e in kept]
@@ -499,7 +499,10 @@ def main() -> None:
     validate_half = [c for c in used if c.half == "validate"]
     if args.fit:
         fitted = {g: fit(fit_half, g) for g in CHIPS}
-        chosen = lambda g: fitted.get(g) or cost_model.RAW  # noqa: E731
+
+        def chosen(g):
+            return fitted.get(g) or cost_model.RAW
+
         report("raw model (no calibration), all sampled configs", used, lambda g: cost_model.RAW)
         report("calibrated, FIT half", fit_half, chosen)
         report("raw model, VALIDATION half", validate_half, lambda g: cost_model.RAW)

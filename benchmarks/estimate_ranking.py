@@ -87,8 +87,8 @@ def main() -> None:
             continue
         main = max(result.kernels, key=lambda k: k.estimate_us)
         print(
-            f"{name:<26} {result.total_us:>10,.0f}us {result.total_us / roof:>6.2f}x roofline  run {main.run_ratio:.2f}  "
-            f"{main.bottleneck}"
+            f"{name:<26} {result.total_us:>10,.0f}us {result.total_us / roof:>6.2f}x roofline  "
+            f"run {main.run_ratio:.2f}  {main.bottleneck}"
         )
 
 

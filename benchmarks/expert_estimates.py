@@ -1,8 +1,8 @@
 """Static estimates of every expert reference, next to XLA's own estimate and the roofline, side by side.
 
 A sanity sweep of the estimate over real kernels: an expert kernel estimated below its memory bound (the time
-its workload's inputs and outputs take to move once; flagged) or far above XLA would point at a gap in the model. Ratios are to the roofline bound of the workload at
-full size, all measured in this one run for one generation.
+its workload's inputs and outputs take to move once; flagged) or far above XLA would point at a gap in the model.
+Ratios are to the roofline bound of the workload at full size, all measured in this one run for one generation.
 Usage: python benchmarks/expert_estimates.py [--target v6e]
 """
 
@@ -54,7 +54,8 @@ def main() -> None:
             + (["run ratio approx."] if not all(k.run_ratio_exact for k in kernels) else [])
         )
         print(
-            f"{w.id:<28} {roof:>8,.0f}us {xla / roof:>8.2f}x {us / roof:>11.2f}x  {main_kernel.run_ratio:>5.2f}  {', '.join(notes)}"
+            f"{w.id:<28} {roof:>8,.0f}us {xla / roof:>8.2f}x {us / roof:>11.2f}x  "
+            f"{main_kernel.run_ratio:>5.2f}  {', '.join(notes)}"
         )
 
 

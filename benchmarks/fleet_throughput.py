@@ -97,8 +97,8 @@ def main() -> None:
     rate = {n: len(CHECKS) / s * 60 for n, s in best.items()}
     print(f"throughput: 1 host {rate[1]:.1f} checks/min, 2 hosts {rate[2]:.1f} checks/min")
     print(
-        f"ratio 2 hosts / 1 host: {rate[2] / rate[1]:.2f}x  (this machine: {os.cpu_count()} cores shared by the simulated "
-        "hosts, the server and the Ray processes; real hosts bring their own chips and cores)"
+        f"ratio 2 hosts / 1 host: {rate[2] / rate[1]:.2f}x  (this machine: {os.cpu_count()} cores shared by the "
+        "simulated hosts, the server and the Ray processes; real hosts bring their own chips and cores)"
     )
 
 

@@ -109,13 +109,15 @@ def main() -> None:
     ids = [r[0] for r in results]
     recorded = {i for i, state in rows if state == "done"}
     print(
-        f"{args.clients} clients x {args.checks} checks over HTTP in {seconds:.0f} s ({sent / seconds * 60:.1f} checks/min)"
+        f"{args.clients} clients x {args.checks} checks over HTTP in {seconds:.0f} s "
+        f"({sent / seconds * 60:.1f} checks/min)"
     )
     print(f"  answers: {len(results)} / {sent} sent; lost: {sent - len(results)}")
     print(f"  attempts recorded done: {len(recorded & set(ids))} / {sent}; duplicated ids: {len(ids) - len(set(ids))}")
     print(f"  verdicts as expected: {sum(status == expected for _, status, expected in results)} / {len(results)}")
     print(
-        f"  server RSS: {rss_start:.0f} MiB after the warm-up round, {rss_end:.0f} MiB at the end = {rss_end / rss_start:.2f}x"
+        f"  server RSS: {rss_start:.0f} MiB after the warm-up round, {rss_end:.0f} MiB at the end "
+        f"= {rss_end / rss_start:.2f}x"
     )
 
 

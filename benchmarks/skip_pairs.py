@@ -132,7 +132,8 @@ def main() -> int:
     only = {s for s in args.only.split(",") if s}
     print(f"target {args.target}: static estimates at full size, the same kernel with and without block skipping")
     print(
-        f"{'workload':28} {'work ratio':>10} {'skip us':>10} {'no-skip us':>11} {'est ratio':>9} {'goal':>6}  met  {'skip us, inputs abstract':>24}"
+        f"{'workload':28} {'work ratio':>10} {'skip us':>10} {'no-skip us':>11} {'est ratio':>9} {'goal':>6}  met  "
+        f"{'skip us, inputs abstract':>24}"
     )
     met_all = True
     for wid, (skip_src, no_skip_src), adjust, work in pairs:

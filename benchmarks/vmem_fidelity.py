@@ -71,8 +71,7 @@ def corpus() -> list[tuple[str, Path]]:
         head = re.search(r"workload=(\S+)", path.read_text().splitlines()[0])
         if head:
             found.append((head.group(1), path))
-    for path in sorted((ROOT / "solutions").glob("*.py")):
-        found.append((path.stem, path))
+    found.extend((path.stem, path) for path in sorted((ROOT / "solutions").glob("*.py")))
     return found
 
 

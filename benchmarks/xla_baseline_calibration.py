@@ -9,8 +9,9 @@
    not a fit. These are JAXBench's timings of XLA and its tutorial, not tokamax's: nothing of tokamax's held-out
    v6e data is read.
 2. The share of the roofline that tuned TPU kernels reach: per op and generation, the median of roofline / measured
-   over tokamax's problem specs, each at its fastest measured config (7x, v5p, v5e; v6e held out). cost_model.AIM_ROOFLINE_SHARE, what a profile
-   tells an agent to aim for when XLA's baseline figure is implausible, is the median over those groups.
+   over tokamax's problem specs, each at its fastest measured config (7x, v5p, v5e; v6e held out).
+   cost_model.AIM_ROOFLINE_SHARE, what a profile tells an agent to aim for when XLA's baseline figure is
+   implausible, is the median over those groups.
 
 Usage: python benchmarks/xla_baseline_calibration.py [--no-compile] (skips the compiles of part 1)
 """
@@ -41,7 +42,7 @@ def xla_rows() -> None:
 
     print(f"{'workload':<10} {'gen':<4} {'roofline':>9} {'XLA raw':>9} {'estimate':>9} {'measured':>9} {'est/meas':>8}")
     pallas = {}
-    for (wid, g), (what, ms) in PUBLIC_PALLAS.items():
+    for wid, g in PUBLIC_PALLAS:
         # First: estimate() must set libtpu's dump folder before anything else in this process compiles for a TPU.
         w = workloads.get_workload(wid)
         module = _load(ROOT / "tests" / "kernels" / "good_gemm_tiled.py")

@@ -101,7 +101,10 @@ def workload(x, scale):
     flat = x.reshape(rows, x.shape[-1])
     out = pl.pallas_call(
         _rmsnorm, grid=(pl.cdiv(rows, ROWS),),
-        in_specs=[pl.BlockSpec((ROWS, x.shape[-1]), lambda i: (i, 0)), pl.BlockSpec((1, x.shape[-1]), lambda i: (0, 0))],
+        in_specs=[
+            pl.BlockSpec((ROWS, x.shape[-1]), lambda i: (i, 0)),
+            pl.BlockSpec((1, x.shape[-1]), lambda i: (0, 0)),
+        ],
         out_specs=pl.BlockSpec((ROWS, x.shape[-1]), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct(flat.shape, x.dtype),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),

@@ -19,25 +19,22 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, cast
 
 import jax
 import jaxlib
 
 from jaxbench_mcp.campaigns import provenance
-from jaxbench_mcp.catalog import conditions, expert_refs, workloads
-from jaxbench_mcp.catalog import targets as target_catalog
+from jaxbench_mcp.catalog import conditions, expert_refs, targets as target_catalog, workloads
+from jaxbench_mcp.catalog.workloads import Workload
 from jaxbench_mcp.checking.checker import Cancelled, Checker
 from jaxbench_mcp.errors import AgentError, BadRequest as BadRequest, UnknownAttempt
 from jaxbench_mcp.fleet import executors
-from jaxbench_mcp.perf import profiling
-from jaxbench_mcp.sandbox import isolation as sandbox, jobs, protocol
-from jaxbench_mcp.sandbox.jobs import Limits
 from jaxbench_mcp.models import (
     AttemptDetail,
-    ConfigCheck,
     AttemptList,
     AttemptSummary,
+    ConfigCheck,
     Profile,
     RooflineBound,
     ServerInfo,
@@ -49,9 +46,16 @@ from jaxbench_mcp.models import (
     WorkloadSpec,
     WorkloadSummary,
 )
-from jaxbench_mcp.catalog.workloads import Workload
-from jaxbench_mcp.requests import DEFAULT_SEEDS, MAX_SEEDS as MAX_SEEDS, CheckRequest, ProfileRequest
-from jaxbench_mcp.requests import check_source as check_source
+from jaxbench_mcp.perf import profiling
+from jaxbench_mcp.requests import (
+    DEFAULT_SEEDS,
+    MAX_SEEDS as MAX_SEEDS,
+    CheckRequest,
+    ProfileRequest,
+    check_source as check_source,
+)
+from jaxbench_mcp.sandbox import isolation as sandbox, jobs, protocol
+from jaxbench_mcp.sandbox.jobs import Limits
 from jaxbench_mcp.store import Store
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Status
 
@@ -66,8 +70,8 @@ ATTEMPT_SOURCE_CHARS = 10000
 
 _TIER_DESCRIPTIONS = {
     target_catalog.Tier.TPU: "TPU attached: real compiles, real runs at full size, measured device time",
-    target_catalog.Tier.CPU_LIBTPU: "CPU host with libtpu: deviceless XLA:TPU compiles at full size, TPU interpret-mode runs "
-    "at small size, static performance estimates",
+    target_catalog.Tier.CPU_LIBTPU: "CPU host with libtpu: deviceless XLA:TPU compiles at full size, TPU "
+    "interpret-mode runs at small size, static performance estimates",
     target_catalog.Tier.CPU: "plain CPU host: lowering for TPU only, TPU interpret-mode runs, roofline bounds only",
 }
 
@@ -163,10 +167,7 @@ def get_workload(workload_id: str, size: str = "small", show_expert_source: bool
     return workload_spec(workloads.get_workload(workload_id), size, show_expert_source)
 
 
-R = TypeVar("R")
-
-
-class BackgroundJob(Generic[R]):
+class BackgroundJob[R]:
     """A check, profile or tune running on a thread of its own (JaxBench.submit and its kin make them).
 
     `future`: the call's result or its exception (an AgentError for a refused request, Cancelled once cancelled).
@@ -539,7 +540,7 @@ class JaxBench:
 
     # ---- background jobs ----
 
-    def submit(self, call: Callable[..., R], /, *args: Any, **kwargs: Any) -> BackgroundJob[R]:
+    def submit[R](self, call: Callable[..., R], /, *args: Any, **kwargs: Any) -> BackgroundJob[R]:
         """Run `call(*args, **kwargs)` on a thread of its own as a BackgroundJob; returns once the job's attempt
         exists or the job has ended (a request refused before an attempt was recorded: attempt_id None, the
         AgentError in the future).
@@ -612,13 +613,13 @@ class JaxBench:
 
 def _summary_fields(row) -> dict:
     created = datetime.datetime.fromtimestamp(row["created"], datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return dict(
-        attempt_id=row["id"],
-        kind=row["kind"],
-        workload_id=row["workload_id"],
-        state=row["state"],
-        status=row["status"],
-        error_class=row["error_class"],
-        created=created,
-        seconds=row["seconds"],
-    )
+    return {
+        "attempt_id": row["id"],
+        "kind": row["kind"],
+        "workload_id": row["workload_id"],
+        "state": row["state"],
+        "status": row["status"],
+        "error_class": row["error_class"],
+        "created": created,
+        "seconds": row["seconds"],
+    }

@@ -242,13 +242,13 @@ class FleetInfo(BaseModel):
         ]
         if self.fallback:
             lines.append(f"fleet FALLEN BACK to local execution on the server's host: {self.fallback}")
-        for h in self.hosts:
-            lines.append(
-                f"  host {h.name}: {h.state}, tier {h.tier or '?'}, TPU {h.attached_tpu or 'none'}"
-                + (f" x{h.tpu_chips}" if h.tpu_chips else "")
-                + f", {h.running} of {h.slots} slots running, "
-                f"{h.waiting} waiting" + (f" ({h.detail})" if h.detail else "")
-            )
+        lines.extend(
+            f"  host {h.name}: {h.state}, tier {h.tier or '?'}, TPU {h.attached_tpu or 'none'}"
+            + (f" x{h.tpu_chips}" if h.tpu_chips else "")
+            + f", {h.running} of {h.slots} slots running, "
+            f"{h.waiting} waiting" + (f" ({h.detail})" if h.detail else "")
+            for h in self.hosts
+        )
         return lines
 
 
@@ -280,7 +280,8 @@ class ServerInfo(BaseModel):
         return "\n".join(
             [
                 f"tier: {self.tier} - {self.tier_description}",
-                f"jax {self.jax_version}, jaxlib {self.jaxlib_version}, libtpu {self.libtpu_version or 'not installed'}",
+                f"jax {self.jax_version}, jaxlib {self.jaxlib_version}, "
+                f"libtpu {self.libtpu_version or 'not installed'}",
                 f"attached TPU: {self.attached_tpu or 'none'}",
                 f"compile targets: {targets} (default {self.default_target or 'none'})",
                 f"workloads: {self.workloads}",
@@ -420,7 +421,8 @@ class Verdict(BaseModel):
     def summary(self) -> str:
         head = f"{self.status.upper()}" + (f" [{self.error_class}]" if self.error_class else "")
         lines = [
-            f"{head}: {self.workload_id} (run at {self.size} size; compiled for {', '.join(self.targets) or 'no target'}; tier {self.tier}"
+            f"{head}: {self.workload_id} (run at {self.size} size; "
+            f"compiled for {', '.join(self.targets) or 'no target'}; tier {self.tier}"
             + (f"; host {self.host}" if self.host else "")
             + ")"
         ]
@@ -442,24 +444,25 @@ class Verdict(BaseModel):
                 f"compile {c.target}: {'ok' if c.ok else 'FAILED'} in {c.seconds:.2f}s{size}{vmem}"
                 + (f": {c.error}" if c.error else "")
             )
-        for k in self.kernels:  # what the server saw of each pallas_call, as in the structure
-            lines.append(
-                f"kernel {k.name}: grid {k.grid}, blocks {k.block_shapes}, "
-                f"semantics {', '.join(k.dimension_semantics) or 'unset'}"
+        lines.extend(  # what the server saw of each pallas_call, as in the structure
+            f"kernel {k.name}: grid {k.grid}, blocks {k.block_shapes}, "
+            f"semantics {', '.join(k.dimension_semantics) or 'unset'}"
+            for k in self.kernels
+        )
+        # NaN and Inf spelled out: a client that reads only this text must learn them as plainly as one that reads
+        # the structure.
+        lines.extend(
+            f"seed {s.seed_index}{f' ({s.size})' if s.size else ''}: {'ok' if s.passed else 'MISMATCH'} "
+            f"max|err| {plain_number(s.max_abs_error)} "
+            f"(allowed {plain_number(s.tolerance)}; baseline {plain_number(s.baseline_max_abs_error)}) worst at "
+            f"{s.worst_index}: candidate {plain_number(s.worst_candidate)}, truth {plain_number(s.worst_truth)}"
+            + (
+                f"; the output holds {s.nan_count:,} NaN and {s.inf_count:,} Inf values"
+                if s.nan_count or s.inf_count
+                else ""
             )
-        for s in self.seeds:
-            # NaN and Inf spelled out: a client that reads only this text must learn them as plainly as one
-            # that reads the structure.
-            lines.append(
-                f"seed {s.seed_index}{f' ({s.size})' if s.size else ''}: {'ok' if s.passed else 'MISMATCH'} max|err| {plain_number(s.max_abs_error)} "
-                f"(allowed {plain_number(s.tolerance)}; baseline {plain_number(s.baseline_max_abs_error)}) worst at "
-                f"{s.worst_index}: candidate {plain_number(s.worst_candidate)}, truth {plain_number(s.worst_truth)}"
-                + (
-                    f"; the output holds {s.nan_count:,} NaN and {s.inf_count:,} Inf values"
-                    if s.nan_count or s.inf_count
-                    else ""
-                )
-            )
+            for s in self.seeds
+        )
         if self.jaxbench_compatible is not None:
             lines.append(f"JAXBench allclose(1e-2) check: {'pass' if self.jaxbench_compatible else 'fail'}")
         lines += [f"full size: {f}" for f in self.full_size_findings]
@@ -543,7 +546,8 @@ class KernelEstimate(BaseModel):
     grid_steps: int
     grid_steps_exact: bool = Field(
         True,
-        description="False when a grid dimension is known only at run time and not computable from the inputs (bounded by the blocks its index maps address)",
+        description="False when a grid dimension is known only at run time and not computable from the inputs "
+        "(bounded by the blocks its index maps address)",
     )
     bundles_per_step: int = Field(description="Bundles in the kernel's final schedule (libtpu's dump)")
     slot_use: dict[str, Real] = Field(
@@ -658,7 +662,8 @@ class Profile(BaseModel):
     workload_id: str
     tier: str
     kind: str = Field(
-        description="'measured' on a TPU host, 'static estimate' on a CPU host with libtpu, 'roofline only' on a plain CPU host"
+        description="'measured' on a TPU host, 'static estimate' on a CPU host with libtpu, "
+        "'roofline only' on a plain CPU host"
     )
     label: str
     verdict: Verdict = Field(description="The check that came first: only a correct kernel is profiled")
@@ -736,7 +741,8 @@ class Profile(BaseModel):
                     f"  kernel {k.name}: {k.grid_steps} steps x {k.bundles_per_step} bundles"
                     + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
                     + f"; compute {k.compute_us:,.1f} us, "
-                    f"HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.0f} MiB{'' if k.hbm_bytes_exact else ', approx.'}), "
+                    f"HBM {k.memory_us:,.1f} us "
+                    f"({k.hbm_bytes / 2**20:,.0f} MiB{'' if k.hbm_bytes_exact else ', approx.'}), "
                     f"step overhead {k.overhead_us:,.1f} us"
                     + (f", not overlapped {k.exposed_us:,.1f} us" if k.exposed_us else "")
                     + f" -> {k.bottleneck}"

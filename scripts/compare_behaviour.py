@@ -70,22 +70,25 @@ _INTEGER_VALUE = re.compile(r"(?<=candidate )-?\d+(?=, truth)")  # a value that 
 
 def candidates() -> list[dict]:
     """Every candidate as {key, kind, path, workload_id}; keys are stable across checkouts."""
-    found = []
-    for path in sorted((ROOT / "solutions").glob("*.py")):
-        found.append(dict(key=f"solutions/{path.name}", kind="solution", path=str(path), workload_id=path.stem))
+    found = [
+        {"key": f"solutions/{path.name}", "kind": "solution", "path": str(path), "workload_id": path.stem}
+        for path in sorted((ROOT / "solutions").glob("*.py"))
+    ]
     for folder in ("tests/kernels", "tests/hostile"):
         for path in sorted((ROOT / folder).glob("*.py")):
             text = path.read_text()
             header = _HEADER.search(text)
             if header is None or _PLACEHOLDER.search(text):
                 continue
-            found.append(dict(key=f"{folder}/{path.name}", kind=folder, path=str(path), workload_id=header.group(1)))
+            found.append(
+                {"key": f"{folder}/{path.name}", "kind": folder, "path": str(path), "workload_id": header.group(1)}
+            )
     from jaxbench_mcp.catalog import expert_refs, workloads
 
     for w in workloads.all_workloads():
         module = expert_refs.expert_module(w.id)
         if module is not None:
-            found.append(dict(key=f"expert/{w.id}", kind="expert", path=module.__file__, workload_id=w.id))
+            found.append({"key": f"expert/{w.id}", "kind": "expert", "path": module.__file__, "workload_id": w.id})
     return found
 
 
@@ -124,27 +127,33 @@ def _round(value):
 def verdict_record(verdict) -> dict:
     """The seed-independent part of a Verdict."""
     first = (verdict.message or "").strip().splitlines()
-    return dict(
-        status=str(verdict.status),
-        error_class=str(verdict.error_class) if verdict.error_class else None,
-        message=_text(first[0] if first else ""),
-        full_size_findings=[_text(f, numbers=True) for f in verdict.full_size_findings],
-        pallas_work=_text(verdict.pallas_work, numbers=True),
-        warnings=[_text(w) for w in verdict.warnings],
-        targets=list(verdict.targets),
-        pallas_calls=verdict.pallas_calls,
-        kernels=_round([k.model_dump(mode="json") for k in verdict.kernels]),
-        compiles=[
+    return {
+        "status": str(verdict.status),
+        "error_class": str(verdict.error_class) if verdict.error_class else None,
+        "message": _text(first[0] if first else ""),
+        "full_size_findings": [_text(f, numbers=True) for f in verdict.full_size_findings],
+        "pallas_work": _text(verdict.pallas_work, numbers=True),
+        "warnings": [_text(w) for w in verdict.warnings],
+        "targets": list(verdict.targets),
+        "pallas_calls": verdict.pallas_calls,
+        "kernels": _round([k.model_dump(mode="json") for k in verdict.kernels]),
+        "compiles": [
             {k: _text(v) if isinstance(v, str) else v for k, v in c.items() if k not in ("seconds",)}
             for c in (c.model_dump(mode="json") for c in verdict.compiles)
         ],
-        stages=[
-            dict(stage=str(s.stage), ok=s.ok, target=s.target, produced_by=s.produced_by, detail=_text(s.detail))
+        "stages": [
+            {
+                "stage": str(s.stage),
+                "ok": s.ok,
+                "target": s.target,
+                "produced_by": s.produced_by,
+                "detail": _text(s.detail),
+            }
             for s in verdict.stages
         ],
-        hint=verdict.hint,
-        docs=list(verdict.docs),
-    )
+        "hint": verdict.hint,
+        "docs": list(verdict.docs),
+    }
 
 
 # ---- the in-process trace (run in a helper process) --------------------------------------------------
@@ -315,13 +324,13 @@ def record(args) -> int:
     rec = Record(Path(args.output))
     started = time.monotonic()
     rec.data["meta"].setdefault("runs", []).append(
-        dict(
-            root=str(ROOT),
-            started=time.strftime("%Y-%m-%d %H:%M:%S"),
-            only=args.only,
-            parts=parts,
-            tier=str(targets.detect_tier()),
-        )
+        {
+            "root": str(ROOT),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "only": args.only,
+            "parts": parts,
+            "tier": str(targets.detect_tier()),
+        }
     )
     rec.save()
 
@@ -375,10 +384,10 @@ def record(args) -> int:
                     profile = profiler.profile(
                         ProfileRequest.of(cand["workload_id"], source, [ESTIMATE_TARGET]), verdict
                     )
-                    value = dict(
-                        status=str(verdict.status),
-                        targets=_round([t.model_dump(mode="json") for t in profile.targets]),
-                    )
+                    value = {
+                        "status": str(verdict.status),
+                        "targets": _round([t.model_dump(mode="json") for t in profile.targets]),
+                    }
                 except Exception as exc:  # noqa: BLE001 - recorded
                     value = {"harness_error": f"{type(exc).__name__}: {exc}"}
                 rec.put(key, "estimate", value, time.monotonic() - t1)

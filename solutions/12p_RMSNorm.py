@@ -1,4 +1,5 @@
-# 12p_RMSNorm: Row-wise RMSNorm: rows tiled over a "parallel" grid, whole feature axis per block, f32 math, one rounding.
+# 12p_RMSNorm: Row-wise RMSNorm: rows tiled over a "parallel" grid, whole feature axis per block, f32 math,
+# one rounding.
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl

@@ -41,7 +41,7 @@ def workload(hidden, weight, labels):
     bt, bv = _fit(T, BT, 8), _fit(V, BV, 128)
     nv = V // bv
     stat = pl.BlockSpec((None, bt, 1), lambda j, i: (j, i, 0))
-    m, l, pick = pl.pallas_call(
+    m, sum_exp, pick = pl.pallas_call(
         _kernel,
         grid=(nv, T // bt),
         in_specs=[
@@ -55,5 +55,5 @@ def workload(hidden, weight, labels):
     )(weight, hidden, labels.reshape(T, 1).astype(jnp.int32))
     # Merge the per-block partials: logsumexp over the vocab blocks, minus the label's logit.
     mx = jnp.max(m, axis=0)
-    lse = mx + jnp.log(jnp.sum(l * jnp.exp(m - mx), axis=0))
+    lse = mx + jnp.log(jnp.sum(sum_exp * jnp.exp(m - mx), axis=0))
     return jnp.mean(lse - jnp.sum(pick, axis=0))

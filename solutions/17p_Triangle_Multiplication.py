@@ -8,8 +8,8 @@
 #      projection), rounded to bf16 once and stored as the (C, i, k-block) slab of left^T / right^T.
 #   2. contraction: grid (channel, i block, j block, k block), k last and "arbitrary", f32
 #      accumulator; the channel is a squeezed block dimension, so each step is a plain 2-D
-#      (bi, bk) x (bj, bk)^T matmul (a 3-D batched dot_general with one batch compiled to far slower code); r is stored channel-major in bf16 (as the reference's
-#      einsum result is bf16).
+#      (bi, bk) x (bj, bk)^T matmul (a 3-D batched dot_general with one batch compiled to far slower
+#      code); r is stored channel-major in bf16 (as the reference's einsum result is bf16).
 #   3. output: per row i, the (C, bj) slab of r gets its RMS over channels (a sublane reduction),
 #      center_scale, the out projection (a transposed-LHS matmul back to (bj, C)) and the output gate
 #      sigmoid(pair_act @ W_og) (unmasked pair_act, as the reference), in f32, rounded once.

@@ -1,9 +1,9 @@
 # 18k_Conv2D_ReLU_BiasAdd: out = relu(conv2d_valid_3x3(x, W) + conv_bias) + bias, NCHW in and out.
-# One grid step per image (and block of output channels); the (Cin, H, W) image and the (Cout, H-2, W-2) output block keep their natural
-# NCHW layout, so nothing is transposed, padded or sliced around the kernel. Output rows are produced in
-# chunks of `rows` rows: the chunk's rows+2 input rows are flattened onto lanes, (Cin, (rows+2)*W), and
-# the three row shifts dy are aligned lane slices of that slab, stacked on sublanes into a
-# (3*Cin, rows*W) block X. One MXU matmul with the three column taps stacked on the output side,
+# One grid step per image (and block of output channels); the (Cin, H, W) image and the (Cout, H-2, W-2)
+# output block keep their natural NCHW layout, so nothing is transposed, padded or sliced around the kernel.
+# Output rows are produced in chunks of `rows` rows: the chunk's rows+2 input rows are flattened onto
+# lanes, (Cin, (rows+2)*W), and the three row shifts dy are aligned lane slices of that slab, stacked on
+# sublanes into a (3*Cin, rows*W) block X. One MXU matmul with the three column taps stacked on the output side,
 # (3*Cout, 3*Cin) x (3*Cin, rows*W), gives Z_dx for dx = 0, 1, 2, and y = Z_0 + Z_1 shifted by one lane +
 # Z_2 shifted by two (lane rolls of the f32 result: fewer rows to roll than shifting the input).
 # Every output row is computed at the full input width W; its last k-1 columns (where the roll wraps

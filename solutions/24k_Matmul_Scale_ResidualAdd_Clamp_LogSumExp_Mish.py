@@ -67,8 +67,8 @@ def _kernel(x_ref, w_ref, b_ref, o_ref, acc_ref, sum_ref):
 
     @pl.when(last_k & (j == pl.num_programs(1) - 1))
     def _():
-        l = jnp.log(sum_ref[...])
-        o_ref[...] = (l * (l * jnp.tanh(_softplus(l)))).astype(o_ref.dtype)
+        lse = jnp.log(sum_ref[...])
+        o_ref[...] = (lse * (lse * jnp.tanh(_softplus(lse)))).astype(o_ref.dtype)
 
 
 def workload(x, weight, bias):

@@ -90,7 +90,10 @@ def workload(x, conv_weight, conv_bias, ln_weight, ln_bias):
     y = y.transpose(0, 5, 1, 2, 6, 3, 7, 4).reshape(n, cout, 2 * d, 2 * h, 2 * w)
     do, ho, wo = 2 * d, 2 * h, 2 * w
     bd = max(b for b in range(1, do + 1) if do % b == 0 and b * cout * ho * wo * 2 <= LN_BLOCK_BYTES)
-    vec = lambda v: v.astype(jnp.float32).reshape(1, wo)
+
+    def vec(v):
+        return v.astype(jnp.float32).reshape(1, wo)
+
     return pl.pallas_call(
         _ln_gelu_kernel,
         grid=(n, do // bd),

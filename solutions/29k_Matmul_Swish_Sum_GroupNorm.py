@@ -96,7 +96,10 @@ def workload(x, weight, bias, gn_weight, gn_bias):
     groups = bn // GROUP
     # P[c, g] = 1 when lane c of a tile belongs to group g (the same for every tile).
     p = (jnp.arange(bn)[:, None] // GROUP == jnp.arange(groups)[None, :]).astype(jnp.bfloat16)
-    vec = lambda v: v.astype(jnp.float32).reshape(1, n)
+
+    def vec(v):
+        return v.astype(jnp.float32).reshape(1, n)
+
     vec_spec = pl.BlockSpec((1, bn), lambda i, j, k: (0, j))
     return pl.pallas_call(
         _kernel,

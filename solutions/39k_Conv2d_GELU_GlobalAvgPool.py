@@ -25,8 +25,7 @@ def _conv_rows(x_ref, w_ref, r0, nr, ksize):
     taps = []
     for dy in range(ksize):
         row = slab[:, dy * width : dy * width + lanes]
-        for dx in range(ksize):
-            taps.append(pltpu.roll(row, lanes - dx, 1) if dx else row)  # [:, p] <- [:, p + dx]
+        taps.extend(pltpu.roll(row, lanes - dx, 1) if dx else row for dx in range(ksize))  # [:, p] <- [:, p + dx]
     patches = jnp.concatenate(taps, axis=0).astype(x_ref.dtype)  # (k*k*cin, lanes)
     return jnp.dot(w_ref[...], patches, preferred_element_type=jnp.float32)
 

@@ -74,7 +74,9 @@ def _row_kernel(z_ref, o_ref):
 
 
 def workload(x, weight, bias, bn_scale, bn_bias, bn_mean, bn_var, scale):
-    f32 = lambda v: v.astype(jnp.float32)
+    def f32(v):
+        return v.astype(jnp.float32)
+
     col_scale = f32(scale)[0] * f32(bn_scale) / jnp.sqrt(f32(bn_var) + 1e-5)
     col_shift = (f32(bias) - f32(bn_mean)) * col_scale + f32(scale)[0] * f32(bn_bias)
     m, kdim = x.shape

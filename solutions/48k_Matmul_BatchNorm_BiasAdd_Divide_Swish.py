@@ -86,7 +86,9 @@ def _gemm_epilogue(x, weight, vectors):
 
 
 def workload(x, weight, linear_bias, bn_scale, bn_bias, bn_mean, bn_var, bias):
-    f32 = lambda v: v.astype(jnp.float32)
+    def f32(v):
+        return v.astype(jnp.float32)
+
     scale = f32(bn_scale) / jnp.sqrt(f32(bn_var) + 1e-5)
     shift = (f32(linear_bias) - f32(bn_mean)) * scale + f32(bn_bias) + f32(bias)[0]
     shift = shift / 1.0

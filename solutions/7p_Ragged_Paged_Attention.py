@@ -48,7 +48,10 @@ def _work_list(cu_q_lens, kv_lens, num_seqs, T, bq):
     nrows = jnp.where(jnp.arange(max_items) < n_items, nrows, 0)
     kv_end = jnp.where(nrows > 0, kv_lens[o] - ql[o] + (start - cu_q_lens[o]) + nrows, 0)
     ld = jnp.minimum(start, T - bq)
-    to32 = lambda a: a.astype(jnp.int32)
+
+    def to32(a):
+        return a.astype(jnp.int32)
+
     return to32(o), to32(ld), to32(start - ld), to32(nrows), to32(kv_end), to32(cu_q_lens), to32(kv_lens)
 
 

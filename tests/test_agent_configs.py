@@ -202,7 +202,7 @@ def test_the_plugin_installed_from_the_marketplace_connects_from_another_project
     market, plugin = load(".claude-plugin/marketplace.json"), load(".claude-plugin/plugin.json")
     run("plugin", "install", f"{plugin['name']}@{market['name']}")
     listed = run("mcp", "list")
-    line = next((l for l in listed.splitlines() if l.startswith(f"plugin:{plugin['name']}:")), "")
+    line = next((row for row in listed.splitlines() if row.startswith(f"plugin:{plugin['name']}:")), "")
     assert "scripts/dev.sh serve" in line and "Connected" in line, listed
     assert str(elsewhere) not in line
 

@@ -143,7 +143,7 @@ def test_evaluate_resumes_after_an_interrupt_caches_and_reports(bench, tmp_path)
     text = campaign_report.compare(run, other, tmp_path / "cmp.png")
     assert (
         "12p_RMSNorm" in text
-        and "1.00" in text.splitlines()[[l.split()[0] for l in text.splitlines()].index("12p_RMSNorm")]
+        and "1.00" in text.splitlines()[[row.split()[0] for row in text.splitlines()].index("12p_RMSNorm")]
     )
     assert (tmp_path / "cmp.png").read_bytes().startswith(b"\x89PNG")
 

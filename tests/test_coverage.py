@@ -237,7 +237,9 @@ def test_a_tail_handled_outside_the_kernel_is_not_a_finding():
 
 
 def test_an_unwritten_kernel_output_that_is_reduced_into_the_result_is_found():
-    f = lambda x: jnp.mean(_head_kernel(x))  # garbage in the unwritten tail reaches the mean
+    def f(x):
+        return jnp.mean(_head_kernel(x))  # garbage in the unwritten tail reaches the mean
+
     report = coverage.full_size_coverage(jax.make_jaxpr(f)(jax.ShapeDtypeStruct((16, 1152), jnp.float32)), ["x"])
     out = report["findings"][0]
     assert out["kind"] == "unwritten_output" and out["region"].endswith("[:, 1024:1152]")
@@ -245,7 +247,9 @@ def test_an_unwritten_kernel_output_that_is_reduced_into_the_result_is_found():
 
 
 def test_an_unwritten_output_sliced_away_is_not_a_finding():
-    f = lambda x: _head_kernel(x)[:, :1024]
+    def f(x):
+        return _head_kernel(x)[:, :1024]
+
     report = coverage.full_size_coverage(jax.make_jaxpr(f)(jax.ShapeDtypeStruct((16, 1152), jnp.float32)), ["x"])
     assert [f["kind"] for f in report["findings"]] == ["unread_input"]
 

@@ -36,7 +36,7 @@ def extract_examples():
     out = []
     for path in DOC_FILES:
         text = path.read_text()
-        for k, m in enumerate(_PY_BLOCK.finditer(text), 1):
+        for m in _PY_BLOCK.finditer(text):
             line = text.count("\n", 0, m.start()) + 2
             out.append(pytest.param(path.name, line, m.group(1), id=f"{path.stem}:{line}"))
     return out
@@ -56,10 +56,10 @@ def load_example(source, name):
 def _tolerance(dtype):
     dtype = np.dtype(dtype)
     if dtype.kind in "iub":
-        return dict(rtol=0, atol=0)
+        return {"rtol": 0, "atol": 0}
     if dtype.itemsize <= 2:  # bfloat16 / float16
-        return dict(rtol=2e-2, atol=2e-2)
-    return dict(rtol=2e-4, atol=2e-4)
+        return {"rtol": 2e-2, "atol": 2e-2}
+    return {"rtol": 2e-4, "atol": 2e-4}
 
 
 def run_interpret(namespace, generation="v6e", **params):
@@ -83,7 +83,7 @@ def assert_matches(got, want):
 
     got_leaves, want_leaves = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
     assert len(got_leaves) == len(want_leaves)
-    for g, w in zip(got_leaves, want_leaves):
+    for g, w in zip(got_leaves, want_leaves, strict=True):
         assert g.shape == w.shape, (g.shape, w.shape)
         assert g.dtype == w.dtype, (g.dtype, w.dtype)
         np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w, np.float32), **_tolerance(w.dtype))
@@ -422,7 +422,7 @@ def test_internal_links_resolve():
     link = re.compile(r"`([a-z0-9-]+#[a-z0-9-]+)`")
     bad = []
     for path in DOC_FILES:
-        for m in link.finditer(path.read_text()):
-            if not docs.section_exists(m.group(1)):
-                bad.append(f"{path.name}: {m.group(1)}")
+        bad.extend(
+            f"{path.name}: {m.group(1)}" for m in link.finditer(path.read_text()) if not docs.section_exists(m.group(1))
+        )
     assert not bad, bad

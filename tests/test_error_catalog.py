@@ -8,20 +8,18 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import types
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
 from jaxbench_mcp.catalog import docs
+from jaxbench_mcp.catalog.targets import deviceless_compile, lower_for_tpu
 from jaxbench_mcp.checking import error_catalog
 from jaxbench_mcp.checking.error_catalog import Diagnosis, classify, classify_exception, diagnosis_for
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, status_of
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax.experimental import pallas as pl  # noqa: E402
-from jax.experimental.pallas import tpu as pltpu  # noqa: E402
-
-from jaxbench_mcp.catalog.targets import deviceless_compile, lower_for_tpu  # noqa: E402
 
 S = jax.ShapeDtypeStruct
 
@@ -43,7 +41,7 @@ def load_source(source: str):
     def load():
         module = types.ModuleType("candidate")
         exec(compile(source, "candidate.py", "exec"), module.__dict__)
-        return getattr(module, "workload")
+        return module.workload
 
     return raised(load)
 
@@ -133,7 +131,10 @@ def _range_kernel(x_ref, o_ref):
 def test_traced_control_flow():
     x = S((8, 128), jnp.float32)
     for kernel in (_if_kernel, _range_kernel):
-        fn = lambda a, k=kernel: pl.pallas_call(k, out_shape=S(a.shape, a.dtype))(a)
+
+        def fn(a, k=kernel):
+            return pl.pallas_call(k, out_shape=S(a.shape, a.dtype))(a)
+
         assert_class("trace", trace(fn, x), ErrorClass.TRACED_CONTROL_FLOW, "traced-control-flow")
         assert_class("lower", lower(fn, x), ErrorClass.TRACED_CONTROL_FLOW, "traced-control-flow")
 
@@ -144,37 +145,47 @@ def test_shape_and_dtype_errors_at_trace_time():
     def sum_kernel(x_ref, o_ref):
         o_ref[...] = jnp.sum(x_ref[...], axis=0)  # (128,) into an (8, 128) ref
 
-    fn = lambda a: pl.pallas_call(sum_kernel, out_shape=S(a.shape, a.dtype))(a)
+    def fn(a):
+        return pl.pallas_call(sum_kernel, out_shape=S(a.shape, a.dtype))(a)
+
     assert_class("trace", trace(fn, x), ErrorClass.TRACE_ERROR, "store-shape")
 
-    fn = lambda a: pl.pallas_call(copy_kernel, out_shape=S(a.shape, jnp.bfloat16))(a)
+    def fn(a):
+        return pl.pallas_call(copy_kernel, out_shape=S(a.shape, jnp.bfloat16))(a)
+
     assert_class("trace", trace(fn, x), ErrorClass.TRACE_ERROR, "store-dtype")
 
-    bad_rank = lambda a: pl.pallas_call(
-        copy_kernel,
-        grid=(2,),
-        in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0, 0))],
-        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
-        out_shape=S(a.shape, a.dtype),
-    )(a)
+    def bad_rank(a):
+        return pl.pallas_call(
+            copy_kernel,
+            grid=(2,),
+            in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0, 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+            out_shape=S(a.shape, a.dtype),
+        )(a)
+
     assert_class("trace", trace(bad_rank, S((16, 128), jnp.float32)), ErrorClass.TRACE_ERROR, "index-map-arity")
 
-    bad_args = lambda a: pl.pallas_call(
-        copy_kernel,
-        grid=(2,),
-        in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, 0))],
-        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
-        out_shape=S(a.shape, a.dtype),
-    )(a)
+    def bad_args(a):
+        return pl.pallas_call(
+            copy_kernel,
+            grid=(2,),
+            in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+            out_shape=S(a.shape, a.dtype),
+        )(a)
+
     assert_class("trace", trace(bad_args, S((16, 128), jnp.float32)), ErrorClass.TRACE_ERROR, "index-map-arity")
 
-    two_specs = lambda a: pl.pallas_call(
-        copy_kernel,
-        grid=(2,),
-        in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
-        out_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))] * 2,
-        out_shape=S(a.shape, a.dtype),
-    )(a)
+    def two_specs(a):
+        return pl.pallas_call(
+            copy_kernel,
+            grid=(2,),
+            in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+            out_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))] * 2,
+            out_shape=S(a.shape, a.dtype),
+        )(a)
+
     assert_class("trace", trace(two_specs, S((16, 128), jnp.float32)), ErrorClass.TRACE_ERROR, "spec-pytree")
 
     const = jnp.ones((8, 128), jnp.float32)
@@ -182,7 +193,9 @@ def test_shape_and_dtype_errors_at_trace_time():
     def closure_kernel(x_ref, o_ref):
         o_ref[...] = x_ref[...] + const
 
-    fn = lambda a: pl.pallas_call(closure_kernel, out_shape=S(a.shape, a.dtype))(a)
+    def fn(a):
+        return pl.pallas_call(closure_kernel, out_shape=S(a.shape, a.dtype))(a)
+
     assert_class("trace", trace(fn, x), ErrorClass.TRACE_ERROR, "captured-constants")
 
     # A plain jnp shape error in the wrapper: no specific entry, the trace stage's generic class.
@@ -194,7 +207,9 @@ def test_static_out_of_bounds_slice():
     def kernel(x_ref, o_ref):
         o_ref[...] = x_ref[pl.ds(8, 16), :]
 
-    fn = lambda a: pl.pallas_call(kernel, out_shape=S((16, 128), a.dtype))(a)
+    def fn(a):
+        return pl.pallas_call(kernel, out_shape=S((16, 128), a.dtype))(a)
+
     assert_class("trace", trace(fn, S((16, 128), jnp.float32)), ErrorClass.OUT_OF_BOUNDS, "static-out-of-bounds")
 
 
@@ -210,13 +225,15 @@ def test_block_shape_not_tiled():
 
 
 def test_blocked_any_memory_space():
-    fn = lambda a: pl.pallas_call(
-        copy_kernel,
-        grid=(2,),
-        in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0), memory_space=pl.ANY)],
-        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
-        out_shape=S(a.shape, a.dtype),
-    )(a)
+    def fn(a):
+        return pl.pallas_call(
+            copy_kernel,
+            grid=(2,),
+            in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0), memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+            out_shape=S(a.shape, a.dtype),
+        )(a)
+
     assert_class("lower", lower(fn, S((16, 128), jnp.float32)), ErrorClass.BLOCK_SHAPE_TILING, "block-8-128")
 
 
@@ -233,7 +250,9 @@ def test_unsupported_ops(name, body):
     def kernel(x_ref, o_ref):
         o_ref[...] = body(x_ref[...])
 
-    fn = lambda a: pl.pallas_call(kernel, out_shape=S(a.shape, a.dtype))(a)
+    def fn(a):
+        return pl.pallas_call(kernel, out_shape=S(a.shape, a.dtype))(a)
+
     exc = lower(fn, S((8, 128), jnp.float32))
     assert_class("lower", exc, ErrorClass.UNSUPPORTED_OP, "unsupported-op")
 
@@ -243,20 +262,24 @@ def test_int8_arithmetic_fails_at_compile():
     def kernel(x_ref, o_ref):
         o_ref[...] = x_ref[...] * 2
 
-    fn = lambda a: pl.pallas_call(kernel, out_shape=S(a.shape, a.dtype))(a)
+    def fn(a):
+        return pl.pallas_call(kernel, out_shape=S(a.shape, a.dtype))(a)
+
     exc = compile_for(fn, "v6e", S((32, 128), jnp.int8))
     assert "Mosaic failed to compile" in str(exc)
     assert_class("compile", exc, ErrorClass.UNSUPPORTED_OP, "unsupported-op")
 
 
 def test_triple_buffering_at_top_level():
-    fn = lambda a: pl.pallas_call(
-        copy_kernel,
-        grid=(4,),
-        in_specs=[pl.BlockSpec((64, 128), lambda i: (i, 0), pipeline_mode=pl.Buffered(3))],
-        out_specs=pl.BlockSpec((64, 128), lambda i: (i, 0)),
-        out_shape=S(a.shape, a.dtype),
-    )(a)
+    def fn(a):
+        return pl.pallas_call(
+            copy_kernel,
+            grid=(4,),
+            in_specs=[pl.BlockSpec((64, 128), lambda i: (i, 0), pipeline_mode=pl.Buffered(3))],
+            out_specs=pl.BlockSpec((64, 128), lambda i: (i, 0)),
+            out_shape=S(a.shape, a.dtype),
+        )(a)
+
     exc = compile_for(fn, "v6e", S((256, 128), jnp.float32))
     assert_class("compile", exc, ErrorClass.LOWERING_OTHER, "buffer-count")
 
@@ -270,12 +293,14 @@ def test_chip_query_on_a_cpu_host():
             out_specs=[pl.BlockSpec((64, 128), lambda i: (i, 0))],
         )(x_hbm, o_hbm)
 
-    fn = lambda a: pl.pallas_call(
-        outer,
-        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-        out_specs=pl.BlockSpec(memory_space=pl.ANY),
-        out_shape=S(a.shape, a.dtype),
-    )(a)
+    def fn(a):
+        return pl.pallas_call(
+            outer,
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            out_shape=S(a.shape, a.dtype),
+        )(a)
+
     exc = lower(fn, S((256, 128), jnp.float32))
     assert_class("lower", exc, ErrorClass.LOWERING_OTHER, "no-tpu-device-kind")
 
@@ -321,11 +346,13 @@ def test_smem_overflow():
     def kernel(s_ref, x_ref, o_ref):
         o_ref[...] = x_ref[...] * s_ref[0, 0].astype(jnp.float32)
 
-    fn = lambda s, x: pl.pallas_call(
-        kernel,
-        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pltpu.VMEM)],
-        out_shape=S(x.shape, x.dtype),
-    )(s, x)
+    def fn(s, x):
+        return pl.pallas_call(
+            kernel,
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pltpu.VMEM)],
+            out_shape=S(x.shape, x.dtype),
+        )(s, x)
+
     exc = compile_for(fn, "v6e", S((4096, 2), jnp.int32), S((8, 128), jnp.float32))
     d = assert_class("compile", exc, ErrorClass.COMPILE_OTHER, "smem")
     assert "memory-spaces#smem" in d.doc_refs
@@ -360,13 +387,15 @@ def test_out_of_bounds_dynamic_read():
         i = pl.program_id(0)
         o_ref[...] = x_ref[pl.ds(i * 8 + 8, 8), :]
 
-    fn = lambda a: pl.pallas_call(
-        kernel,
-        grid=(2,),
-        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
-        out_shape=S((16, 128), a.dtype),
-    )(a)
+    def fn(a):
+        return pl.pallas_call(
+            kernel,
+            grid=(2,),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+            out_shape=S((16, 128), a.dtype),
+        )(a)
+
     exc = interpret(fn, jnp.ones((16, 128), jnp.float32))
     assert_class("run", exc, ErrorClass.OUT_OF_BOUNDS, "out-of-bounds")
 
@@ -379,26 +408,30 @@ def test_race_reading_a_dma_target_before_wait():
         o_ref[...] = buf[...]
         copy.wait()
 
-    fn = lambda a: pl.pallas_call(
-        kernel,
-        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-        out_shape=S(a.shape, a.dtype),
-        scratch_shapes=[pltpu.VMEM(a.shape, a.dtype), pltpu.SemaphoreType.DMA],
-    )(a)
+    def fn(a):
+        return pl.pallas_call(
+            kernel,
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_shape=S(a.shape, a.dtype),
+            scratch_shapes=[pltpu.VMEM(a.shape, a.dtype), pltpu.SemaphoreType.DMA],
+        )(a)
+
     exc = interpret(fn, jnp.ones((8, 128), jnp.float32), detect_races=True)
     assert_class("run", exc, ErrorClass.RACE_DETECTED, "race")
 
 
 @pytest.mark.slow
 def test_race_between_cores_on_a_wrongly_parallel_axis():
-    fn = lambda a: pl.pallas_call(
-        copy_kernel,
-        grid=(2,),
-        in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
-        out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
-        out_shape=S((8, 128), a.dtype),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
-    )(a)
+    def fn(a):
+        return pl.pallas_call(
+            copy_kernel,
+            grid=(2,),
+            in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
+            out_shape=S((8, 128), a.dtype),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+        )(a)
+
     exc = interpret(fn, jnp.ones((16, 128), jnp.float32), detect_races=True, num_cores_or_threads=2)
     assert_class("run", exc, ErrorClass.RACE_DETECTED, "race")
 
@@ -409,7 +442,9 @@ def test_other_runtime_error_falls_back():
     def host(x):
         raise ValueError("the host side failed")
 
-    fn = lambda a: jax.pure_callback(host, S(a.shape, a.dtype), a)
+    def fn(a):
+        return jax.pure_callback(host, S(a.shape, a.dtype), a)
+
     exc = raised(lambda: np.asarray(jax.jit(fn)(jnp.ones((8, 128), jnp.float32))))
     d = assert_class("run", exc, ErrorClass.RUNTIME_EXCEPTION)
     assert d.rule is None
@@ -423,9 +458,11 @@ def test_missing_init_shows_as_nan_in_interpret_mode():
         acc_ref[...] += x_ref[...]  # no init under pl.when
         o_ref[...] = acc_ref[...]
 
-    fn = lambda a: pl.pallas_call(
-        kernel, out_shape=S(a.shape, a.dtype), scratch_shapes=[pltpu.VMEM(a.shape, jnp.float32)]
-    )(a)
+    def fn(a):
+        return pl.pallas_call(kernel, out_shape=S(a.shape, a.dtype), scratch_shapes=[pltpu.VMEM(a.shape, jnp.float32)])(
+            a
+        )
+
     with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(uninitialized_memory="nan")):
         out = np.asarray(jax.jit(fn)(jnp.ones((8, 128), jnp.float32)))
     assert np.isnan(out).all()

@@ -1,6 +1,6 @@
-"""The Ray fleet (jaxbench_mcp.fleet: ray_executor, proxy, actor, placement): placement, and a local Ray cluster of two simulated hosts on this
-machine that must give the verdicts the local executor gives, survive a host that dies mid-campaign, and fall back to
-local execution when the whole cluster goes away."""
+"""The Ray fleet (jaxbench_mcp.fleet: ray_executor, proxy, actor, placement): placement, and a local Ray cluster of
+two simulated hosts on this machine that must give the verdicts the local executor gives, survive a host that dies
+mid-campaign, and fall back to local execution when the whole cluster goes away."""
 
 import os
 
@@ -212,7 +212,7 @@ def test_mcp_checks_on_the_fleet_get_the_local_verdicts_and_server_info_shows_th
     assert fleet_info["tpu_chips"] == 0 and fleet_info["fallback"] is None and fleet_info["queue_length"] == 0
     assert info.structured_content["tier"] == "cpu_libtpu" and "fleet: Ray cluster at" in info.content[0].text
     assert max(busy) > 0  # one check on two one-slot hosts: half the fleet busy
-    for (workload, kernel), verdict in zip(CASES, verdicts):
+    for (_workload, kernel), verdict in zip(CASES, verdicts, strict=True):
         assert (verdict["status"], verdict["error_class"]) == local_verdicts[kernel], verdict["message"]
         assert verdict["host"] in names and verdict["tier"] == "cpu_libtpu"
     assert {v["host"] for v in verdicts} == names  # equal load: the checks alternate between the two hosts
@@ -377,7 +377,8 @@ def test_a_host_that_dies_mid_campaign_costs_a_retry_not_an_attempt(cluster, loc
     assert verdict["host"] != killed["host"] and any("died during this check" in w for w in verdict["warnings"])
     store.close()
     print(
-        f"campaign with a host killed mid-check: {time.monotonic() - started:.0f} s; the retried check's log, head:\n{log[:700]}"
+        f"campaign with a host killed mid-check: {time.monotonic() - started:.0f} s; "
+        f"the retried check's log, head:\n{log[:700]}"
     )
 
 

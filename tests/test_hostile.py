@@ -446,8 +446,7 @@ def _run_case(case: Case, server: Server, store: StoreWatch, watch: Watch, liste
         source = source.replace("__SEEDS__", repr(first.get("seeds", [])))
         if len(first.get("seeds", [])) != 3:
             problems.append(f"the first check's seeds were not reported: {first.get('error', '')[-500:]}")
-    for _ in range(2 if case.harness == "runs=2" else 1):
-        answers.append(server.check(case.workload, source, checker))
+    answers.extend(server.check(case.workload, source, checker) for _ in range(2 if case.harness == "runs=2" else 1))
     verdicts, evidence = [], []
     for answer in answers:
         verdict = answer.get("verdict")

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 # The evals extra is part of the test set-up: a missing package is a failure, never a skip.
 import inspect_ai
+import pytest
 from inspect_ai.model import ChatMessageTool, ChatMessageUser, ModelOutput, ModelUsage, get_model
 
 from jaxbench_mcp.campaigns import campaign, inspect_eval

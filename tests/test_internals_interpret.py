@@ -130,8 +130,7 @@ def test_store_through_reshape_is_refused_clearly():
 
 
 def test_install_is_idempotent():
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
-    from jax._src.pallas.mosaic.interpret import utils as interpret_utils
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc, utils as interpret_utils
 
     interpret_transforms.install()
     get, to_range = ipc.get, interpret_utils.to_range
@@ -198,8 +197,8 @@ def test_plain_jax_still_has_the_bug_each_patch_works_around(case, symptom):
         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
     )
     assert out.stdout.startswith("FAILED") and symptom in out.stdout, (
-        f"jax {jax.__version__} no longer shows {symptom!r} for the {case} case (got {out.stdout[:300]!r}{out.stderr[-300:]!r}): "
-        "upstream fixed it; update jaxbench_mcp.internals.interpret"
+        f"jax {jax.__version__} no longer shows {symptom!r} for the {case} case "
+        f"(got {out.stdout[:300]!r}{out.stderr[-300:]!r}): upstream fixed it; update jaxbench_mcp.internals.interpret"
     )
 
 
@@ -212,7 +211,9 @@ def test_a_changed_interpreter_is_refused_before_anything_is_patched(monkeypatch
 from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc, utils, shared_memory as sm
 from jaxbench_mcp.internals import interpret
 get, to_range, swap = ipc.get, utils.to_range, sm.GenericSharedMemory.swap_buffer_content
-def swap_with_another_signature(self, key, rnge, value, mask, thread, increment_clock=True, logging_info=None, extra=None):
+def swap_with_another_signature(
+    self, key, rnge, value, mask, thread, increment_clock=True, logging_info=None, extra=None
+):
     pass
 sm.GenericSharedMemory.swap_buffer_content = swap_with_another_signature
 try:

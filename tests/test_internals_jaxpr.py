@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 
-from jaxbench_mcp.internals import jaxpr as jx
-from jaxbench_mcp.internals import tracebacks
 from canaries import changed
+from jaxbench_mcp.internals import jaxpr as jx, tracebacks
 
 
 def _only(closed, name: str):
@@ -185,9 +184,10 @@ def test_decisive_lines_keep_the_candidate_frame_and_the_error_not_jaxs_frames()
         '  File "/x/jax/_src/core.py", line 10, in bind\n    return f()\n'
         '  File "/tmp/w/candidate.py", line 12, in kernel\n    o_ref[...] = x_ref[0:100]\n'
         '  File "/x/jax/_src/pallas/mosaic/lowering.py", line 99, in lower\n    raise ValueError(msg)\n'
-        "ValueError: The Pallas TPU lowering currently requires that the last two dimensions of your block shape are divisible by 8 and 128\n"
+        "ValueError: The Pallas TPU lowering currently requires that the last two dimensions of your block shape "
+        "are divisible by 8 and 128\n"
     )
     lines = diagnosis.decisive_lines(text).splitlines()
     assert lines[0] == "candidate.py line 12, in kernel: o_ref[...] = x_ref[0:100]"
     assert lines[-1].startswith("ValueError: The Pallas TPU lowering")
-    assert not any("core.py" in l for l in lines)
+    assert not any("core.py" in line for line in lines)

@@ -11,9 +11,9 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from canaries import changed
 from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.internals import pallas
-from canaries import changed
 
 
 def _eqns(jaxpr, name: str) -> list:

@@ -34,6 +34,7 @@ from jaxbench_mcp import __version__, api
 from jaxbench_mcp.catalog import docs, workloads
 from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.frontends import server as server_module
+from jaxbench_mcp.frontends.server import RESULT_TOKEN_BUDGET, build_server
 from jaxbench_mcp.models import (
     CheckOutcome,
     KernelEstimate,
@@ -43,7 +44,6 @@ from jaxbench_mcp.models import (
     TargetEstimate,
     Verdict,
 )
-from jaxbench_mcp.frontends.server import RESULT_TOKEN_BUDGET, build_server
 from jaxbench_mcp.store import Store
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Status
 
@@ -347,7 +347,7 @@ def test_crash_verdicts_reach_the_agent_over_http(http_server):
                 for name in cases
             ]
 
-    for name, result in zip(cases, anyio.run(go)):
+    for name, result in zip(cases, anyio.run(go), strict=True):
         expected = dict(kv.split("=", 1) for kv in (KERNELS / name).read_text().splitlines()[0].split()[2:])
         assert not result.is_error, result.content[0].text
         verdict = result.structured_content["verdict"]
@@ -491,7 +491,7 @@ def test_resource_and_prompt_mistakes_are_invalid_params_with_the_message_and_on
 
     caplog.set_level(logging.INFO)
     errors = run(bench, body)
-    for error, (_, words) in zip(errors, mistakes):
+    for error, (_, words) in zip(errors, mistakes, strict=True):
         assert error.code == mcp_types.INVALID_PARAMS, error.message
         assert all(w in error.message for w in words), error.message
         assert "jaxbench-mcp list" not in error.message

@@ -10,10 +10,9 @@ import math
 import sys
 from pathlib import Path
 
-import pytest
-
 # The evals extra is part of the test set-up: a missing package is a failure, never a skip.
 import agents
+import pytest
 
 from jaxbench_mcp.campaigns import outcomes
 from jaxbench_mcp.taxonomy import Status
@@ -62,8 +61,11 @@ def test_a_tool_call_that_never_produced_a_verdict_is_the_machinerys_failure():
     from agents.items import ToolCallOutputItem
 
     example = _example()
-    lost = ToolCallOutputItem(agent=agents.Agent(name="kernel_writer"), raw_item={"type": "function_call_output", "call_id": "c", "output": "x"},
-                              output="Error invoking MCP tool check_kernel: Connection closed")  # fmt: skip
+    lost = ToolCallOutputItem(
+        agent=agents.Agent(name="kernel_writer"),
+        raw_item={"type": "function_call_output", "call_id": "c", "output": "x"},
+        output="Error invoking MCP tool check_kernel: Connection closed",
+    )
     summary = example.summarize([lost])
     assert summary["outcome"] == "infra_failure" and summary["correct"] is None, summary
 

@@ -70,7 +70,14 @@ def test_a_profile_request_and_the_check_it_makes_first():
 
 
 def _verdict(**fields) -> Verdict:
-    base = dict(status="correct", message="", workload_id="8p_GEMM", size="small", targets=["v6e"], tier="cpu_libtpu")
+    base = {
+        "status": "correct",
+        "message": "",
+        "workload_id": "8p_GEMM",
+        "size": "small",
+        "targets": ["v6e"],
+        "tier": "cpu_libtpu",
+    }
     return Verdict(**{**base, **fields})
 
 

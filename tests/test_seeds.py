@@ -22,7 +22,7 @@ def _digest(inputs) -> list[str]:
 
 def _assert_bitwise(ours, theirs):
     assert len(ours) == len(theirs)
-    for a, b in zip(ours, theirs):
+    for a, b in zip(ours, theirs, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
 

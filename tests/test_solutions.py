@@ -127,14 +127,14 @@ def _served_texts(bench: api.JaxBench, workload_ids: list[str]) -> list[str]:
                 pack = await client.call_tool("read_docs", {"workload_id": wid})
                 texts.extend(c.text for c in pack.content if hasattr(c, "text"))
             for resource in (await client.list_resources()).resources:
-                for part in (await client.read_resource(str(resource.uri))).contents:
-                    texts.append(getattr(part, "text", ""))
+                contents = (await client.read_resource(str(resource.uri))).contents
+                texts.extend(getattr(part, "text", "") for part in contents)
             for template in (await client.list_resource_templates()).resource_templates:
                 if "{workload_id}" in template.uri_template:
                     for wid in workload_ids:
                         uri = template.uri_template.replace("{workload_id}", wid)
-                        for part in (await client.read_resource(uri)).contents:
-                            texts.append(getattr(part, "text", ""))
+                        contents = (await client.read_resource(uri)).contents
+                        texts.extend(getattr(part, "text", "") for part in contents)
         return texts
 
     return anyio.run(go)

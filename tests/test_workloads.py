@@ -56,7 +56,7 @@ def test_seeds_are_reproducible_and_distinct(workload_id):
     first, again, other = (w.create_inputs("small", seed=s) for s in (7, 7, 8))
     floats = [i for i, x in enumerate(first) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)]
     assert floats, "every workload has at least one floating-point input"
-    for i, (a, b) in enumerate(zip(first, again)):
+    for a, b in zip(first, again, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert any(not np.array_equal(np.asarray(first[i]), np.asarray(other[i])) for i in floats)
 

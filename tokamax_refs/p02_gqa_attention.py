@@ -60,6 +60,9 @@ def workload(query, key, value):
         head_shards=1,
         q_seq_shards=1,
     )
-    fold = lambda t: t.reshape(batch * num_q_heads, seq_len, head_dim)
+
+    def fold(t):
+        return t.reshape(batch * num_q_heads, seq_len, head_dim)
+
     out = kernel(fold(q), fold(k), fold(v)).reshape(batch, num_q_heads, seq_len, head_dim)
     return jnp.swapaxes(out, 1, 2)

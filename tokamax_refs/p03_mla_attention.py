@@ -82,7 +82,9 @@ def workload(x, q_down_proj, q_up_proj, kv_down_proj, k_up_proj, v_up_proj, o_pr
     k = jnp.concatenate([k_nope, jnp.broadcast_to(k_rot, (batch, seq_len, heads, rope_dim))], axis=-1)
 
     # (B, S, H, d) -> (B, H, S, 256): zero lanes add nothing to q.k and come out as zero columns.
-    to_kernel = lambda t: _pad_lanes(jnp.swapaxes(t, 1, 2), PADDED_HEAD_DIM)
+    def to_kernel(t):
+        return _pad_lanes(jnp.swapaxes(t, 1, 2), PADDED_HEAD_DIM)
+
     b = _blocks_for(seq_len)
     sizes = fa.BlockSizes(block_q=b.block_q, block_k_major=b.block_k_major, block_k=b.block_k, block_b=b.block_b)
     out = fa.flash_attention(

@@ -56,5 +56,8 @@ def workload(q, k, v):
         head_shards=1,
         q_seq_shards=1,
     )
-    fold = lambda t: t.reshape(batch * num_q_heads, seq_len, head_dim)
+
+    def fold(t):
+        return t.reshape(batch * num_q_heads, seq_len, head_dim)
+
     return kernel(fold(q), fold(k), fold(v)).reshape(batch, num_q_heads, seq_len, head_dim)

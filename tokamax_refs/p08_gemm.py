@@ -39,7 +39,8 @@ def _blocks_for(m: int, k: int, n: int) -> Blocks:
     if m % full.block_m == 0 and n % full.block_n == 0 and k % full.block_k == 0:
         return full
     long_k = BLOCKS["full_reduction"]
-    if k >= 4 * long_k.block_k and all(d % b == 0 for d, b in zip((m, n, k), dataclasses.astuple(long_k))):
+    sizes = (m, n, k)
+    if k >= 4 * long_k.block_k and all(d % b == 0 for d, b in zip(sizes, dataclasses.astuple(long_k), strict=True)):
         return long_k
     return BLOCKS["small"]
 

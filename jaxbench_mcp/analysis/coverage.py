@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jaxbench_mcp.analysis import kernels as ka
+from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS
 from jaxbench_mcp.internals import jaxpr as jx
 from jaxbench_mcp.internals.pallas import (
     KERNEL_PRIMITIVES,
@@ -26,7 +27,6 @@ from jaxbench_mcp.internals.pallas import (
     mesh_kernel_body,
     pallas_call_info,
 )
-from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS
 
 # ---- full-size coverage -------------------------------------------------------------------------
 
@@ -168,12 +168,12 @@ class _Flat:
             call = jx.call_body(eqn)
             if call is not None:
                 body = call.jaxpr
-                for inner, outer in zip(body.invars, eqn.invars):
+                for inner, outer in zip(body.invars, eqn.invars, strict=False):
                     outer = self.canon(outer)
                     if not hasattr(outer, "val"):  # a Literal operand has nothing to alias
                         self.alias[inner] = outer
                 self._inline(body)
-                for outer, inner in zip(eqn.outvars, body.outvars):
+                for outer, inner in zip(eqn.outvars, body.outvars, strict=False):
                     inner = self.canon(inner)
                     if not hasattr(inner, "val"):
                         self.alias[outer] = inner
@@ -207,7 +207,9 @@ def _block_starts(block: Block, grid: list, points) -> list:
     closed = block.index_map
     n = points.shape[1]
     if not closed.jaxpr.eqns:  # (i, 0)-style maps, most of them: read off the jaxpr, no jax dispatch (~2 ms each)
-        values = dict(zip(closed.jaxpr.constvars, closed.consts)) | dict(zip(closed.jaxpr.invars, points))
+        values = dict(zip(closed.jaxpr.constvars, closed.consts, strict=True)) | dict(
+            zip(closed.jaxpr.invars, points, strict=False)
+        )
         outs = [v.val if not _is_var(v) else values[v] for v in closed.jaxpr.outvars]
     elif grid:
         outs = jax.vmap(lambda *idx: ka._evaluate_index_map(closed, idx))(*points)
@@ -221,7 +223,7 @@ def _element_ranges(block: Block, indices: list) -> tuple[list, list] | str:
     array: a block hanging over the end of a pl.cdiv grid covers up to the end), or why it cannot be
     said."""
     lo, hi = [], []
-    for dim, bd, idx in zip(block.array_shape, block.block_shape, indices):
+    for dim, bd, idx in zip(block.array_shape, block.block_shape, indices, strict=False):
         if bd.kind == "Blocked":
             start, size = idx * bd.size, bd.size
         elif bd.kind == "Squeezed":
@@ -358,7 +360,7 @@ def _boxes(missing: np.ndarray, breaks: list) -> tuple[list, int]:
             full = run.all(axis=other) if other else run
             stop = int(np.argmin(full)) if not full.all() else full.size
             end[d] = start[d] + max(stop, 1)
-        mask[tuple(slice(s, e) for s, e in zip(start, end))] = False
+        mask[tuple(slice(s, e) for s, e in zip(start, end, strict=True))] = False
         boxes.append(
             (tuple(int(breaks[d][start[d]]) for d in range(nd)), tuple(int(breaks[d][end[d]]) for d in range(nd)))
         )
@@ -367,7 +369,10 @@ def _boxes(missing: np.ndarray, breaks: list) -> tuple[list, int]:
 
 def _region_text(name: str, shape: tuple, box) -> str:
     lo, hi = box
-    parts = [":" if (l, h) == (0, n) else (str(l) if h == l + 1 else f"{l}:{h}") for l, h, n in zip(lo, hi, shape)]
+    parts = [
+        ":" if (low, high) == (0, n) else (str(low) if high == low + 1 else f"{low}:{high}")
+        for low, high, n in zip(lo, hi, shape, strict=True)
+    ]
     return f"{name}[{', '.join(parts)}]" if parts else name
 
 
@@ -407,7 +412,7 @@ def _view_name(base: str, source_shape: tuple, view: tuple, relabelled: bool) ->
     return base
 
 
-def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
+def full_size_coverage(closed, input_names=None, output_names=None) -> dict:  # noqa: C901 - one pass, split by comments
     """Which elements of the program's outputs no grid step writes, and which elements of its inputs no
     grid step reads, judged from the pallas_calls' grids and BlockSpec index maps alone.
 
@@ -478,7 +483,7 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
 
     kernel_uses = {}
     kernel_count = 0
-    for position, (eqn, ins, outs) in enumerate(flat.eqns):
+    for position, (eqn, _ins, _outs) in enumerate(flat.eqns):
         name = eqn.primitive.name
         if name in MESH_KERNEL_PRIMITIVES:
             kernel_count += 1
@@ -579,10 +584,10 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:
                 needed.setdefault(v, (name, direct and eqn.primitive.name in _RELABEL))
     out_shapes = {v: tuple(v.aval.shape) for v in flat.outvars if _is_var(v)}
 
-    for position, (in_uses, out_uses) in kernel_uses.items():
+    for position, (_in_uses, out_uses) in kernel_uses.items():
         eqn, ins, outs = flat.eqns[position]
         aliased = {o for _, o in pallas_call_info(eqn).input_output_aliases}
-        for k, (var, use) in enumerate(zip(outs, out_uses)):
+        for k, (var, use) in enumerate(zip(outs, out_uses, strict=False)):
             if var not in needed or k in aliased:
                 not_judged.append(
                     {
@@ -639,7 +644,7 @@ def low_precision_accumulators(closed) -> list[dict]:
         info = pallas_call_info(eqn)
         steps = [
             g
-            for g, sem in zip(info.grid, info.dimension_semantics or ("arbitrary",) * len(info.grid))
+            for g, sem in zip(info.grid, info.dimension_semantics or ("arbitrary",) * len(info.grid), strict=True)
             if isinstance(g, int) and g > 1 and "arbitrary" in sem.lower()
         ]
         if not steps:
@@ -697,7 +702,7 @@ def _updated_from_themselves(body) -> set[int]:
                 # A branch, loop or call body takes the equation's last operands (a cond's index, a while's
                 # condition consts come first).
                 operands = ins[len(ins) - len(sub.invars) :] if len(sub.invars) <= len(ins) else ins
-                pairs = list(zip(sub.invars, operands))
+                pairs = list(zip(sub.invars, operands, strict=False))
                 walk(
                     sub,
                     {inner: ref_of(outer) for inner, outer in pairs if ref_of(outer) is not None},

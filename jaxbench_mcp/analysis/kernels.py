@@ -7,11 +7,12 @@ Everything here reads a jaxpr; nothing runs the kernel.
 
 from __future__ import annotations
 
+from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
 from jaxbench_mcp.internals import jaxpr as jx
 from jaxbench_mcp.internals.jaxpr import walk_eqns as _walk_eqns
-from jaxbench_mcp.internals.pallas import KERNEL_PRIMITIVES as _KERNELS
-from jaxbench_mcp.internals.pallas import MESH_KERNEL_PRIMITIVES as _MESH_KERNELS
 from jaxbench_mcp.internals.pallas import (
+    KERNEL_PRIMITIVES as _KERNELS,
+    MESH_KERNEL_PRIMITIVES as _MESH_KERNELS,
     Block,
     PallasCallInfo,
     grid_axis,
@@ -19,7 +20,6 @@ from jaxbench_mcp.internals.pallas import (
     pallas_call_info,
     tensorcore_mesh,
 )
-from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
 
 _HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
 
@@ -45,17 +45,21 @@ def _run_eqns(eqns, env: dict, grid_index=(), grid=(), on_kernel=None) -> None:
         elif on_kernel is not None and name in _KERNELS:
             outs = on_kernel(eqn, inputs)
         elif (body := jx.call_body(eqn)) is not None:  # a plain call: inlined
-            inner = dict(zip(body.jaxpr.constvars, body.consts)) | dict(zip(body.jaxpr.invars, inputs))
+            inner = dict(zip(body.jaxpr.constvars, body.consts, strict=True))
+            inner.update(zip(body.jaxpr.invars, inputs, strict=True))
             _run_eqns(body.jaxpr.eqns, inner, grid_index, grid, on_kernel)
             outs = [_read(inner, v) for v in body.jaxpr.outvars]
         else:
             out = eqn.primitive.bind(*inputs, **eqn.params)
             outs = out if eqn.primitive.multiple_results else [out]
-        env.update(zip(eqn.outvars, outs))
+        env.update(zip(eqn.outvars, outs, strict=True))
 
 
 def _evaluate_index_map(closed, grid_index) -> list:
-    env = dict(zip(closed.jaxpr.constvars, closed.consts)) | dict(zip(closed.jaxpr.invars, grid_index))
+    env = dict(zip(closed.jaxpr.constvars, closed.consts, strict=True))
+    # The grid indices come first; the scalar-prefetch refs after them get no value (callers evaluate only maps
+    # that do not read them).
+    env |= dict(zip(closed.jaxpr.invars, grid_index, strict=False))
     _run_eqns(closed.jaxpr.eqns, env)
     return [_read(env, v) for v in closed.jaxpr.outvars]
 
@@ -324,10 +328,10 @@ def _index_map_blocks(bm: Block, points, grid, prefetch):
 
     closed = bm.index_map
     replay = kr.KernelReplay(grid, points)
-    env = {v: kr._const(c) for v, c in zip(closed.jaxpr.constvars, closed.consts)}
+    env = {v: kr._const(c) for v, c in zip(closed.jaxpr.constvars, closed.consts, strict=True)}
     n_grid = len(grid)
     env.update({v: kr.Known(points[d], lanes=True) for d, v in enumerate(closed.jaxpr.invars[:n_grid])})
-    for v, value in zip(closed.jaxpr.invars[n_grid:], prefetch):
+    for v, value in zip(closed.jaxpr.invars[n_grid:], prefetch, strict=True):
         env[v] = kr.RefBox("smem", None if value is None else kr.Known(value))
     replay.run(closed.jaxpr, env, np.arange(replay.P))
     outs = [replay._read(env, v) for v in closed.jaxpr.outvars]
@@ -405,7 +409,10 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     steps = int(np.prod(grid, dtype=np.int64)) if grid else 1
     semantics = [d.lower() for d in info.dimension_semantics]
     parallel_steps = int(
-        np.prod([g for g, d in zip(grid, semantics) if "parallel" in d and "core" not in d], dtype=np.int64)
+        # No dimension_semantics given (an empty tuple): every axis is "arbitrary", none parallel.
+        np.prod(
+            [g for g, d in zip(grid, semantics, strict=False) if "parallel" in d and "core" not in d], dtype=np.int64
+        )
     )
     if steps > kr.MAX_LANES:
         points = None
@@ -565,7 +572,8 @@ def outside_kernels(closed):
                     passed_through.add(id(x))  # returned once, however many kernels read it
             return [next(kernel_outputs) for _ in eqn.outvars]
 
-        env = dict(zip(closed.jaxpr.constvars, closed.consts)) | dict(zip(closed.jaxpr.invars, values[:num_args]))
+        env = dict(zip(closed.jaxpr.constvars, closed.consts, strict=True))
+        env.update(zip(closed.jaxpr.invars, values[:num_args], strict=True))
         _run_eqns(closed.jaxpr.eqns, env, on_kernel=cut_out)
         results = [_read(env, v) for v in closed.jaxpr.outvars]
         return kept + [r for r in results if hasattr(r, "shape") and id(r) not in passed_through]

@@ -24,11 +24,15 @@ import math
 
 import numpy as np
 
-from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
-from jaxbench_mcp.catalog.targets import VREG_ELEMENTS as _VREG_ELEMENTS
+from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS, VREG_ELEMENTS as _VREG_ELEMENTS
 from jaxbench_mcp.internals import jaxpr as jx
-from jaxbench_mcp.internals.pallas import KERNEL_PRIMITIVES as _KERNELS
-from jaxbench_mcp.internals.pallas import axis_index_name, dma_source_and_target, grid_axis, run_scoped_body
+from jaxbench_mcp.internals.pallas import (
+    KERNEL_PRIMITIVES as _KERNELS,
+    axis_index_name,
+    dma_source_and_target,
+    grid_axis,
+    run_scoped_body,
+)
 
 # Values up to this many elements are computed when their inputs are known (group sizes, block tables).
 SMALL_ELEMENTS = 1 << 16
@@ -138,8 +142,8 @@ def known_kernel_operands(closed, args) -> dict[int, list]:
     `args` are the traced function's (non-static) arguments: ShapeDtypeStructs (unknown) or concrete arrays
     (known when at most SMALL_ELEMENTS elements). Common operations are computed with numpy; the rest by jax
     on the CPU, op by op."""
-    env = {v: _concrete(c) for v, c in zip(closed.jaxpr.constvars, closed.consts)}
-    env.update({v: _concrete(a) for v, a in zip(closed.jaxpr.invars, args)})
+    env = {v: _concrete(c) for v, c in zip(closed.jaxpr.constvars, closed.consts, strict=True)}
+    env.update({v: _concrete(a) for v, a in zip(closed.jaxpr.invars, args, strict=True)})
     found: dict[int, list] = {}
     _replay_program(closed.jaxpr.eqns, env, found)
     return found
@@ -173,7 +177,7 @@ def _numpy_program_op(eqn, ins):
     elif name == "slice":
         strides = p.get("strides") or [1] * len(p["start_indices"])
         out = np.asarray(ins[0])[
-            tuple(slice(a, b, c) for a, b, c in zip(p["start_indices"], p["limit_indices"], strides))
+            tuple(slice(a, b, c) for a, b, c in zip(p["start_indices"], p["limit_indices"], strides, strict=True))
         ]
     elif name == "iota":
         shape = p["shape"]
@@ -207,8 +211,8 @@ def _numpy_program_op(eqn, ins):
         out = np.clip(np.asarray(ins[1]), np.asarray(ins[0]), np.asarray(ins[2]))
     elif name == "dynamic_slice":
         x, sizes = np.asarray(ins[0]), p["slice_sizes"]
-        starts = [int(np.clip(int(np.asarray(i)), 0, d - s)) for i, d, s in zip(ins[1:], x.shape, sizes)]
-        out = x[tuple(slice(a, a + s) for a, s in zip(starts, sizes))]
+        starts = [int(np.clip(int(np.asarray(i)), 0, d - s)) for i, d, s in zip(ins[1:], x.shape, sizes, strict=True)]
+        out = x[tuple(slice(a, a + s) for a, s in zip(starts, sizes, strict=True))]
     elif name == "unstack":
         return [np.asarray(o) for o in np.moveaxis(np.asarray(ins[0]), p["axis"], 0)]
     else:
@@ -225,8 +229,8 @@ def _replay_program(eqns, env: dict, found: dict) -> None:
             found[id(eqn)] = list(ins)
         elif (body := jx.call_body(eqn)) is not None:
             inner_jaxpr = getattr(body, "jaxpr", body)
-            inner = {v: _concrete(c) for v, c in zip(inner_jaxpr.constvars, getattr(body, "consts", []))}
-            inner.update(zip(inner_jaxpr.invars, ins))
+            inner = {v: _concrete(c) for v, c in zip(inner_jaxpr.constvars, getattr(body, "consts", []), strict=True)}
+            inner.update(zip(inner_jaxpr.invars, ins, strict=True))
             _replay_program(inner_jaxpr.eqns, inner, found)
             outs = [v.val if _literal(v) else inner.get(v) for v in inner_jaxpr.outvars]
         elif name in _IDENTITY and len(ins) == len(outs):
@@ -243,7 +247,7 @@ def _replay_program(eqns, env: dict, found: dict) -> None:
                     outs = [np.asarray(o) for o in (out if eqn.primitive.multiple_results else [out])]
             except Exception:  # noqa: BLE001 -- a value we cannot compute here is simply unknown
                 pass
-        env.update(zip(eqn.outvars, outs))
+        env.update(zip(eqn.outvars, outs, strict=True))
 
 
 # ---- the kernel body, all grid points at once -------------------------------------------------------------
@@ -317,11 +321,10 @@ class KernelReplay:
         self.P = points.shape[1] if points.ndim == 2 else 1
         self.max_trips = max_trips
         self.evals = 0  # equations evaluated so far (bounds the replay of long loops)
-        zeros = lambda: np.zeros(self.P)  # noqa: E731
         # executed work per lane: MXU pushes and vector ops, outside and inside in-kernel loops; HBM DMA bytes
-        self.mxu = {False: zeros(), True: zeros()}
-        self.vec = {False: zeros(), True: zeros()}
-        self.dma = zeros()
+        self.mxu = {False: np.zeros(self.P), True: np.zeros(self.P)}
+        self.vec = {False: np.zeros(self.P), True: np.zeros(self.P)}
+        self.dma = np.zeros(self.P)
         self.exact = True
         self.trips_exact = True
         self.loop_ids: set[int] = set()  # the in-kernel loops met (not fully unrolled)
@@ -391,7 +394,7 @@ class KernelReplay:
         """content[indexer] for an NDIndexer whose indices are known (None otherwise)."""
         idx = []
         lanes = content.lanes
-        for dim, i in zip(content.v.shape[1 if content.lanes else 0 :], indexer.indices):
+        for dim, i in zip(content.v.shape[1 if content.lanes else 0 :], indexer.indices, strict=True):
             if hasattr(i, "start") and hasattr(i, "size"):
                 start, size = (
                     self._read(env, i.start) if not isinstance(i.start, (int, np.integer)) else Known(i.start),
@@ -448,7 +451,9 @@ class KernelReplay:
             if indices is None:
                 continue
             new_shape = []
-            for dim, i in zip(shape, indices):
+            # Not strict: a reshape or bitcast view before this indexer is not followed (its shape stays the
+            # one before it), so the sizes are paired as far as they go.
+            for dim, i in zip(shape, indices, strict=False):
                 if hasattr(i, "size"):
                     size = i.size
                     if not isinstance(size, (int, np.integer)):
@@ -484,14 +489,14 @@ class KernelReplay:
                 outs = self._while(eqn, ins, lane_ids)
             elif name == "run_scoped":
                 body = run_scoped_body(eqn)
-                inner = dict(zip(body.constvars, ins))
+                inner = dict(zip(body.constvars, ins, strict=True))
                 inner.update({v: scratch_box(v.aval) for v in body.invars})
                 self.run(body, inner, lane_ids, in_loop)
                 outs = [None] * len(eqn.outvars)
             elif (body := jx.call_body(eqn)) is not None:
                 inner_jaxpr = getattr(body, "jaxpr", body)
-                inner = {v: _const(c) for v, c in zip(inner_jaxpr.constvars, getattr(body, "consts", []))}
-                inner.update(zip(inner_jaxpr.invars, ins))
+                inner = {v: _const(c) for v, c in zip(inner_jaxpr.constvars, getattr(body, "consts", []), strict=True)}
+                inner.update(zip(inner_jaxpr.invars, ins, strict=True))
                 self.run(inner_jaxpr, inner, lane_ids, in_loop)
                 outs = [self._read(inner, v) for v in inner_jaxpr.outvars]
             elif name == "get":
@@ -510,7 +515,7 @@ class KernelReplay:
                 if not subs:
                     self._count(eqn, lane_ids, in_loop)
                 outs = self._eval(eqn, ins, n) if not subs else [None] * len(eqn.outvars)
-            env.update(zip(eqn.outvars, outs))
+            env.update(zip(eqn.outvars, outs, strict=True))
         self._lane_ids = lane_ids
         if len(unknown_conds) > 1:
             self._credit_exclusive(jaxpr, env, unknown_conds, lane_ids)
@@ -605,8 +610,8 @@ class KernelReplay:
         return works[heaviest]
 
     def _branch(self, branch, operands, lane_ids, chosen, in_loop):
-        inner = dict(zip(branch.jaxpr.constvars, [_const(c) for c in branch.consts]))
-        inner.update(zip(branch.jaxpr.invars, [self._subset(o, chosen) for o in operands]))
+        inner = dict(zip(branch.jaxpr.constvars, [_const(c) for c in branch.consts], strict=True))
+        inner.update(zip(branch.jaxpr.invars, [self._subset(o, chosen) for o in operands], strict=True))
         self.run(branch.jaxpr, inner, lane_ids[chosen], in_loop)
 
     def _snapshot(self):
@@ -670,9 +675,9 @@ class KernelReplay:
         while trips < min(length, self.max_trips) and not (trips >= MIN_TRIPS and self.evals - start > LOOP_EVALS):
             trips += 1
             before = self._snapshot()
-            inner = dict(zip(body.jaxpr.constvars, [_const(c) for c in body.consts]))
+            inner = dict(zip(body.jaxpr.constvars, [_const(c) for c in body.consts], strict=True))
             xs = [None] * (len(body.jaxpr.invars) - n_consts - n_carry)
-            inner.update(zip(body.jaxpr.invars, consts + carry + xs))
+            inner.update(zip(body.jaxpr.invars, consts + carry + xs, strict=True))
             self.run(body.jaxpr, inner, lane_ids, in_loop=in_loop or not unrolled)
             carry = [_dynamic(self._read(inner, v)) for v in body.jaxpr.outvars[:n_carry]]
             diffs.append(self._diff(before))
@@ -696,11 +701,12 @@ class KernelReplay:
             if trip >= MIN_TRIPS and self.evals - start > LOOP_EVALS:
                 break
             sub = [self._subset(c, active) for c in carry_lanes]
-            env = dict(zip(cond.jaxpr.constvars, [_const(c) for c in cond.consts]))
+            env = dict(zip(cond.jaxpr.constvars, [_const(c) for c in cond.consts], strict=True))
             env.update(
                 zip(
                     cond.jaxpr.invars,
                     [self._subset(c, active) if isinstance(c, Known) else c for c in cond_consts] + sub,
+                    strict=True,
                 )
             )
             self.run(cond.jaxpr, env, lane_ids[active])
@@ -708,8 +714,8 @@ class KernelReplay:
             if go is None:
                 # The trip count depends on data: the body counts once for these lanes.
                 self.exact = self.trips_exact = False
-                inner = dict(zip(body.jaxpr.constvars, [_const(c) for c in body.consts]))
-                inner.update(zip(body.jaxpr.invars, [self._subset(c, active) for c in body_consts] + sub))
+                inner = dict(zip(body.jaxpr.constvars, [_const(c) for c in body.consts], strict=True))
+                inner.update(zip(body.jaxpr.invars, [self._subset(c, active) for c in body_consts] + sub, strict=True))
                 self.run(body.jaxpr, inner, lane_ids[active], in_loop=True)
                 return [None] * len(eqn.outvars)
             go = np.broadcast_to(go.v, (len(active),)).astype(bool)
@@ -718,11 +724,13 @@ class KernelReplay:
                 return carry_lanes
             before = self._snapshot()
             sub = [self._subset(c, active) for c in carry_lanes]
-            inner = dict(zip(body.jaxpr.constvars, [_const(c) for c in body.consts]))
-            inner.update(zip(body.jaxpr.invars, [self._subset(c, active) for c in body_consts] + sub))
+            inner = dict(zip(body.jaxpr.constvars, [_const(c) for c in body.consts], strict=True))
+            inner.update(zip(body.jaxpr.invars, [self._subset(c, active) for c in body_consts] + sub, strict=True))
             self.run(body.jaxpr, inner, lane_ids[active], in_loop=True)
             new = [self._read(inner, v) for v in body.jaxpr.outvars]
-            carry_lanes = [self._merge(old, upd, active, len(lane_ids)) for old, upd in zip(carry_lanes, new)]
+            carry_lanes = [
+                self._merge(old, upd, active, len(lane_ids)) for old, upd in zip(carry_lanes, new, strict=True)
+            ]
             diffs.append(self._diff(before))
         # Still running after max_trips: extrapolate a counted loop (i < n, i += 1), else stop counting here.
         remaining = _remaining_trips(cond, body, carry_lanes, len(lane_ids), self, active)

@@ -168,10 +168,12 @@ class Summary(BaseModel):
     workload_sha256: dict[str, str] = Field(default_factory=dict, description="workload -> module content hash")
 
     def summary(self) -> str:
-        pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+        def pct(x):
+            return f"{100 * x:.1f}%"
+
         lines = [
-            f"{self.run_dir}: {self.attempts} attempts at {self.workloads_attempted} of {self.workloads_total} workloads "
-            f"(tier {self.tier}, target {self.target or 'none'}, speeds: {self.speed_kind})"
+            f"{self.run_dir}: {self.attempts} attempts at {self.workloads_attempted} of {self.workloads_total} "
+            f"workloads (tier {self.tier}, target {self.target or 'none'}, speeds: {self.speed_kind})"
             + (" -- INTERRUPTED, partial" if self.interrupted else ""),
             f"compiled {pct(self.compile_rate)} of attempts; correct {pct(self.correct_rate_attempted)} of attempted "
             f"workloads, {pct(self.correct_rate_all)} of all {self.workloads_total}",
@@ -364,32 +366,32 @@ def score(bench, workload_id: str, source: str, target: str | None, cancel: thre
         else verdict.status not in ("invalid_kernel", "lowering_error", "compile_error")
     )
     correct = verdict.status == "correct"
-    return dict(
-        workload_id=workload_id,
-        status=verdict.status,
-        error_class=verdict.error_class,
-        message=verdict.message[:500],
-        compiled=compiled and verdict.status != "server_error",
-        correctness=Correctness(
+    return {
+        "workload_id": workload_id,
+        "status": verdict.status,
+        "error_class": verdict.error_class,
+        "message": verdict.message[:500],
+        "compiled": compiled and verdict.status != "server_error",
+        "correctness": Correctness(
             correct=correct,
             max_diff=worst,
             tolerance=min((s.tolerance for s in run_seeds), default=None),
             jaxbench_allclose=verdict.jaxbench_compatible,
         ),
-        timings=Timings(
+        "timings": Timings(
             kernel_us=entry.candidate_us if entry and correct else None,
             baseline_us=entry.xla_baseline_us if entry and correct else None,
             pallas_reference_us=entry.expert_us if entry and correct else None,
             method=profile.kind,
         ),
-        speedup_vs_baseline=entry.speedup_vs_xla if entry and correct else None,
-        speedup_vs_pallas=entry.speedup_vs_expert if entry and correct else None,
-        roofline_pct=entry.roofline_pct if entry and correct else None,
-        target=target,
-        tier=profile.tier,
-        estimate_kind=profile.kind,
-        attempt_id=profile.attempt_id,
-    )
+        "speedup_vs_baseline": entry.speedup_vs_xla if entry and correct else None,
+        "speedup_vs_pallas": entry.speedup_vs_expert if entry and correct else None,
+        "roofline_pct": entry.roofline_pct if entry and correct else None,
+        "target": target,
+        "tier": profile.tier,
+        "estimate_kind": profile.kind,
+        "attempt_id": profile.attempt_id,
+    }
 
 
 def evaluate(
@@ -538,7 +540,9 @@ def summarize(
             "geomean": "geometric mean of speedup vs XLA over workloads whose best attempt is correct",
             "peak_fraction": "roofline / time in percent (the workload's FLOPs at peak and its input+output bytes at "
             "HBM bandwidth): read first; over 100% means fewer FLOPs than nominal or missed work",
-            "clipped_geomean": "MaxKernel: geometric mean over all attempted workloads of max(1, speedup); failures count as 1x",
+            "clipped_geomean": (
+                "MaxKernel: geometric mean over all attempted workloads of max(1, speedup); failures count as 1x"
+            ),
             "compile_rate": "share of attempts that loaded, traced, lowered and compiled for every target",
             "per_sample_correctness": "JAXBench's: correct attempts / all attempts",
             "solved_sample_rate": "samples (trajectories) with at least one correct attempt / all samples",
@@ -621,19 +625,19 @@ def sample_metrics(results: list[AttemptResult]) -> dict:
     if len(models) > 1:
         raise CampaignError(f"attempts by different models ({', '.join(sorted(models))}) in one run: split the run")
     provenance = next((r.provenance for r in results if r.provenance), {})
-    return dict(
-        samples=len(samples),
-        per_sample_correctness=sum(r.correctness.correct for r in results) / len(results) if results else 0.0,
-        solved_sample_rate=sum(sum(x) for x in per_workload.values()) / len(samples) if samples else 0.0,
-        pass_at_k=pass_k,
-        pass_at_k_workloads=pass_k_workloads,
-        checks_to_first_correct=_spread(checks),
-        turns_to_first_correct=_spread(turns),
-        model=next(iter(models), None),
-        context=next(iter(contexts), UNRECORDED),
-        provenance=provenance,
-        workload_sha256={r.workload_id: r.workload_sha256 for r in results if r.workload_sha256},
-    )
+    return {
+        "samples": len(samples),
+        "per_sample_correctness": sum(r.correctness.correct for r in results) / len(results) if results else 0.0,
+        "solved_sample_rate": sum(sum(x) for x in per_workload.values()) / len(samples) if samples else 0.0,
+        "pass_at_k": pass_k,
+        "pass_at_k_workloads": pass_k_workloads,
+        "checks_to_first_correct": _spread(checks),
+        "turns_to_first_correct": _spread(turns),
+        "model": next(iter(models), None),
+        "context": next(iter(contexts), UNRECORDED),
+        "provenance": provenance,
+        "workload_sha256": {r.workload_id: r.workload_sha256 for r in results if r.workload_sha256},
+    }
 
 
 def load(run_dir: Path | str) -> tuple[list[AttemptResult], Summary]:

@@ -23,8 +23,8 @@ JAXBENCH_COMMIT = "81be73a3ca33418f8e2a774d06a90298c5973917"
 
 # The correctness rule of jaxbench_mcp.checking, in words (its factor is checking/truth's TOLERANCE_FACTOR).
 TOLERANCE_RULE = (
-    "per hidden seed, max |candidate - truth| <= max(2 x max |native-dtype baseline - truth|, eps(dtype) x max |truth|);"
-    " truth one precision above the output (float32 for bf16, float64 for float32)"
+    "per hidden seed, max |candidate - truth| <= max(2 x max |native-dtype baseline - truth|, "
+    "eps(dtype) x max |truth|); truth one precision above the output (float32 for bf16, float64 for float32)"
 )
 
 
@@ -33,7 +33,7 @@ def workload_hash(workload_id: str) -> str:
     return _hash_of(workloads.get_workload(workload_id).path.as_posix())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hash_of(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()[:16]

@@ -101,6 +101,25 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
 
+# The page's style sheet and the attempts table's header row, kept out of the page template for its line length.
+_STYLE = (
+    "body{font:14px system-ui,sans-serif;margin:2em;max-width:1100px} table{border-collapse:collapse;font-size:12px}\n"
+    "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left} pre{background:#f6f6f6;padding:1em} "
+    "img{max-width:100%}"
+)
+_ATTEMPT_COLUMNS = (
+    "attempt",
+    "workload",
+    "status",
+    "error class",
+    "max diff",
+    "peak fraction (share of roofline)",
+    "vs XLA",
+    "vs expert",
+    "message",
+)
+
+
 def write_report(run_dir: Path | str) -> Path:
     """RUN_DIR/report.html (charts inline) and RUN_DIR/speedup.png, from results.json and summary.json."""
     run_dir = Path(run_dir)
@@ -126,10 +145,11 @@ def write_report(run_dir: Path | str) -> Path:
         + "</tr>"
         for r in results
     )
+    header = "".join(f"<th>{name}</th>" for name in _ATTEMPT_COLUMNS)
+    conventions = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in summary.conventions.items())
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>jaxbench campaign: {html.escape(summary.run_dir)}</title>
-<style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:1100px}} table{{border-collapse:collapse;font-size:12px}}
-td,th{{border:1px solid #ccc;padding:3px 6px;text-align:left}} pre{{background:#f6f6f6;padding:1em}} img{{max-width:100%}}</style>
+<style>{_STYLE}</style>
 </head><body>
 <h1>Campaign {html.escape(summary.run_dir)}</h1>
 <pre>{html.escape(summary.summary())}</pre>
@@ -137,9 +157,9 @@ td,th{{border:1px solid #ccc;padding:3px 6px;text-align:left}} pre{{background:#
 {_img(status_chart(summary), "verdict counts")}
 {_img(fast_p_chart(results, summary), "fast_p curve")}
 <h2>Attempts</h2>
-<table><tr><th>attempt</th><th>workload</th><th>status</th><th>error class</th><th>max diff</th><th>peak fraction (share of roofline)</th><th>vs XLA</th><th>vs expert</th><th>message</th></tr>
+<table><tr>{header}</tr>
 {rows}</table>
-<h2>Conventions</h2><ul>{"".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in summary.conventions.items())}</ul>
+<h2>Conventions</h2><ul>{conventions}</ul>
 </body></html>
 """
     path = run_dir / campaign.REPORT_FILE
@@ -180,7 +200,8 @@ def compare(run_a: Path | str, run_b: Path | str, chart: Path | str | None = Non
     lines.append(
         f"correct: A {summary_a.correct_rate_attempted:.1%} of {summary_a.workloads_attempted}, "
         f"B {summary_b.correct_rate_attempted:.1%} of {summary_b.workloads_attempted}; geomean vs XLA over solved: "
-        f"A {campaign._x(summary_a.geomean_speedup_vs_xla_solved)}, B {campaign._x(summary_b.geomean_speedup_vs_xla_solved)}"
+        f"A {campaign._x(summary_a.geomean_speedup_vs_xla_solved)}, "
+        f"B {campaign._x(summary_b.geomean_speedup_vs_xla_solved)}"
     )
     lines += condition_effect(summary_a, summary_b)
     if chart is not None:

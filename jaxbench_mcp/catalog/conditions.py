@@ -14,7 +14,7 @@ and the attempts store are the same code in both conditions; every result record
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -23,8 +23,6 @@ from jaxbench_mcp.errors import AgentError
 CONTEXTS = ("docs", "none")
 Context = Literal["docs", "none"]
 DEFAULT_CONTEXT: Context = "docs"
-
-M = TypeVar("M", bound=BaseModel)
 
 
 class UnknownContext(AgentError, ValueError):
@@ -96,7 +94,7 @@ def _strip(value: Any, name: str | None) -> Any:
     return value
 
 
-def _strip_model(model: BaseModel) -> BaseModel:
+def _strip_model[M: BaseModel](model: M) -> M:
     update: dict[str, Any] = {}
     for name in type(model).model_fields:
         value = getattr(model, name)
@@ -106,13 +104,13 @@ def _strip_model(model: BaseModel) -> BaseModel:
     return model.model_copy(update=update)
 
 
-def strip_docs(model: M) -> M:
+def strip_docs[M: BaseModel](model: M) -> M:
     """A copy of a result model for the `none` condition: doc lists emptied, doc pointers cut from its texts.
     Everything else (errors, numbers) is unchanged."""
-    return _strip_model(model)  # type: ignore[return-value]
+    return _strip_model(model)
 
 
-def for_context(model: M, context: Context) -> M:
+def for_context[M: BaseModel](model: M, context: Context) -> M:
     """The model as a server in `context` returns it. A result keeps the `context` it was checked in (an
     attempt listed later by a server in the other condition says so)."""
     return strip_docs(model) if context == "none" else model

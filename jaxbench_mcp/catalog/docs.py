@@ -440,8 +440,7 @@ def _read_topic(topic_id: str, page: int, page_chars: int) -> DocsPage:
     units: list[tuple[_Section | None, str, str | None]] = []
     budget = page_chars - 200
     if topic.intro:
-        for chunk in _split_text(topic.intro, budget):
-            units.append((None, chunk, None))
+        units.extend((None, chunk, None) for chunk in _split_text(topic.intro, budget))
     for s in topic.sections:
         chunks = _split_text(s.text, budget)
         for k, chunk in enumerate(chunks, 1):
@@ -548,9 +547,7 @@ def tokenize(text: str) -> list[str]:
             continue
         out.append(_norm(tok))
         if "." in tok or "_" in tok:
-            for part in re.split(r"[._]+", tok):
-                if len(part) > 1 and part not in _STOP:
-                    out.append(_norm(part))
+            out.extend(_norm(part) for part in re.split(r"[._]+", tok) if len(part) > 1 and part not in _STOP)
     return out
 
 
@@ -671,8 +668,7 @@ def search(query: str, topic: str | None = None, page: int = 1, page_chars: int 
     rendered = [h.summary() for h in hits]
     groups: list[list[int]] = []
     for group in _pack(rendered, page_chars - 400):
-        for k in range(0, len(group), HITS_PER_PAGE):
-            groups.append(group[k : k + HITS_PER_PAGE])
+        groups.extend(group[k : k + HITS_PER_PAGE] for k in range(0, len(group), HITS_PER_PAGE))
     _check_page(page, len(groups))
     chosen = [hits[i] for i in groups[page - 1]]
     head = f"{len(hits)} sections match {query!r}{scope}; best first. Read one with read_docs(topic='<ref>')."

@@ -188,18 +188,22 @@ def _exec_copy(path: Path, tag: str, overrides: dict[str, Any], config_dict: str
     return module
 
 
+def _int_entries(d: dict[str, Any]) -> dict[str, int]:
+    """The entries of `d` whose values are ints (bools are not sizes)."""
+    return {k: v for k, v in d.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
 def _size_params(module: types.ModuleType, kind: str) -> tuple[dict[str, int], str | None]:
     """The integer size parameters the input function reads, and the dict they live in (None: module level)."""
     config = getattr(module, "CONFIG", None)
-    ints = lambda d: {k: v for k, v in d.items() if isinstance(v, int) and not isinstance(v, bool)}  # noqa: E731
     if kind == BASELINE:
         if not isinstance(config, dict):
             raise _Fail("CONFIG", "baseline.py defines no CONFIG dict")
-        return ints(config), "CONFIG"
+        return _int_entries(config), "CONFIG"
     read = set(module.get_inputs.__code__.co_names)
     if "CONFIG" in read and isinstance(config, dict):
-        return ints(config), "CONFIG"
-    return ints({k: v for k, v in vars(module).items() if k in read and not k.startswith("_")}), None
+        return _int_entries(config), "CONFIG"
+    return _int_entries({k: v for k, v in vars(module).items() if k in read and not k.startswith("_")}), None
 
 
 def _overrides(folder: Path) -> dict[str, Any]:
@@ -237,29 +241,23 @@ def adapt(path: Path, kind: str) -> types.ModuleType:
         raise WorkloadDefinitionError(source, exc.field, exc.problem) from exc
 
 
-def _adapt(source: Path, kind: str) -> types.ModuleType:
-    folder = source.parent
-    overrides = _overrides(folder)
-    base = _exec_copy(source, "probe", {}, None)
-    fn_name = "computation" if kind == MAXKERNEL else "workload"
-    inputs_name = "get_inputs" if kind == MAXKERNEL else "create_inputs"
-    for name in (fn_name, inputs_name):
-        if not callable(getattr(base, name, None)):
-            raise _Fail(name, f"{source.name} defines no function `{name}`")
-    params, config_dict = _size_params(base, kind)
-    task: dict[str, Any] = {}
-    if kind == MAXKERNEL:
-        try:
-            import yaml
-        except ImportError as exc:  # pragma: no cover - a dependency
-            raise _Fail("kernel_task.yaml", "reading it needs PyYAML (pip install pyyaml)") from exc
-        try:
-            task = yaml.safe_load((folder / "kernel_task.yaml").read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise _Fail("kernel_task.yaml", f"is not valid YAML: {exc}") from exc
-        if not isinstance(task, dict):
-            raise _Fail("kernel_task.yaml", "must hold a mapping (task_id, description, atol, rtol, ...)")
+def _read_task(folder: Path) -> dict[str, Any]:
+    """A MaxKernel task's kernel_task.yaml, as a mapping."""
+    try:
+        import yaml
+    except ImportError as exc:  # pragma: no cover - a dependency
+        raise _Fail("kernel_task.yaml", "reading it needs PyYAML (pip install pyyaml)") from exc
+    try:
+        task = yaml.safe_load((folder / "kernel_task.yaml").read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise _Fail("kernel_task.yaml", f"is not valid YAML: {exc}") from exc
+    if not isinstance(task, dict):
+        raise _Fail("kernel_task.yaml", "must hold a mapping (task_id, description, atol, rtol, ...)")
+    return task
 
+
+def _small_size(overrides: dict[str, Any], params: dict[str, int]) -> tuple[dict[str, Any], str]:
+    """The small size's parameters (the overrides file's, the rest derived) and the rule that says how."""
     small_set = overrides.get("small", {})
     if not isinstance(small_set, dict) or not set(small_set) <= set(params):
         unknown = sorted(set(small_set) - set(params)) if isinstance(small_set, dict) else small_set
@@ -279,6 +277,35 @@ def _adapt(source: Path, kind: str) -> types.ModuleType:
         )
     else:
         rule = "the file's shapes are literals (no size parameters): the small size is the full size"
+    return small, rule
+
+
+def _arg_names(fn: Any, total: int) -> list[str]:
+    """The input names: the reference function's parameters when they are `total` plain ones, else arg0, arg1..."""
+    try:
+        arg_names = [p for p in inspect.signature(fn).parameters if p not in ("self",)]
+    except (TypeError, ValueError):
+        arg_names = []
+    if len(arg_names) != total or any(
+        p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        for p in inspect.signature(fn).parameters.values()
+    ):
+        arg_names = [f"arg{i}" for i in range(total)]
+    return arg_names
+
+
+def _adapt(source: Path, kind: str) -> types.ModuleType:
+    folder = source.parent
+    overrides = _overrides(folder)
+    base = _exec_copy(source, "probe", {}, None)
+    fn_name = "computation" if kind == MAXKERNEL else "workload"
+    inputs_name = "get_inputs" if kind == MAXKERNEL else "create_inputs"
+    for name in (fn_name, inputs_name):
+        if not callable(getattr(base, name, None)):
+            raise _Fail(name, f"{source.name} defines no function `{name}`")
+    params, config_dict = _size_params(base, kind)
+    task = _read_task(folder) if kind == MAXKERNEL else {}
+    small, rule = _small_size(overrides, params)
 
     copies: dict[tuple, types.ModuleType] = {}
 
@@ -319,7 +346,7 @@ def _adapt(source: Path, kind: str) -> types.ModuleType:
         raise _Fail(inputs_name, f"does not run: {type(exc).__name__}: {exc}") from exc
     sizes_bytes = [sum(int(a.size) * a.dtype.itemsize for a in cfg) for cfg in full_shapes]
     full_index = max(range(len(full_shapes)), key=sizes_bytes.__getitem__)
-    counts = {(len(d), len(s)) for d, s in zip(full_shapes, statics)}
+    counts = {(len(d), len(s)) for d, s in zip(full_shapes, statics, strict=True)}
     if len(counts) != 1:
         raise _Fail(inputs_name, f"the configurations differ in their number of (dynamic, static) args: {counts}")
     n_dynamic, n_static = counts.pop()
@@ -353,17 +380,8 @@ def _adapt(source: Path, kind: str) -> types.ModuleType:
             values = next((v for sig, v in signature_to_values.items() if tuple(s[0] for s in sig) == shapes), params)
         return getattr(copy_for(values), fn_name)(*inputs)
 
-    fn = getattr(base, fn_name)
-    try:
-        arg_names = [p for p in inspect.signature(fn).parameters if p not in ("self",)]
-    except (TypeError, ValueError):
-        arg_names = []
     total = n_dynamic + n_static
-    if len(arg_names) != total or any(
-        p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-        for p in inspect.signature(fn).parameters.values()
-    ):
-        arg_names = [f"arg{i}" for i in range(total)]
+    arg_names = _arg_names(getattr(base, fn_name), total)
 
     adapted = types.ModuleType(f"jaxbench_imported_view.{_identifier(folder.name)}")
     config = getattr(base, "CONFIG", {}) if isinstance(getattr(base, "CONFIG", None), dict) else {}

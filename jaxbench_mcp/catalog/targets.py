@@ -13,9 +13,10 @@ import glob
 import importlib.metadata
 import importlib.util
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from jaxbench_mcp.errors import AgentError
 
@@ -77,7 +78,7 @@ class ChipFacts:
     num_cores: int
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def chip_facts(generation: str) -> ChipFacts:
     from jax.experimental.pallas import tpu as pltpu
 
@@ -95,7 +96,7 @@ def chip_facts(generation: str) -> ChipFacts:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cores_per_device(generation: str) -> int:
     """TensorCores one jax device of `generation` drives (jax's table): both of a megacore chip's (v4, v5p), whose
     device splits a kernel's "parallel" grid steps, and a TensorCore mesh, across its cores; 1 elsewhere (7x
@@ -165,7 +166,7 @@ def compile_targets(tier: Tier) -> list[str]:
 # ---- deviceless compile -----------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _topology_device(generation: str):
     from jax.experimental import topologies
 

@@ -283,7 +283,7 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
         )
 
     caught, passed = [], []
-    for k, (x, truth) in enumerate(zip(inputs, truths)):
+    for k, (x, truth) in enumerate(zip(inputs, truths, strict=True)):
         for name, cand in _degenerate_candidates(w, x, truth).items():
             _, error, _ = compare(cand, truth.dtype, truth, k)
             (passed if error is None else caught).append(name)
@@ -335,7 +335,10 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
         atol, rtol = tol.get("atol"), tol.get("rtol")
         scale = float(np.max(np.abs(t.truth), initial=0.0))
         if isinstance(atol, (int, float)) and isinstance(rtol, (int, float)):
-            theirs = f"allclose(atol={atol}, rtol={rtol}): up to {atol + rtol * scale:.3g} at the output's largest magnitude {scale:.3g}"
+            theirs = (
+                f"allclose(atol={atol}, rtol={rtol}): up to {atol + rtol * scale:.3g} "
+                f"at the output's largest magnitude {scale:.3g}"
+            )
         else:
             theirs = ", ".join(f"{k}={v}" for k, v in tol.items() if k != "source") or "none set"
         steps.append(

@@ -36,16 +36,17 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib.util
 import hashlib
+import importlib.util
 import inspect
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, NoReturn
 
 from jaxbench_mcp.catalog.assets import asset_dir
 from jaxbench_mcp.errors import AgentError, BadRequest, WorkloadDefinitionError
@@ -186,7 +187,7 @@ def _arrays_of_inputs(w: Workload, params: dict, seed, static_values: dict[int, 
     return [x for i, x in enumerate(inputs) if i not in w.static_argnums]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted_create_inputs(workload_id: str, size: str) -> Callable[[int], tuple]:
     """create_inputs as one compiled program for every seed: eager jax.random compiles op by op."""
     import jax
@@ -209,7 +210,7 @@ def _tensor_spec(x) -> TensorSpec:
     return TensorSpec(tuple(int(d) for d in x.shape), str(x.dtype))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _input_specs_cached(workload_id: str, size: str) -> tuple[ArgSpec, ...]:
     return _compute_input_specs(get_workload(workload_id), size)
 
@@ -235,7 +236,7 @@ def _input_specs(w: Workload, size: str) -> list[ArgSpec]:
     return list(_input_specs_cached(w.id, size))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _output_specs_cached(workload_id: str, size: str) -> tuple[TensorSpec, ...]:
     w = get_workload(workload_id)
     return _compute_output_specs(w, abstract_inputs(w, size))
@@ -259,7 +260,7 @@ def _output_specs(w: Workload, size: str) -> list[TensorSpec]:
     return list(_output_specs_cached(w.id, size))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _xla_flops(workload_id: str, size: str) -> int:
     """FLOPs of the reference as XLA's HLO cost analysis counts them (lowered only: nothing is allocated)."""
     import jax
@@ -353,7 +354,7 @@ def _load_module(path: Path, package: str = "jaxbench_workloads") -> ModuleType:
 
 
 def _validate(path: Path, module: ModuleType, custom: bool = False, number: int = 0) -> Workload:
-    def fail(field: str, problem: str):
+    def fail(field: str, problem: str) -> NoReturn:
         raise WorkloadDefinitionError(path, field, problem)
 
     for field_, kind in _REQUIRED.items():
@@ -383,33 +384,7 @@ def _validate(path: Path, module: ModuleType, custom: bool = False, number: int 
         fail("DESCRIPTION", "empty")
 
     sizes = module.SIZES
-    missing_sizes = [k for k in SIZE_NAMES if k not in sizes]
-    if missing_sizes:
-        fail("SIZES", f"needs the keys {SIZE_NAMES} (more named configurations may follow), lacks {missing_sizes}")
-    for name, params in sizes.items():
-        if not isinstance(name, str) or not _CONFIG_NAME.match(name) or name == "all":
-            fail(
-                "SIZES",
-                f"{name!r} is not a configuration name: lowercase letters, digits and '_', a letter first, at "
-                "most 32 characters, and not 'all'",
-            )
-        if not isinstance(params, dict):
-            fail(f"SIZES[{name!r}]", f"must be a dict of size parameters, got {type(params).__name__}")
-        if set(params) != set(sizes["full"]):
-            fail(
-                f"SIZES[{name!r}]", f"must have the parameters of 'full' {sorted(sizes['full'])}, has {sorted(params)}"
-            )
-    for fn in ("create_inputs", "flops"):
-        if not callable(getattr(module, fn, None)):
-            continue
-        params = inspect.signature(getattr(module, fn)).parameters
-        accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        missing = [k for k in sizes["full"] if k not in params and not accepts_any]
-        if missing:
-            fail(fn, f"does not accept the size parameters {missing}")
-    create_params = inspect.signature(module.create_inputs).parameters
-    if "seed" not in create_params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in create_params.values()):
-        fail("create_inputs", "must take a keyword argument `seed`")
+    _validate_sizes(module, sizes, fail)
 
     static = tuple(getattr(module, "STATIC_ARGNUMS", ()))
     if any(not 0 <= i < len(module.INPUT_NAMES) for i in static):
@@ -441,6 +416,38 @@ def _validate(path: Path, module: ModuleType, custom: bool = False, number: int 
         size_rule=str(getattr(module, "SIZE_RULE", "")),
         jit_inputs=bool(getattr(module, "JIT_INPUTS", True)),
     )
+
+
+def _validate_sizes(module: ModuleType, sizes: dict, fail: Callable[[str, str], NoReturn]) -> None:
+    """SIZES has `full` and `small` (and maybe more configurations), each with the parameters of `full`, and
+    create_inputs (which takes a `seed`) and flops accept those parameters."""
+    missing_sizes = [k for k in SIZE_NAMES if k not in sizes]
+    if missing_sizes:
+        fail("SIZES", f"needs the keys {SIZE_NAMES} (more named configurations may follow), lacks {missing_sizes}")
+    for name, params in sizes.items():
+        if not isinstance(name, str) or not _CONFIG_NAME.match(name) or name == "all":
+            fail(
+                "SIZES",
+                f"{name!r} is not a configuration name: lowercase letters, digits and '_', a letter first, at "
+                "most 32 characters, and not 'all'",
+            )
+        if not isinstance(params, dict):
+            fail(f"SIZES[{name!r}]", f"must be a dict of size parameters, got {type(params).__name__}")
+        if set(params) != set(sizes["full"]):
+            fail(
+                f"SIZES[{name!r}]", f"must have the parameters of 'full' {sorted(sizes['full'])}, has {sorted(params)}"
+            )
+    for fn in ("create_inputs", "flops"):
+        if not callable(getattr(module, fn, None)):
+            continue
+        params = inspect.signature(getattr(module, fn)).parameters
+        accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        missing = [k for k in sizes["full"] if k not in params and not accepts_any]
+        if missing:
+            fail(fn, f"does not accept the size parameters {missing}")
+    create_params = inspect.signature(module.create_inputs).parameters
+    if "seed" not in create_params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in create_params.values()):
+        fail("create_inputs", "must take a keyword argument `seed`")
 
 
 def _trace_check(w: Workload) -> None:
@@ -616,6 +623,9 @@ def keeps_divisibility(full: int, small: int, cap: int = 2048) -> bool:
         return False
     if full_pow2:
         return True
-    twos = lambda n: (n & -n).bit_length() - 1  # the exponent of 2 in n
+
+    def twos(n):
+        return (n & -n).bit_length() - 1  # the exponent of 2 in n
+
     limit = cap.bit_length() - 1
     return min(twos(full), limit) == min(twos(small), limit)

@@ -80,7 +80,8 @@ def compare(
             report,
             ErrorClass.WRONG_VALUES,
             (
-                f"max |candidate - truth| = {max_abs:.4g} at {report.worst_index} (candidate {report.worst_candidate:.5g}, "
+                f"max |candidate - truth| = {max_abs:.4g} at {report.worst_index} "
+                f"(candidate {report.worst_candidate:.5g}, "
                 f"truth {report.worst_truth:.5g}); allowed {t.tolerance:.3g}, which is {TOLERANCE_FACTOR:g}x the "
                 f"native-dtype baseline's own error {t.baseline_error:.3g}"
             ),

@@ -17,18 +17,18 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
 
 def decisive_lines(text: str) -> str:
     """The candidate's own frames and the final exception lines, not the whole traceback."""
-    lines = [l for l in text.strip().splitlines() if l.strip()]
+    lines = [line for line in text.strip().splitlines() if line.strip()]
     own = []
     for i, line in enumerate(lines):
         m = _FRAME.match(line)
         if m and m.group(1).endswith("candidate.py"):
             code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) else ""
             own.append(f"candidate.py line {m.group(2)}, in {m.group(3)}: {code}")
-    tail_start = max((i for i, l in enumerate(lines) if _FRAME.match(l)), default=-1) + 1
-    tail = [l for l in lines[tail_start:] if not l.startswith(("    ", "  File", "Traceback", "---", "The above"))]
-    tail = [l for l in tail if not tracebacks.is_jax_noise(l)]
+    tail_start = max((i for i, line in enumerate(lines) if _FRAME.match(line)), default=-1) + 1
+    noise = ("    ", "  File", "Traceback", "---", "The above")
+    tail = [line for line in lines[tail_start:] if not line.startswith(noise) and not tracebacks.is_jax_noise(line)]
     picked = own[-2:] + (tail or lines[-3:])
-    return "\n".join(l[:400] for l in picked[:_MESSAGE_LINES])
+    return "\n".join(line[:400] for line in picked[:_MESSAGE_LINES])
 
 
 def compile_error_line(text: str) -> str | None:

@@ -8,7 +8,7 @@ def first_difference(a: list[str], b: list[str], labels=("small size", "full siz
     """Where two outlines (program_structure) first differ: None when equal, else
     {"position": i, "a": token or None (ended), "b": ..., "a_context": [...], "b_context": [...],
      "text": one line naming both sides}. The contexts hold up to 2 tokens before and 3 from i."""
-    i = next((k for k, (x, y) in enumerate(zip(a, b)) if not _same_step(x, y)), min(len(a), len(b)))
+    i = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if not _same_step(x, y)), min(len(a), len(b)))
     if i == len(a) == len(b):
         return None
 
@@ -97,9 +97,9 @@ def judge_work_share(share: dict, workload_flops: float | None = None, workload_
 
     The dominant work is the FLOPs of a compute-bound workload (COMPUTE_BOUND_INTENSITY FLOPs per byte or more:
     GEMM, convolution, attention, MoE, SSM families) and the HBM bytes of a memory-bound one (norms, elementwise
-    chains), whose kernels may instead do its FLOPs. Unless the work outside the kernels is small (under SUBSTANTIAL_OUTSIDE of the workload's dominant
-    work), the kernels must do at least DOMINANT_SHARE (a quarter) of the program's dominant work. Outside work that
-    cannot be counted fails: an unknown is never a pass.
+    chains), whose kernels may instead do its FLOPs. Unless the work outside the kernels is small (under
+    SUBSTANTIAL_OUTSIDE of the workload's dominant work), the kernels must do at least DOMINANT_SHARE (a quarter)
+    of the program's dominant work. Outside work that cannot be counted fails: an unknown is never a pass.
     """
     intensity = workload_flops / workload_bytes if workload_flops and workload_bytes else None
     dominant = "flops" if intensity is None or intensity >= COMPUTE_BOUND_INTENSITY else "bytes"

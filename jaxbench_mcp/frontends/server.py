@@ -56,8 +56,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from jaxbench_mcp import __version__, api, store
-from jaxbench_mcp.catalog import conditions, docs, workloads
-from jaxbench_mcp.catalog import targets as tpu_targets
+from jaxbench_mcp.catalog import conditions, docs, targets as tpu_targets, workloads
 from jaxbench_mcp.errors import AgentError
 from jaxbench_mcp.models import (
     AttemptList,
@@ -86,9 +85,14 @@ Tier = Literal[workloads.TIERS]  # type: ignore[valid-type]
 Size = Literal[workloads.SIZE_NAMES]  # type: ignore[valid-type]
 Target = Literal[tpu_targets.GENERATIONS]  # type: ignore[valid-type]
 
-_READ_ONLY = dict(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+_READ_ONLY = {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": True, "open_world_hint": False}
 # A check or profile records an attempt (so it is not read-only or idempotent) but changes nothing else.
-_RECORDS_ATTEMPT = dict(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+_RECORDS_ATTEMPT = {
+    "read_only_hint": False,
+    "destructive_hint": False,
+    "idempotent_hint": False,
+    "open_world_hint": False,
+}
 
 
 def _agent_message(exc: Exception) -> str:
@@ -315,7 +319,7 @@ async def _prompt_errors(ctx, call_next):
 # ---- the server -----------------------------------------------------------------------------------
 
 
-def build_server(bench: api.JaxBench, show_expert_source: bool = False, context: str | None = None) -> MCPServer:
+def build_server(bench: api.JaxBench, show_expert_source: bool = False, context: str | None = None) -> MCPServer:  # noqa: C901 - one nested function per MCP tool
     """The MCP server; `show_expert_source` lets get_workload return the expert kernel's code (hidden by
     default, as in JAXBench, so that agents write their own). `context` is the docs ablation's condition
     (default: the bench's): 'none' serves no docs and strips every doc pointer from results
@@ -347,7 +351,7 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
 
     @mcp.tool(title="Server info", annotations=ToolAnnotations(title="Server info", **_READ_ONLY))
     def server_info() -> Annotated[CallToolResult, ServerInfo]:
-        """Which tier this host offers (TPU / CPU with libtpu / plain CPU), versions, compile targets and the check queue."""
+        """Which tier this host offers (TPU / CPU with libtpu / plain CPU), versions, compile targets and the check queue."""  # noqa: E501 - a tool description is one line
         return _result(bench.server_info())
 
     @mcp.tool(title="List workloads", annotations=ToolAnnotations(title="List workloads", **_READ_ONLY))
@@ -373,7 +377,7 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
             Size, Field(description="'small' (what CPU checks run) or 'full' (production shapes)")
         ] = "small",
     ) -> Annotated[CallToolResult, WorkloadSpec]:
-        """What a workload must compute: math, inputs and output with shapes and dtypes, FLOPs, roofline bounds, reference code."""
+        """What a workload must compute: math, inputs and output with shapes and dtypes, FLOPs, roofline bounds, reference code."""  # noqa: E501 - a tool description is one line
         try:
             return _result(api.get_workload(workload_id, size, show_expert_source))
         except AgentError as exc:
@@ -510,8 +514,8 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
             int, Field(ge=1, le=200, description="How many recent attempts to list (without attempt_id)")
         ] = 20,
     ) -> Annotated[CallToolResult, AttemptList]:
-        """Earlier checks and profiles, newest first; with attempt_id, that attempt's verdict (and profile) and log (also how a
-        long check or profile is collected)."""
+        """Earlier checks and profiles, newest first; with attempt_id, that attempt's verdict (and profile) and log
+        (also how a long check or profile is collected)."""
         try:
             return _result(bench.list_attempts(workload_id, attempt_id, limit))
         except AgentError as exc:
@@ -592,10 +596,12 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
             logger.info("prompts/get 'optimize_workload': %s", message)
             raise MCPError(code=INVALID_PARAMS, message=message) from exc
         steps = [
-            f"Call get_workload('{w.id}', size='full') and get_workload('{w.id}', size='small'): the contract and shapes.",
+            f"Call get_workload('{w.id}', size='full') and get_workload('{w.id}', size='small'): "
+            "the contract and shapes.",
             *(
                 [
-                    f"Call read_docs(workload_id='{w.id}') and read what it returns; search read_docs(query=...) when stuck."
+                    f"Call read_docs(workload_id='{w.id}') and read what it returns; "
+                    "search read_docs(query=...) when stuck."
                 ]
                 if condition == "docs"
                 else []

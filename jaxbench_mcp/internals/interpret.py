@@ -43,8 +43,7 @@ class UnsupportedRefView(NotImplementedError):
 
 def install() -> None:
     """Extend jax's TPU interpreter in this process (idempotent)."""
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
-    from jax._src.pallas.mosaic.interpret import utils as interpret_utils
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc, utils as interpret_utils
 
     with _LOCK:
         if getattr(ipc.get, _MARK, False):
@@ -204,7 +203,7 @@ def _index(value: np.ndarray, indexer) -> np.ndarray:
     if len(indexer.indices) != value.ndim:
         raise ValueError(f"indexer of rank {len(indexer.indices)} on a ref view of shape {value.shape}")
     key = []
-    for dim, idx in zip(value.shape, indexer.indices):
+    for dim, idx in zip(value.shape, indexer.indices, strict=True):
         if isinstance(idx, Slice):
             start, size, stride = int(idx.start), int(idx.size), int(idx.stride)
             if start < 0 or (size > 0 and start + (size - 1) * stride >= dim):
@@ -213,8 +212,10 @@ def _index(value: np.ndarray, indexer) -> np.ndarray:
         else:
             try:
                 i = int(idx)
-            except TypeError:
-                raise UnsupportedRefView("advanced (array) indexing of a reshaped or bitcast ref is not supported")
+            except TypeError as exc:
+                raise UnsupportedRefView(
+                    "advanced (array) indexing of a reshaped or bitcast ref is not supported"
+                ) from exc
             if not 0 <= i < dim:
                 raise IndexError(f"out-of-bounds read of a ref view of shape {value.shape}: {indexer.indices}")
             key.append(i)

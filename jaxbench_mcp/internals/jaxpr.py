@@ -136,7 +136,7 @@ def interpreting(closed: Any, params: Any):
     memo: dict[int, tuple[Jaxpr, bool]] = {}
 
     def evaluate(jaxpr: Jaxpr, consts, *args):
-        env = dict(zip(jaxpr.constvars, consts)) | dict(zip(jaxpr.invars, args))
+        env = dict(zip(jaxpr.constvars, consts, strict=True)) | dict(zip(jaxpr.invars, args, strict=True))
 
         def read(v):
             return v.val if isinstance(v, Literal) else env[v]
@@ -159,12 +159,12 @@ def interpreting(closed: Any, params: Any):
                 # of its own, which a recorded sharding need not match (25k's solution failed so).
                 bound = unsharded_params(eqn)
             elif (body := call_body(eqn)) is not None:
-                env.update(zip(eqn.outvars, evaluate(body.jaxpr, body.consts, *inputs)))
+                env.update(zip(eqn.outvars, evaluate(body.jaxpr, body.consts, *inputs), strict=True))
                 continue
             else:
                 bound = {k: retraced(v) for k, v in eqn.params.items()}
             out = eqn.primitive.bind(*inputs, **bound)
-            env.update(zip(eqn.outvars, out if eqn.primitive.multiple_results else [out]))
+            env.update(zip(eqn.outvars, out if eqn.primitive.multiple_results else [out], strict=True))
         return [read(v) for v in jaxpr.outvars]
 
     def retraced(value):

@@ -96,10 +96,10 @@ def _parse_utilization(path: Path) -> dict[str, float]:
         if len(cells) != len(names):
             continue
         rows += 1
-        totals = [t + int(c) for t, c in zip(totals, cells)]
+        totals = [t + int(c) for t, c in zip(totals, cells, strict=True)]
     if rows == 0:
         return {}
-    return {n: round(t / (rows * cap), 4) for n, t, cap in zip(names, totals, capacity) if cap}
+    return {n: round(t / (rows * cap), 4) for n, t, cap in zip(names, totals, capacity, strict=True) if cap}
 
 
 def parse_dump(directory: Path) -> list[KernelSchedule]:

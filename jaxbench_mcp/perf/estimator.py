@@ -77,15 +77,15 @@ class Estimate(BaseModel):
             f"{self.target}: ~{self.total_us:,.1f} us (static estimate; {self.calibration})"
             + (f"; bottleneck: {self.bottleneck}" if self.bottleneck else "")
         ]
-        for k in self.kernels:
-            lines.append(
-                f"  kernel {k.name}: "
-                + (f"{k.runs} runs x " if k.runs != 1 else "")
-                + f"{k.grid_steps} steps x {k.bundles_per_step} bundles"
-                + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
-                + f"; compute {k.compute_us:,.1f} us, HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB), "
-                f"not overlapped {k.exposed_us:,.1f} us, step overhead {k.overhead_us:,.1f} us -> {k.bottleneck}"
-            )
+        lines.extend(
+            f"  kernel {k.name}: "
+            + (f"{k.runs} runs x " if k.runs != 1 else "")
+            + f"{k.grid_steps} steps x {k.bundles_per_step} bundles"
+            + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
+            + f"; compute {k.compute_us:,.1f} us, HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB), "
+            f"not overlapped {k.exposed_us:,.1f} us, step overhead {k.overhead_us:,.1f} us -> {k.bottleneck}"
+            for k in self.kernels
+        )
         if self.outside_us is not None:
             lines.append(
                 f"  XLA work outside the kernels: ~{self.outside_us:,.1f} us"
@@ -282,7 +282,7 @@ def workload_args(w, size: str = "full", seed: int = 42) -> list:
 
     with jax.default_device(jax.devices("cpu")[0]):
         values = jax.jit(control)(jax.numpy.uint32(seed))
-    for i, value in zip(wanted, values):
+    for i, value in zip(wanted, values, strict=True):
         if i in dynamic:
             args[i] = np.asarray(value)
     return args
@@ -326,7 +326,7 @@ def assemble(
         ops = sorted(
             (
                 OutsideOpTerm(name=o.name, opcode=o.opcode, us=s * 1e6, flops=o.flops, bytes=o.bytes, count=o.count)
-                for o, s in zip(compiled.outside.ops, seconds)
+                for o, s in zip(compiled.outside.ops, seconds, strict=True)
             ),
             key=lambda o: -o.us,
         )
@@ -659,7 +659,7 @@ def estimate_file(
             checker.close()
     try:
         if outcome.violation:
-            return {g: f"no estimate: the worker broke the protocol ({outcome.violation})" for g in generations}
+            return dict.fromkeys(generations, f"no estimate: the worker broke the protocol ({outcome.violation})")
         events = outcome.stage_events()
         spb = {
             e.target: cost_model.seconds_per_bundle(e.target, e.calibration_bundles)

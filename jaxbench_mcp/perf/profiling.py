@@ -369,24 +369,25 @@ class Profiler:
         from jaxbench_mcp.catalog import expert_refs
         from jaxbench_mcp.models import OutsideOpCost, TargetEstimate
 
-        entries = []
         progress(
-            f"calibrating bundles and costing the XLA baseline for {', '.join(generations)} (cached after the first time)"
+            f"calibrating bundles and costing the XLA baseline for {', '.join(generations)} "
+            "(cached after the first time)"
         )
         refs = self.reference_estimates(w.id, generations)
         missing = [g for g in generations if not refs[g].get("calibration_bundles")]
-        for g in missing:
-            entries.append(
-                TargetEstimate(
-                    target=g,
-                    candidate_us=None,
-                    xla_baseline_us=None,
-                    roofline_us=roofline_us[g],
-                    error=(
-                        "no estimate: compiling the calibration kernel or the XLA baseline for this generation failed or timed out"
-                    ),
-                )
+        entries = [
+            TargetEstimate(
+                target=g,
+                candidate_us=None,
+                xla_baseline_us=None,
+                roofline_us=roofline_us[g],
+                error=(
+                    "no estimate: compiling the calibration kernel or the XLA baseline for this generation failed or "
+                    "timed out"
+                ),
             )
+            for g in missing
+        ]
         generations = [g for g in generations if g not in missing]
         if not generations:
             return entries
@@ -397,7 +398,8 @@ class Profiler:
         expert = {}
         if expert_module is not None:
             progress(
-                f"compiling the expert kernel for {', '.join(generations)} with schedule dumps (cached after the first time)"
+                f"compiling the expert kernel for {', '.join(generations)} with schedule dumps "
+                "(cached after the first time)"
             )
             expert = self.expert_estimates(w.id, Path(expert_module.__file__).read_text(), generations, spb, cancel)
         for g in generations:

@@ -117,7 +117,8 @@ def _assignment(name: str) -> re.Pattern:
 def with_params(source: str, params: dict) -> str:
     """The source with each `NAME = ...` module-level line set to its value."""
     for name, value in params.items():
-        source = _assignment(name).sub(lambda m, v=value: f"{name} = {v!r}", source, count=1)
+        # A replacement string with its backslashes doubled is inserted literally (no group references).
+        source = _assignment(name).sub(f"{name} = {value!r}".replace("\\", "\\\\"), source, count=1)
     return source
 
 
@@ -140,7 +141,7 @@ def variants_of(source: str, params: dict[str, list], max_variants: int) -> tupl
             hand[name] = ast.literal_eval(found.group(1))
         except (ValueError, SyntaxError):
             raise TuneError(f"`{name} = {found.group(1)}` is not a literal the tuner can replace") from None
-    grid = [dict(zip(params, combo)) for combo in itertools.product(*params.values())]
+    grid = [dict(zip(params, combo, strict=True)) for combo in itertools.product(*params.values())]
     rest = [v for v in grid if v != hand]
     if len(rest) + 1 > max_variants:
         step = len(rest) / (max_variants - 1)

@@ -158,7 +158,8 @@ def _dir_usage(paths: list[Path], max_entries: int) -> tuple[int, int]:
 
 
 def read_job_file(directory: Path, name: str, max_bytes: int) -> bytes:
-    """A file the worker wrote, read by the parent across the wall: defensively: a bare name, no link, a regular file, bounded in size."""
+    """A file the worker wrote, read by the parent across the wall, defensively: a bare name, no link, a regular
+    file, bounded in size."""
     if "/" in name or name.startswith("."):
         raise protocol.ProtocolViolation(f"the file name {name!r} is not a bare file name")
     try:
@@ -557,7 +558,7 @@ class WorkerPool:
         check meanwhile (a benchmark, a test): the spares' pipes are read here."""
         with self._lock:
             spares = list(self._warm)
-        return all([worker.wait_ready() for worker in spares])
+        return all(worker.wait_ready() for worker in spares)
 
     def refill(self) -> None:
         """Top the spares up in the background: the caller (a check that just ended) is not held up by spawning."""

@@ -71,7 +71,9 @@ class CheckJob(_Strict):
     )
     interpret: bool
     shuffle_seeds: list[int] = Field(
-        description="Orders in which interpret mode visits 'parallel' grid axes: one per run (seeds, then full_reduction)"
+        description=(
+            "Orders in which interpret mode visits 'parallel' grid axes: one per run (seeds, then full_reduction)"
+        )
     )
     full_reduction: list[InputFile | StaticInput] | None = Field(
         None,

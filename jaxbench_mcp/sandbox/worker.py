@@ -98,7 +98,7 @@ def warm_up(generation: str | None) -> None:
         # The run stage's own route: the recorded program interpreted beside the probe.
         params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=0)
         run, probe = jx.interpreting(closed, params), _uninitialised_probe()
-        targets.interpret_on_cpu(lambda *a: (run(*a), probe(params)), args, (), None, params)
+        targets.interpret_on_cpu(_with_probe(run, probe, params), args, (), None, params)
 
 
 # ---- stages -----------------------------------------------------------------------------------
@@ -293,7 +293,7 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
                 # program under the same parameters, and must read NaN.
                 run_program = jx.interpreting(program, strict[index])
                 out, probe_out = targets.interpret_on_cpu(
-                    lambda *a: (run_program(*a), probe(strict[index])), inputs, (), None, strict[index]
+                    _with_probe(run_program, probe, strict[index]), inputs, (), None, strict[index]
                 )
                 np.save(workdir / f"probe_{index}.npy", np.asarray(probe_out, dtype=np.float32))
             else:
@@ -329,6 +329,12 @@ HOPELESS_VMEM = 2.0
 
 class VmemOverflow(Exception):
     pass
+
+
+def _with_probe(run_program, probe, params):
+    """One function for interpret mode: the recorded program's outputs, then the probe's under the same
+    parameters (a function of its own, so that it binds this run's program and parameters, not a loop's)."""
+    return lambda *args: (run_program(*args), probe(params))
 
 
 def _uninitialised_probe():

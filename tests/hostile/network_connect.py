@@ -23,7 +23,7 @@ def in_pid_namespace():
 
 import socket
 
-MARKER = "__MARKER__".encode()
+MARKER = b"__MARKER__"
 PORT = __PORT__
 for what, family, kind, address in (
     ("tcp", socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", PORT)),

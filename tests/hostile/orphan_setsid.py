@@ -22,7 +22,6 @@ def in_pid_namespace():
 
 
 import subprocess
-
 import time
 
 child = subprocess.Popen(

@@ -91,13 +91,13 @@ except OSError as exc:
     denied("site-packages .pth", exc)
 for sentinel in SENTINELS:
     for what, action in (
-        ("overwrite", lambda: open(sentinel, "w").write("owned")),
-        ("utime", lambda: os.utime(sentinel, (0, 0))),
-        ("rename", lambda: os.rename(sentinel, f"{sentinel}-{MARKER}")),
-        ("unlink", lambda: os.unlink(sentinel)),
+        ("overwrite", lambda path: open(path, "w").write("owned")),
+        ("utime", lambda path: os.utime(path, (0, 0))),
+        ("rename", lambda path: os.rename(path, f"{path}-{MARKER}")),
+        ("unlink", lambda path: os.unlink(path)),
     ):
         try:
-            action()
+            action(sentinel)
         except OSError as exc:
             denied(f"{what} {sentinel}", exc)
         else:

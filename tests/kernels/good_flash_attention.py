@@ -1,5 +1,6 @@
 # expect: workload=1p_Flash_Attention status=correct
-# Own causal flash attention: online softmax in f32 VMEM scratch, KV axis "arbitrary", blocks above the diagonal skipped.
+# Own causal flash attention: online softmax in f32 VMEM scratch, KV axis "arbitrary", blocks above the diagonal
+# skipped.
 import functools
 
 import jax

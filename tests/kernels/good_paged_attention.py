@@ -1,5 +1,6 @@
 # expect: workload=6p_Paged_Attention status=correct
-# Paged decode attention: page table, lengths and query offsets in scalar prefetch; pages DMA'd by hand, double-buffered.
+# Paged decode attention: page table, lengths and query offsets in scalar prefetch; pages DMA'd by hand,
+# double-buffered.
 import functools
 
 import jax

@@ -52,7 +52,7 @@ class JaxbenchHarness(vf.Harness[JaxbenchHarnessConfig]):
         messages.append({"role": "user", "content": prompt if isinstance(prompt, str) else data.prompt_text})
         async with AsyncExitStack() as stack:
             tools, dispatch = [], {}
-            for name, url in mcp_urls.items():
+            for url in mcp_urls.values():
                 connection = MCPConnection({"url": url, "timeout": self.config.tool_timeout})
                 stack.push_async_callback(connection.aclose)
                 listed = await connection.run(lambda client: client.list_tools())
@@ -76,8 +76,10 @@ class JaxbenchHarness(vf.Harness[JaxbenchHarnessConfig]):
                 messages.append(message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}))
                 if not calls:
                     break
-                for call in calls:
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": await _run(dispatch, call)})
+                # A list, not a generator: the awaits run here, one call after another.
+                messages.extend(
+                    [{"role": "tool", "tool_call_id": call.id, "content": await _run(dispatch, call)} for call in calls]
+                )
         return vf.ProgramResult(exit_code=0, stdout="", stderr="")
 
 

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import jaxbench_mcp
-from jaxbench_mcp.campaigns import outcomes
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+
+import jaxbench_mcp
+from jaxbench_mcp.campaigns import outcomes
 
 CONTEXTS = ("docs", "none")
 # Variables a started server keeps from this process: where its attempts store lives and which jax platform
@@ -58,9 +59,11 @@ def workload_ids() -> list[str]:
     for path in sorted((checkout() / "workloads").glob("*.py")):
         if path.name.startswith("_"):
             continue
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ID" for t in node.targets):
-                found.append((path.name, ast.literal_eval(node.value)))
+        found.extend(
+            (path.name, ast.literal_eval(node.value))
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ID" for t in node.targets)
+        )
     # The server numbers production workloads (p01..p17) before KernelBench ones (k18..k50).
     order = {"p": 0, "k": 1}
     found.sort(key=lambda x: (order.get(x[0][0], 2), int(re.sub(r"\D", "", x[0].split("_")[0]) or 0)))

@@ -26,10 +26,10 @@ import re
 from typing import Any, Literal
 
 import verifiers.v1 as vf
-from jaxbench_mcp.campaigns import outcomes
 
 from jaxbench import server
 from jaxbench.toolset import JaxbenchToolset, JaxbenchToolsetConfig
+from jaxbench_mcp.campaigns import outcomes
 
 CHECK_TOOL = "check_kernel"
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
