@@ -21,6 +21,8 @@ Nothing here runs the kernel's vector work, and nothing needs a TPU.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -33,6 +35,9 @@ from jaxbench_mcp.internals.pallas import (
     grid_axis,
     run_scoped_body,
 )
+
+if TYPE_CHECKING:
+    from jax.extend.core import Literal
 
 # Values up to this many elements are computed when their inputs are known (group sizes, block tables).
 SMALL_ELEMENTS = 1 << 16
@@ -88,7 +93,7 @@ class RefBox:
 _LITERAL = None
 
 
-def _literal(var) -> bool:
+def _literal(var) -> TypeGuard[Literal]:
     global _LITERAL
     if _LITERAL is None:
         from jax.extend.core import Literal
@@ -279,7 +284,7 @@ def _trunc_rem(a, b):
     return np.fmod(a, b)
 
 
-_NUMPY = {
+_NUMPY: dict[str, Callable[..., Any]] = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
@@ -392,7 +397,7 @@ class KernelReplay:
 
     def _index(self, env, indexer, content: Known, n: int):
         """content[indexer] for an NDIndexer whose indices are known (None otherwise)."""
-        idx = []
+        idx: list[Any] = []  # slices and index arrays
         lanes = content.lanes
         for dim, i in zip(content.v.shape[1 if content.lanes else 0 :], indexer.indices, strict=True):
             if hasattr(i, "start") and hasattr(i, "size"):

@@ -363,13 +363,14 @@ def _fleet_bench(address: str, host_slots: int | None = None):
         _fail("--host-slots must be at least 1")
     store = Store()
     options = {"slots": host_slots} if host_slots else {}
-    bench = api.JaxBench(store=store, executor=fleet.RayExecutor(address, checker_options=options, cache=store))
+    executor = fleet.RayExecutor(address, checker_options=options, cache=store)
+    bench = api.JaxBench(store=store, executor=executor)
     try:
         bench.start()
     except fleet.FleetUnavailable as exc:
         bench.close()
         _fail(f"no fleet at {address}: {exc}")
-    sys.stderr.write(f"jaxbench-mcp: fleet at {address}: {bench.executor.describe()}\n")
+    sys.stderr.write(f"jaxbench-mcp: fleet at {address}: {executor.describe()}\n")
     return bench
 
 

@@ -211,11 +211,11 @@ class Tuner:
             found = profiler.estimate_source(w.id, with_params(source, chosen[i]), [generation], spb, cancel)[
                 generation
             ]
-            results[i] = _variant(chosen[i], chosen[i] == hand, found)
+            variant = results[i] = _variant(chosen[i], chosen[i] == hand, found)
             done[0] += 1
             progress(
                 f"variant {done[0]}/{len(chosen)}: {chosen[i]} -> "
-                + (f"~{results[i].estimate_us:,.1f} us" if results[i].estimate_us is not None else results[i].status)
+                + (f"~{variant.estimate_us:,.1f} us" if variant.estimate_us is not None else variant.status)
             )
 
         progress(f"compiling and estimating {len(chosen)} variants for {generation}")
