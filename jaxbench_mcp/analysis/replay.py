@@ -493,10 +493,10 @@ class KernelReplay:
             elif name == "while":
                 outs = self._while(eqn, ins, lane_ids)
             elif name == "run_scoped":
-                body = run_scoped_body(eqn)
-                inner = dict(zip(body.constvars, ins, strict=True))
-                inner.update({v: scratch_box(v.aval) for v in body.invars})
-                self.run(body, inner, lane_ids, in_loop)
+                scoped = run_scoped_body(eqn)
+                inner = dict(zip(scoped.constvars, ins, strict=True))
+                inner.update({v: scratch_box(v.aval) for v in scoped.invars})
+                self.run(scoped, inner, lane_ids, in_loop)
                 outs = [None] * len(eqn.outvars)
             elif (body := jx.call_body(eqn)) is not None:
                 inner_jaxpr = getattr(body, "jaxpr", body)

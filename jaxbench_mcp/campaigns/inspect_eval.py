@@ -265,9 +265,9 @@ def checks_to_first_correct() -> Metric:
 
     def compute(scores: list[SampleScore]) -> float:
         firsts = [
-            x.score.metadata["first_correct_check"]
+            metadata["first_correct_check"]
             for x in scores
-            if (x.score.metadata or {}).get("first_correct_check")
+            if (metadata := x.score.metadata or {}).get("first_correct_check")
         ]
         return sum(firsts) / len(firsts) if firsts else 0.0
 

@@ -535,7 +535,7 @@ def _analyse(fn, args, static_argnums, generations, report: Reporter, workdir: P
         (workdir / module_file).write_text(text)  # the parent checks it is the checked program
         return module_file
 
-    started = set()
+    started: set[str] = set()  # generations whose compile stage has started
 
     def on_compile(generation, compiled, error, seconds):
         if generation not in started:
