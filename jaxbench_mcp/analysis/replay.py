@@ -229,7 +229,7 @@ def _replay_program(eqns, env: dict, found: dict) -> None:
     for eqn in eqns:
         ins = [v.val if _literal(v) else env.get(v) for v in eqn.invars]
         name = eqn.primitive.name
-        outs = [None] * len(eqn.outvars)
+        outs: list[Any] = [None] * len(eqn.outvars)
         if name in _KERNELS:
             found[id(eqn)] = list(ins)
         elif (body := jx.call_body(eqn)) is not None:

@@ -328,7 +328,7 @@ def _adapt(source: Path, kind: str) -> types.ModuleType:
     # The configurations as written: shapes only (jax draws trace abstractly; nothing is allocated).
     import jax
 
-    def describe(module):
+    def describe(module: types.ModuleType) -> tuple[Any, list]:
         statics: list = []
 
         def run():
