@@ -237,6 +237,8 @@ class JaxBench:
     @property
     def checker(self) -> Checker:
         """This host's checker (local executors only)."""
+        if not isinstance(self.executor, executors.LocalExecutor):
+            raise TypeError(f"a {type(self.executor).__name__} has no checker of this host's")
         return self.executor.checker
 
     @classmethod

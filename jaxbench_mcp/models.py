@@ -73,7 +73,8 @@ def plain_number(value: float | None, spec: str = ".3g") -> str:
 
 def text_of(model: BaseModel) -> str:
     """The plain-text rendering of a result model (docs pages carry theirs as `text`)."""
-    return model.summary() if hasattr(model, "summary") else model.text
+    summary = getattr(model, "summary", None)
+    return summary() if summary is not None else model.text  # type: ignore[attr-defined] # a docs page's own field
 
 
 class Tensor(BaseModel):
@@ -437,12 +438,12 @@ class Verdict(BaseModel):
             lines.append(f"fix: {self.hint}")
         if self.docs:
             lines.append("read: " + ", ".join(self.docs))
-        for c in self.compiles:
-            size = f", code {c.code_size_bytes:,} B" if c.code_size_bytes else ""
-            vmem = f", VMEM ~{c.vmem_estimate_bytes / 2**20:.1f} MiB" if c.vmem_estimate_bytes else ""
+        for compiled in self.compiles:
+            size = f", code {compiled.code_size_bytes:,} B" if compiled.code_size_bytes else ""
+            vmem = f", VMEM ~{compiled.vmem_estimate_bytes / 2**20:.1f} MiB" if compiled.vmem_estimate_bytes else ""
             lines.append(
-                f"compile {c.target}: {'ok' if c.ok else 'FAILED'} in {c.seconds:.2f}s{size}{vmem}"
-                + (f": {c.error}" if c.error else "")
+                f"compile {compiled.target}: {'ok' if compiled.ok else 'FAILED'} in {compiled.seconds:.2f}s{size}{vmem}"
+                + (f": {compiled.error}" if compiled.error else "")
             )
         lines.extend(  # what the server saw of each pallas_call, as in the structure
             f"kernel {k.name}: grid {k.grid}, blocks {k.block_shapes}, "

@@ -92,6 +92,7 @@ class Store:
                 "VALUES (?, ?, ?, 'running', ?, ?)",
                 (time.time(), kind, workload_id, source, _identity(os.getpid())),
             )
+            assert cur.lastrowid is not None  # set by the INSERT
             return int(cur.lastrowid)
 
     def finish(

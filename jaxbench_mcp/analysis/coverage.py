@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -210,7 +211,7 @@ def _block_starts(block: Block, grid: list, points) -> list:
         values = dict(zip(closed.jaxpr.constvars, closed.consts, strict=True)) | dict(
             zip(closed.jaxpr.invars, points, strict=False)
         )
-        outs = [v.val if not _is_var(v) else values[v] for v in closed.jaxpr.outvars]
+        outs = [values[v] if _is_var(v) else v.val for v in closed.jaxpr.outvars]  # type: ignore[union-attr,index]
     elif grid:
         outs = jax.vmap(lambda *idx: ka._evaluate_index_map(closed, idx))(*points)
     else:
@@ -243,11 +244,13 @@ def _uses_of_kernel(eqn, kernel_index: int) -> tuple[list[_Use], list[_Use]]:
     info = pallas_call_info(eqn)
     grid = [g if isinstance(g, int) else None for g in info.grid]
     nin = info.num_inputs
-    ins, outs = [], []
+    ins: list[_Use] = []
+    outs: list[_Use] = []
     dynamic = any(g is None for g in grid)
     points = None
     if not dynamic:
-        points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
+        static = [g for g in grid if g is not None]  # all of them: the grid is not dynamic
+        points = np.indices(static).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
     for k, block in enumerate(info.blocks):
         use = _Use(
             kernel=info.name,
@@ -306,8 +309,9 @@ def _coverage(shape: tuple, uses: list[_Use]):
     if nd == 0:
         covered = any(u.lo is not None and len(u.lo) == 0 for u in uses)
         return ([], 0, 0) if covered else ([((), ())], 1, 0)
-    lo = [np.concatenate([u.lo[d] for u in uses]) for d in range(nd)]
-    hi = [np.concatenate([u.hi[d] for u in uses]) for d in range(nd)]
+    # Uses whose blocks could not be followed (u.unknown, no ranges) never reach here.
+    lo = [np.concatenate([u.lo[d] for u in uses]) for d in range(nd)]  # type: ignore[index]
+    hi = [np.concatenate([u.hi[d] for u in uses]) for d in range(nd)]  # type: ignore[index]
     keep = np.ones(lo[0].shape, bool)
     for d in range(nd):
         keep &= hi[d] > lo[d]  # a block entirely past the end covers nothing
@@ -319,8 +323,8 @@ def _coverage(shape: tuple, uses: list[_Use]):
     a = [np.searchsorted(breaks[d], lo[d]) for d in range(nd)]
     b = [np.searchsorted(breaks[d], hi[d]) for d in range(nd)]
     if all(np.all(b[d] - a[d] == 1) for d in range(nd)):
-        covered = np.zeros(cells, bool)
-        covered[tuple(a)] = True
+        lattice = np.zeros(cells, bool)
+        lattice[tuple(a)] = True
     else:
         ext = [c + 1 for c in cells]
         counts = np.zeros(math.prod(ext), np.float64)
@@ -331,8 +335,8 @@ def _coverage(shape: tuple, uses: list[_Use]):
         counts = counts.reshape(ext)
         for d in range(nd):
             counts = np.cumsum(counts, axis=d)
-        covered = counts[tuple(slice(0, c) for c in cells)] > 0.5
-    missing = ~covered
+        lattice = counts[tuple(slice(0, c) for c in cells)] > 0.5
+    missing = ~lattice
     if not missing.any():
         return [], 0, 0
     lengths = [np.diff(br) for br in breaks]
@@ -349,7 +353,7 @@ def _boxes(missing: np.ndarray, breaks: list) -> tuple[list, int]:
     coordinates; returns up to _MAX_BOXES boxes and how many more boxes the rest would need at least."""
     mask = missing.copy()
     nd = mask.ndim
-    boxes = []
+    boxes: list[tuple[tuple, tuple]] = []
     while mask.any() and len(boxes) < _MAX_BOXES:
         start = list(np.unravel_index(int(np.argmax(mask)), mask.shape))
         end = [s + 1 for s in start]
@@ -467,11 +471,12 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:  # 
         )
 
     # Where each value comes from (a workload input, possibly relabelled) and who reads each value.
-    origin = {}
+    origin: dict = {}
     for i, v in enumerate(flat.invars):
         if _is_var(v):
             origin.setdefault(v, (i, False))
-    producer, readers = {}, {}
+    producer: dict = {}
+    readers: dict = {}
     for position, (eqn, ins, outs) in enumerate(flat.eqns):
         for o in outs:
             producer[o] = position
@@ -569,7 +574,7 @@ def full_size_coverage(closed, input_names=None, output_names=None) -> dict:  # 
 
     # ---- outputs: which values reach a program output through dense operations only
     # var -> (the program output it reaches, reached through relabelling only?)
-    needed = {}
+    needed: dict = {}
     for k, v in enumerate(flat.outvars):
         if _is_var(v):
             needed.setdefault(v, (out_names[k] if k < len(out_names) else f"output {k}", True))
@@ -654,7 +659,9 @@ def low_precision_accumulators(closed) -> list[dict]:
         for position in sorted(_updated_from_themselves(body)):
             if position < first_output:
                 continue
-            dtype = np.dtype(getattr(body.invars[position].aval, "inner_aval", body.invars[position].aval).dtype)
+            aval = body.invars[position].aval
+            inner: Any = getattr(aval, "inner_aval", aval)  # a ref's aval wraps the value's
+            dtype = np.dtype(inner.dtype)
             if _floating_dtype(dtype) and dtype.itemsize <= 2:
                 kind = "scratch" if position >= len(body.invars) - info.num_scratch else "output"
                 found.append(
@@ -814,7 +821,9 @@ def kernel_signature(body, shapes: _ShapeValues) -> str:
     flow it has, and its floating-point constants (constant_token; epsilons under 1e-3 left out), as one token
     "body:ARITHMETIC|CONTROL|CONSTANTS", each part sorted. Moving a kernel's matmul under a pl.when at one size
     only changes it; unrolling a loop more or fewer times does not."""
-    arithmetic, control, constants = set(), set(), set()
+    arithmetic: set[str] = set()
+    control: set[str] = set()
+    constants: set[str] = set()
 
     def walk(jaxpr, where: str) -> None:
         for eqn in jaxpr.eqns:
@@ -856,7 +865,7 @@ def _is_floating(var) -> bool:
 def _is_float_literal(var) -> bool:
     from jax.extend.core import Literal
 
-    return isinstance(var, Literal) and _floating_dtype(var.aval.dtype) and np.ndim(var.val) == 0
+    return isinstance(var, Literal) and _floating_dtype(getattr(var.aval, "dtype", None)) and np.ndim(var.val) == 0
 
 
 class _ShapeValues:
@@ -890,6 +899,7 @@ class _ShapeValues:
         if n < 2 or abs(x - n) > tolerance * n:
             return False
         near = self._near
+        assert near is not None  # constant_token fills it before the first call
         if n in near:
             return True
         for a in near:

@@ -418,7 +418,8 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
         points = None
     else:
         points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
-    total, exact = 0, True
+    total: float = 0  # bytes; the DMAs followed add a float
+    exact = True
     for bm in info.blocks:
         shape = [d.size or 1 for d in bm.block_shape]
         block_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize

@@ -21,6 +21,8 @@ Nothing here runs the kernel's vector work, and nothing needs a TPU.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -33,6 +35,9 @@ from jaxbench_mcp.internals.pallas import (
     grid_axis,
     run_scoped_body,
 )
+
+if TYPE_CHECKING:
+    from jax.extend.core import Literal
 
 # Values up to this many elements are computed when their inputs are known (group sizes, block tables).
 SMALL_ELEMENTS = 1 << 16
@@ -88,7 +93,7 @@ class RefBox:
 _LITERAL = None
 
 
-def _literal(var) -> bool:
+def _literal(var) -> TypeGuard[Literal]:
     global _LITERAL
     if _LITERAL is None:
         from jax.extend.core import Literal
@@ -224,7 +229,7 @@ def _replay_program(eqns, env: dict, found: dict) -> None:
     for eqn in eqns:
         ins = [v.val if _literal(v) else env.get(v) for v in eqn.invars]
         name = eqn.primitive.name
-        outs = [None] * len(eqn.outvars)
+        outs: list[Any] = [None] * len(eqn.outvars)
         if name in _KERNELS:
             found[id(eqn)] = list(ins)
         elif (body := jx.call_body(eqn)) is not None:
@@ -279,7 +284,7 @@ def _trunc_rem(a, b):
     return np.fmod(a, b)
 
 
-_NUMPY = {
+_NUMPY: dict[str, Callable[..., Any]] = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
@@ -392,7 +397,7 @@ class KernelReplay:
 
     def _index(self, env, indexer, content: Known, n: int):
         """content[indexer] for an NDIndexer whose indices are known (None otherwise)."""
-        idx = []
+        idx: list[Any] = []  # slices and index arrays
         lanes = content.lanes
         for dim, i in zip(content.v.shape[1 if content.lanes else 0 :], indexer.indices, strict=True):
             if hasattr(i, "start") and hasattr(i, "size"):
@@ -488,10 +493,10 @@ class KernelReplay:
             elif name == "while":
                 outs = self._while(eqn, ins, lane_ids)
             elif name == "run_scoped":
-                body = run_scoped_body(eqn)
-                inner = dict(zip(body.constvars, ins, strict=True))
-                inner.update({v: scratch_box(v.aval) for v in body.invars})
-                self.run(body, inner, lane_ids, in_loop)
+                scoped = run_scoped_body(eqn)
+                inner = dict(zip(scoped.constvars, ins, strict=True))
+                inner.update({v: scratch_box(v.aval) for v in scoped.invars})
+                self.run(scoped, inner, lane_ids, in_loop)
                 outs = [None] * len(eqn.outvars)
             elif (body := jx.call_body(eqn)) is not None:
                 inner_jaxpr = getattr(body, "jaxpr", body)

@@ -217,7 +217,9 @@ def _bench():
         return _BENCH
 
 
-def judge(workload_id: str, source: str | None, target: str | None, context: str = "docs") -> dict[str, Any]:
+def judge(
+    workload_id: str, source: str | None, target: str | None, context: conditions.Context = "docs"
+) -> dict[str, Any]:
     """The score's values and metadata for one final kernel (blocking: a check takes seconds)."""
     if source is None:
         return {
@@ -263,9 +265,9 @@ def checks_to_first_correct() -> Metric:
 
     def compute(scores: list[SampleScore]) -> float:
         firsts = [
-            x.score.metadata["first_correct_check"]
+            metadata["first_correct_check"]
             for x in scores
-            if (x.score.metadata or {}).get("first_correct_check")
+            if (metadata := x.score.metadata or {}).get("first_correct_check")
         ]
         return sum(firsts) / len(firsts) if firsts else 0.0
 
@@ -279,7 +281,7 @@ def checks_to_first_correct() -> Metric:
         checks_to_first_correct(),
     ]
 )
-def kernel_scorer(context: str = "docs", target: str | None = None, run_dir: str | None = None):
+def kernel_scorer(context: conditions.Context = "docs", target: str | None = None, run_dir: str | None = None):
     async def score(state: TaskState, _target: Target) -> Score:
         workload_id = state.metadata["workload_id"]
         checks = checks_of(state.messages)

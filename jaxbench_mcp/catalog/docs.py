@@ -16,7 +16,7 @@ import difflib
 import functools
 import math
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -554,22 +554,22 @@ def tokenize(text: str) -> list[str]:
 @dataclass(frozen=True)
 class _Index:
     refs: tuple[str, ...]
-    tfs: tuple[Counter, ...]
+    tfs: tuple[dict[str, float], ...]  # weighted term frequencies per section
     lengths: tuple[float, ...]
     avg_len: float
-    df: Counter
+    df: Counter[str]
 
 
 @functools.lru_cache(maxsize=4)
 def _bm25_index(directory: str) -> _Index:
     topics = _load(directory)
     refs, tfs, lengths = [], [], []
-    df: Counter = Counter()
+    df: Counter[str] = Counter()
     for t in topics.values():
         tag_terms = tokenize(" ".join(t.tags))
         for s in t.sections:
             prose, code = _split_code(s.text)
-            tf: Counter = Counter()
+            tf: defaultdict[str, float] = defaultdict(float)  # weighted counts: a Counter's are ints
             for term in tokenize(prose):
                 tf[term] += 1.0
             for term in tokenize(code):

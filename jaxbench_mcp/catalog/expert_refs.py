@@ -17,6 +17,7 @@ def _by_workload() -> dict[str, ModuleType]:
             continue
         name = f"jaxbench_tokamax_refs.{path.stem}"
         spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None  # a .py file always gets a spec with a loader
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
@@ -34,4 +35,7 @@ def expert_module(workload_id: str) -> ModuleType | None:
 
 def expert_source(workload_id: str) -> str | None:
     module = expert_module(workload_id)
-    return Path(module.__file__).read_text() if module is not None else None
+    if module is None:
+        return None
+    assert module.__file__ is not None  # loaded from its file by _by_workload
+    return Path(module.__file__).read_text()

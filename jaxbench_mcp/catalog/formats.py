@@ -328,7 +328,7 @@ def _adapt(source: Path, kind: str) -> types.ModuleType:
     # The configurations as written: shapes only (jax draws trace abstractly; nothing is allocated).
     import jax
 
-    def describe(module):
+    def describe(module: types.ModuleType) -> tuple[Any, list]:
         statics: list = []
 
         def run():
@@ -400,35 +400,38 @@ def _adapt(source: Path, kind: str) -> types.ModuleType:
         description = f"{description} (the output of `workload` in {folder.name}/baseline.py)"
         tolerances = dict(_JAXBENCH_TOLERANCES)
         operator = overrides.get("operator") or str(config.get("operator") or ident)
-    adapted.ID = _identifier(str(ident))
-    adapted.MODEL = str(
-        config.get("model") or f"{'MaxKernel task' if kind == MAXKERNEL else 'JAXBench baseline'} ({folder.name})"
+    # The view's attributes go into its namespace: it is a module built here, not one imported.
+    vars(adapted).update(
+        ID=_identifier(str(ident)),
+        MODEL=str(
+            config.get("model") or f"{'MaxKernel task' if kind == MAXKERNEL else 'JAXBench baseline'} ({folder.name})"
+        ),
+        OPERATOR=str(operator),
+        DESCRIPTION=description,
+        SIZES=sizes,
+        INPUT_NAMES=tuple(arg_names),
+        STATIC_ARGNUMS=tuple(range(n_dynamic, total)),
+        NOTES=(
+            f"Imported from a {'MaxKernel task' if kind == MAXKERNEL else 'JAXBench baseline.py'} ({folder}); {rule}.",
+            "The format's own tolerance (reported beside ours, not used to judge): "
+            + ", ".join(f"{k}={v}" for k, v in tolerances.items() if k != "source")
+            + f" ({tolerances['source']}).",
+        ),
+        SOURCE_FORMAT=kind,
+        FORMAT_TOLERANCES=tolerances,
+        SIZE_RULE=rule,
+        JIT_INPUTS=False,
+        REFERENCE_SOURCE=source.read_text(),
+        create_inputs=create_inputs,
+        reference=reference,
     )
-    adapted.OPERATOR = str(operator)
-    adapted.DESCRIPTION = description
-    adapted.SIZES = sizes
-    adapted.INPUT_NAMES = tuple(arg_names)
-    adapted.STATIC_ARGNUMS = tuple(range(n_dynamic, total))
-    adapted.NOTES = (
-        f"Imported from a {'MaxKernel task' if kind == MAXKERNEL else 'JAXBench baseline.py'} ({folder}); {rule}.",
-        "The format's own tolerance (reported beside ours, not used to judge): "
-        + ", ".join(f"{k}={v}" for k, v in tolerances.items() if k != "source")
-        + f" ({tolerances['source']}).",
-    )
-    adapted.SOURCE_FORMAT = kind
-    adapted.FORMAT_TOLERANCES = tolerances
-    adapted.SIZE_RULE = rule
-    adapted.JIT_INPUTS = False
-    adapted.REFERENCE_SOURCE = source.read_text()
-    adapted.create_inputs = create_inputs
-    adapted.reference = reference
     flops_fn = getattr(base, "get_flops", None) if kind == BASELINE else None
     if callable(flops_fn) and not inspect.signature(flops_fn).parameters:
 
         def flops(*, config, **values):
             return copy_for(values).get_flops()
 
-        adapted.flops = flops
+        vars(adapted)["flops"] = flops
     return adapted
 
 

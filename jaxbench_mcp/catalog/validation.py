@@ -282,7 +282,8 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
             )
         )
 
-    caught, passed = [], []
+    caught: list[str] = []  # names of the degenerate candidates the check fails
+    passed: list[str] = []
     for k, (x, truth) in enumerate(zip(inputs, truths, strict=True)):
         for name, cand in _degenerate_candidates(w, x, truth).items():
             _, error, _ = compare(cand, truth.dtype, truth, k)

@@ -398,10 +398,11 @@ def classify(stage: str, message: str) -> Diagnosis:
 def exception_text(exc: BaseException) -> str:
     """'Type: message' for an exception and its causes (jax often wraps the informative one)."""
     parts, seen = [], set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        parts.append(f"{type(exc).__name__}: {exc}")
-        exc = exc.__cause__ or exc.__context__
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
     return "\n".join(parts)
 
 

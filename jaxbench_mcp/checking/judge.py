@@ -122,7 +122,11 @@ def _decision(evidence: Evidence) -> dict:
             + (f" (ok for {', '.join(ok)})" if ok else "")
             + f"; the first failure ({failed[0]}):\n"
         )
-    diagnosis = error_catalog.classify(stage, text) if cls is None else error_catalog.diagnosis_for(cls)
+    if cls is None:
+        assert stage is not None, "a failure without a class names the stage the catalog classifies it by"
+        diagnosis = error_catalog.classify(stage, text)
+    else:
+        diagnosis = error_catalog.diagnosis_for(cls)
     diagnosis = error_catalog.refine_for_kernels(diagnosis, evidence.kernels)
     return {
         "status": status_of(diagnosis.error_class),
@@ -196,7 +200,7 @@ def collect(
                     error=None if ok else compile_error_line(e.text or ""),
                 )
             )
-        if e.output is not None:
+        if e.output is not None and e.seed_index is not None:  # the event log requires both on a run's end
             outputs[e.seed_index] = e.output
         if not ok:
             cls = ErrorClass(e.error_class) if e.error_class else None
@@ -289,7 +293,7 @@ def full_size(case: Case, traced: protocol.Traced | None, evidence: Evidence) ->
             }.get(finding.kind, ErrorClass.UNREAD_INPUT)
             failures.append(Failure(cls, finding.message))
     # An unwritten output decides over an unread input: it is the more direct fault.
-    failures.sort(key=lambda f: _FULL_SIZE_PRECEDENCE.index(f.error_class))
+    failures.sort(key=lambda f: _FULL_SIZE_PRECEDENCE.index(f.error_class))  # type: ignore[arg-type] # all classed
     return failures[:1]
 
 

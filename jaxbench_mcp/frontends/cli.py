@@ -8,7 +8,10 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from jaxbench_mcp.models import Profile, Verdict
 
 # The server process and the CLI never take a TPU: only a check's worker may hold the device.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -280,6 +283,7 @@ def main(argv: list[str] | None = None) -> None:
                 _fail(f"no kernel file at {args.kernel}")
             bench = api.JaxBench.one_shot()
             try:
+                result: Verdict | Profile
                 if args.command == "check":
                     result = verdict = bench.check_kernel(
                         args.workload,

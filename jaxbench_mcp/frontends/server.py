@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -724,7 +724,10 @@ class HttpSecurity:
 
 
 def http_security(
-    host: str, token_file: Path | None = None, allowed_hosts: list[str] | None = None, env: dict[str, str] | None = None
+    host: str,
+    token_file: Path | None = None,
+    allowed_hosts: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> HttpSecurity:
     """Decide how an HTTP server bound to `host` is protected, or refuse.
 
@@ -732,7 +735,7 @@ def http_security(
     not loopback: check_kernel runs arbitrary Python. Host and Origin checks (against DNS rebinding) stay on for
     every bind address; the loopback names, a specific bind address and each `allowed_hosts` entry are allowed.
     """
-    env = os.environ if env is None else env
+    environ: Mapping[str, str] = os.environ if env is None else env
     token = None
     if token_file is not None:
         try:
@@ -741,8 +744,8 @@ def http_security(
             raise ServeRefused(f"cannot read the token file {token_file}: {exc.strerror}") from exc
         if not token:
             raise ServeRefused(f"the token file {token_file} is empty")
-    elif env.get(TOKEN_ENV, "").strip():
-        token = env[TOKEN_ENV].strip()
+    elif environ.get(TOKEN_ENV, "").strip():
+        token = environ[TOKEN_ENV].strip()
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise ServeRefused(
             f"the bearer token is shorter than {MIN_TOKEN_CHARS} characters; make one with: "

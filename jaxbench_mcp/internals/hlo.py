@@ -308,8 +308,8 @@ def _collect(name: str, computations: dict, count: int, ops: list, seen: set) ->
             out_bytes = hbm_bytes(inst.shape)
         flops, vector = 0.0, 0.0
         if op == "fusion":
-            called = re.search(r"calls=%([\w.\-]+)", inst.attrs)
-            flops, works, vector = _fusion_work(called.group(1), computations) if called else (0.0, True, 0.0)
+            fused = re.search(r"calls=%([\w.\-]+)", inst.attrs)
+            flops, works, vector = _fusion_work(fused.group(1), computations) if fused else (0.0, True, 0.0)
             if not works:
                 continue  # a fusion around bitcasts: free
         else:

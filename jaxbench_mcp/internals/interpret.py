@@ -202,7 +202,7 @@ def _index(value: np.ndarray, indexer) -> np.ndarray:
 
     if len(indexer.indices) != value.ndim:
         raise ValueError(f"indexer of rank {len(indexer.indices)} on a ref view of shape {value.shape}")
-    key = []
+    key: list[slice | int] = []
     for dim, idx in zip(value.shape, indexer.indices, strict=True):
         if isinstance(idx, Slice):
             start, size, stride = int(idx.start), int(idx.size), int(idx.stride)

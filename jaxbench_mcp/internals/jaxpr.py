@@ -42,7 +42,7 @@ def sub_jaxprs(eqn: JaxprEqn) -> Iterator[Jaxpr]:
     for param in eqn.params.values():
         for sub in param if isinstance(param, (list, tuple)) else [param]:
             inner = sub if hasattr(sub, "eqns") else getattr(sub, "jaxpr", None)
-            if hasattr(inner, "eqns"):
+            if inner is not None and hasattr(inner, "eqns"):
                 yield inner
 
 

@@ -126,7 +126,7 @@ def tensorcore_mesh(eqn: JaxprEqn) -> tuple[str, int] | None:
     """(axis name, cores) of a pl.kernel / core_map kernel's TensorCore mesh (the first mesh of an mpmd_map); None
     for any other mesh (SparseCore subcores, several axes)."""
     mesh = eqn.params["meshes"][0] if "meshes" in eqn.params else eqn.params.get("mesh")
-    if type(mesh).__name__ != "TensorCoreMesh":
+    if mesh is None or type(mesh).__name__ != "TensorCoreMesh":
         return None
     return str(mesh.axis_name), int(mesh.num_cores)
 

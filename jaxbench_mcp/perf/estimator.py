@@ -588,7 +588,7 @@ def estimate(
 # ---- untrusted files: the sandboxed worker ----------------------------------------------------------------
 
 
-def parse_args(spec: str) -> list:
+def parse_args(spec: str) -> list[protocol.ArrayArg | protocol.StaticInput]:
     """`--args` of `jaxbench-mcp estimate`: comma-separated arguments, each an abstract array `bf16[8192,8192]`, a
     small concrete array `int32[4]=[1024,1024,1024,1024]`, or a Python literal (a static argument: 3, 0.5, True,
     'causal', None). Returns protocol.ArrayArg / protocol.StaticInput values."""
@@ -612,7 +612,7 @@ def parse_args(spec: str) -> list:
         "pred": "bool",
         "f64": "float64",
     }
-    found = []
+    found: list[protocol.ArrayArg | protocol.StaticInput] = []
     for item in _split_top(spec):
         match = re.fullmatch(r"([a-z][a-z0-9_]*)\[([\d,\s]*)\](?:\s*=\s*(\[.*\]))?", item)
         if match:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.checking.diagnosis import compile_failure
@@ -20,6 +20,9 @@ from jaxbench_mcp.perf import cost_model, measuring
 from jaxbench_mcp.requests import ProfileRequest
 from jaxbench_mcp.sandbox import protocol
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Stage
+
+if TYPE_CHECKING:
+    from jaxbench_mcp.perf.estimator import Estimate
 
 # Measured runs that disagree by more than this (max - min over median) get a flag.
 NOISY_SPREAD_PCT = 20.0
@@ -114,7 +117,7 @@ def memory_bound(w, generation: str) -> tuple[float, str]:
 
 @dataclass(frozen=True)
 class SourceEstimate:
-    estimate: object  # estimator.Estimate
+    estimate: Estimate
 
     @property
     def kernels(self) -> list:
@@ -340,10 +343,10 @@ class Profiler:
         else:
             entry.xla_timing, entry.xla_baseline_us = xla, xla.median_us
             entry.speedup_vs_xla = xla.median_us / candidate.median_us
-        expert_module = expert_refs.expert_module(w.id)
-        if expert_module is not None:
+        expert_source = expert_refs.expert_source(w.id)
+        if expert_source is not None:
             progress(f"measuring the expert kernel on {generation} (cached after the first time)")
-            expert = self._cached_measurement(w.id, generation, Path(expert_module.__file__).read_text())
+            expert = self._cached_measurement(w.id, generation, expert_source)
             if isinstance(expert, str):
                 entry.flags.append(f"expert kernel {expert}")
             else:
@@ -394,23 +397,19 @@ class Profiler:
         spb = {g: cost_model.seconds_per_bundle(g, refs[g]["calibration_bundles"]) for g in generations}
         progress(f"compiling the candidate for {', '.join(generations)} with schedule dumps")
         candidate = self.estimate_source(w.id, source, generations, spb, cancel, checked_programs=checked_programs)
-        expert_module = expert_refs.expert_module(w.id)
-        expert = {}
-        if expert_module is not None:
+        expert_source = expert_refs.expert_source(w.id)
+        expert: dict[str, SourceEstimate | str] = {}
+        if expert_source is not None:
             progress(
                 f"compiling the expert kernel for {', '.join(generations)} with schedule dumps "
                 "(cached after the first time)"
             )
-            expert = self.expert_estimates(w.id, Path(expert_module.__file__).read_text(), generations, spb, cancel)
+            expert = self.expert_estimates(w.id, expert_source, generations, spb, cancel)
         for g in generations:
-            entry = TargetEstimate(
-                target=g,
-                candidate_us=None,
-                xla_baseline_us=cost_model.xla_baseline_s(refs[g], g) * 1e6,
-                roofline_us=roofline_us[g],
-            )
+            xla_us = cost_model.xla_baseline_s(refs[g], g) * 1e6
+            entry = TargetEstimate(target=g, candidate_us=None, xla_baseline_us=xla_us, roofline_us=roofline_us[g])
             entries.append(entry)
-            estimate = candidate.get(g)
+            estimate = candidate[g]  # estimate_source answers for every generation asked
             if isinstance(estimate, str) or not estimate.kernels:
                 entry.error = (
                     estimate if isinstance(estimate, str) else "no Pallas kernel schedule found in the compile dump"
@@ -431,23 +430,24 @@ class Profiler:
                     "outside the Pallas kernels"
                 )
             bound, bound_text = memory_bound(w, g)
-            if entry.xla_baseline_us < bound:
+            if xla_us < bound:
                 # XLA's cost analysis undercounts some programs (11p: a scan body counted once).
                 entry.flags.append(
-                    f"XLA's own estimate of the baseline ({entry.xla_baseline_us:,.1f} us) is below {bound_text}, "
+                    f"XLA's own estimate of the baseline ({xla_us:,.1f} us) is below {bound_text}, "
                     "which the reference cannot beat: its cost analysis missed work, so no speedup against it is "
                     f"claimed; {aim_text(entry, bound)}"
                 )
             else:
-                entry.speedup_vs_xla = entry.xla_baseline_us / entry.candidate_us
-            if entry.xla_baseline_us > FAR_FROM_ROOFLINE * entry.roofline_us:
+                entry.speedup_vs_xla = xla_us / entry.candidate_us
+            if xla_us > FAR_FROM_ROOFLINE * entry.roofline_us:
                 entry.flags.append(
-                    f"XLA's own estimate of the baseline ({entry.xla_baseline_us:,.1f} us) is "
-                    f"{entry.xla_baseline_us / entry.roofline_us:.1f}x the roofline: treat 'vs XLA' with care; "
+                    f"XLA's own estimate of the baseline ({xla_us:,.1f} us) is "
+                    f"{xla_us / entry.roofline_us:.1f}x the roofline: treat 'vs XLA' with care; "
                     + aim_text(entry, bound)
                 )
-            if isinstance(expert.get(g), SourceEstimate) and expert[g].kernels:
-                entry.expert_us = expert[g].total_us
+            expert_estimate = expert.get(g)
+            if isinstance(expert_estimate, SourceEstimate) and expert_estimate.kernels:
+                entry.expert_us = expert_estimate.total_us
                 if entry.expert_us < bound:
                     entry.flags.append(
                         f"the expert kernel's estimate ({entry.expert_us:,.1f} us) is below {bound_text}, which no "
@@ -461,8 +461,8 @@ class Profiler:
                     )
                 else:
                     entry.speedup_vs_expert = entry.expert_us / entry.candidate_us
-            elif isinstance(expert.get(g), str):
-                entry.flags.append(f"expert kernel: {_no_double(expert[g])}")
+            elif isinstance(expert_estimate, str):
+                entry.flags.append(f"expert kernel: {_no_double(expert_estimate)}")
             elif g in expert:
                 entry.flags.append("expert kernel: no Pallas kernel schedule found in its compile dump")
             below_roofline(entry, w, g)

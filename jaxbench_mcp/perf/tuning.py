@@ -29,7 +29,7 @@ from jaxbench_mcp.errors import BadRequest
 from jaxbench_mcp.models import OptionalReal, Verdict
 from jaxbench_mcp.perf import cost_model
 from jaxbench_mcp.store import text_problem
-from jaxbench_mcp.taxonomy import ErrorClass
+from jaxbench_mcp.taxonomy import ErrorClass, Status
 
 MAX_VARIANTS = 48
 MAX_SECONDS = 900.0
@@ -223,11 +223,11 @@ class Tuner:
             found = profiler.estimate_source(w.id, with_params(source, chosen[i]), [generation], spb, cancel)[
                 generation
             ]
-            results[i] = _variant(chosen[i], chosen[i] == hand, found)
+            variant = results[i] = _variant(chosen[i], chosen[i] == hand, found)
             done[0] += 1
             progress(
                 f"variant {done[0]}/{len(chosen)}: {chosen[i]} -> "
-                + (f"~{results[i].estimate_us:,.1f} us" if results[i].estimate_us is not None else results[i].status)
+                + (f"~{variant.estimate_us:,.1f} us" if variant.estimate_us is not None else variant.status)
             )
 
         progress(f"compiling and estimating {len(chosen)} variants for {generation}")
@@ -284,7 +284,7 @@ def _failed_status(variants: list[TuneVariant]) -> str:
         return ErrorClass.STAGE_TIMEOUT.value
     if variants and all(v.status == "vmem misfit" for v in variants):
         return ErrorClass.VMEM_OVERFLOW.value
-    return ErrorClass.INVALID_KERNEL.value
+    return Status.INVALID_KERNEL.value  # a status (ErrorClass has no such member: reaching this raised before)
 
 
 def _variant(params: dict, hand: bool, found) -> TuneVariant:

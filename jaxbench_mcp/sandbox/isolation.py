@@ -182,9 +182,9 @@ def bwrap_command(
     # the tmpfs mounts so that none hides them.
     from jaxbench_mcp.catalog.workloads import custom_dirs
 
-    for path in custom_dirs():
-        if path.is_dir():
-            cmd += ["--ro-bind", str(path), str(path)]
+    for directory in custom_dirs():
+        if directory.is_dir():
+            cmd += ["--ro-bind", str(directory), str(directory)]
     for pattern in _DEVICE_GLOBS:
         for path in glob.glob(pattern):
             cmd += ["--dev-bind", path, path]

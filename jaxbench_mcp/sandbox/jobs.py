@@ -467,8 +467,10 @@ class Worker:
     def _follow(self, job, log: protocol.EventLog, outcome: RunOutcome, on_event) -> None:
         t0 = time.monotonic()
         try:
-            self.process.stdin.write(protocol.JobEnvelope(job=job).model_dump_json().encode() + b"\n")
-            self.process.stdin.close()
+            stdin = self.process.stdin
+            assert stdin is not None  # the worker is started with stdin=PIPE
+            stdin.write(protocol.JobEnvelope(job=job).model_dump_json().encode() + b"\n")
+            stdin.close()
         except BrokenPipeError:
             pass
         overall_deadline = t0 + self.limits.overall_seconds(job)

@@ -18,7 +18,9 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from jaxbench_mcp.sandbox import protocol
 from jaxbench_mcp.taxonomy import Stage
@@ -118,6 +120,7 @@ def load_candidate(source_path: Path, require_workload: bool = True):
     except SyntaxError as exc:
         return None, ("syntax_error", _error_text(exc))
     spec = importlib.util.spec_from_file_location("candidate", source_path)
+    assert spec is not None and spec.loader is not None  # a file path always gets a spec with a loader
     module = importlib.util.module_from_spec(spec)
     sys.modules["candidate"] = module
     try:
@@ -532,7 +535,7 @@ def _analyse(fn, args, static_argnums, generations, report: Reporter, workdir: P
         (workdir / module_file).write_text(text)  # the parent checks it is the checked program
         return module_file
 
-    started = set()
+    started: set[str] = set()  # generations whose compile stage has started
 
     def on_compile(generation, compiled, error, seconds):
         if generation not in started:
@@ -601,7 +604,8 @@ def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -
         )
 
 
-_MODES = {
+# Each takes the job of its mode (protocol.CheckJob, ProfileJob, ...).
+_MODES: dict[str, Callable[[Any, Reporter, Path], None]] = {
     "check": check_job,
     "profile": profile_job,
     "measure": measure_job,
