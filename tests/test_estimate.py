@@ -531,7 +531,7 @@ def test_kernels_compiled_out_of_trace_order_are_estimated_with_their_own_schedu
     code = (
         "import jax, jax.numpy as jnp, jaxbench_mcp\n"
         "from jax.experimental import pallas as pl\n"
-        "from jaxbench_mcp import estimator\n"
+        "from jaxbench_mcp.perf import estimator\n"
         "def _matmul_kernel(a_ref, b_ref, o_ref):\n"
         "    o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)\n"
         "def _scale_kernel(x_ref, o_ref):\n"

@@ -540,7 +540,10 @@ _VMEM_BRACKET = """
 import dataclasses, importlib.util, json, sys
 import jax
 from jax._src import tpu_custom_call
-from jaxbench_mcp import cost_model, estimator, kernel_analysis, protocol, targets, workloads
+from jaxbench_mcp.analysis import kernels as kernel_analysis
+from jaxbench_mcp.catalog import targets, workloads
+from jaxbench_mcp.perf import cost_model, estimator
+from jaxbench_mcp.sandbox import protocol
 
 path, workload_id, generation = sys.argv[1:4]
 limit = {"bytes": None}
@@ -555,7 +558,7 @@ w = workloads.get_workload(workload_id)
 args = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in estimator.workload_args(w, "full")]
 with targets.chip_context(generation, 1):
     (kernel,), _ = kernel_analysis.describe_kernels(jax.make_jaxpr(module.workload)(*args).jaxpr)
-need = cost_model.vmem_bytes(protocol.KernelInfo(**kernel))
+need = cost_model.vmem_bytes(protocol.KernelInfo(**kernel), generation)
 found = {"estimate": need}
 for name, factor in (("under", 1 / 1.1), ("over", 1.1)):
     limit["bytes"] = int(need * factor)
