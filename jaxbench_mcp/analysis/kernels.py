@@ -128,23 +128,23 @@ def _is_reduction(eqn) -> bool:
     return body is not None and any(_is_reduction(inner) for inner in body.jaxpr.eqns)
 
 
-def _waiting(jaxpr) -> list[set]:
-    """For each equation, the equations after it that must wait for it: every one after a region (the scheduler
-    keeps regions in order), those that read a reduction's result directly or through others; empty otherwise."""
+def _last_wait(jaxpr) -> list[int]:
+    """For each equation, the latest reduction or region before it that it must wait for (-1 for none): the latest
+    region before it (the scheduler keeps regions in order), or a reduction whose result it reads, directly or
+    through others. One pass: a hostile kernel body can be long."""
     from jax.extend.core import Literal
 
-    n = len(jaxpr.eqns)
-    waiting: list[set] = [set() for _ in range(n)]
+    waits: list[int] = []
+    produced: dict = {}
+    region = -1
     for i, eqn in enumerate(jaxpr.eqns):
+        wait = max([region] + [produced.get(v, -1) for v in eqn.invars if not isinstance(v, Literal)])
+        waits.append(wait)
+        for v in eqn.outvars:
+            produced[v] = i if _is_reduction(eqn) else wait
         if _is_region(eqn):
-            waiting[i] = set(range(i + 1, n))
-        elif _is_reduction(eqn):
-            tainted = set(eqn.outvars)
-            for j in range(i + 1, n):
-                if any(v in tainted for v in jaxpr.eqns[j].invars if not isinstance(v, Literal)):
-                    waiting[i].add(j)
-                    tainted.update(jaxpr.eqns[j].outvars)
-    return waiting
+            region = i
+    return waits
 
 
 def _dot_staging(eqn, loaded: set, mxu: int) -> int:
@@ -201,7 +201,7 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
     what the registers hold: kernel_values_bytes): a model of what Mosaic and the LLO scheduler keep in VMEM,
     compared with the compiler by benchmarks/vmem_fidelity.py. A value streams through the registers vreg by vreg
     unless
-        - an equation that must wait for a later reduction or region reads it (_waiting): softmax's logits, read
+        - an equation that must wait for a later reduction or region reads it (_last_wait): softmax's logits, read
           again after their row max; RMSNorm's f32 copy of its block, read after the row mean (4 MiB for (128, 8192)
           bf16, as compiled); a matmul result computed before a pl.when and accumulated after it;
         - it is read more than once, once by an operation that is neither elementwise nor a reduction (a slice, a
@@ -216,8 +216,7 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
     loaded = set(loaded)
     last: dict = {}
     readers: dict = {}
-    waiting = _waiting(jaxpr)
-    barriers = [i for i, w in enumerate(waiting) if w]
+    waits = _last_wait(jaxpr)
     for i, eqn in enumerate(jaxpr.eqns):
         if eqn.primitive.name == "get" or _is_view(eqn, loaded):
             loaded.update(eqn.outvars)
@@ -250,7 +249,7 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
             read = readers.get(v, [])
             names = [jaxpr.eqns[j].primitive.name for j in read]
             reshaped = len(read) > 1 and any(name not in _ELEMENTWISE | _REDUCTIONS for name in names)
-            held = any(j in waiting[r] for r in barriers if i < r for j in read)
+            held = any(waits[j] > i for j in read)
             if reshaped or held:
                 live[v] = _value_vmem_bytes(v.aval)
         peak = max(peak, sum(live.values()))
