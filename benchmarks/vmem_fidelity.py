@@ -21,8 +21,9 @@ Usage: python benchmarks/vmem_fidelity.py [--targets v6e,v5e] [--only SUBSTRING]
 [--figure used|need] [--cached-only]
 
 Measured (jax 0.12.0.1, libtpu 0.0.50.1), v6e and v5e: 131 of 160 kernel x generation figures within 10%,
-median 1.00x, 0.50x-1.16x ("need": 124, 0.64x-2.47x); an 80-tile GEMM sweep (M 256-2048, K 256-2048, N 512-1024)
-80 of 80, 0.98x-1.07x. The blocks and scratch (cost_model.pipeline_vmem_bytes) are exact on every kernel (at most
+median 1.00x, 0.50x-1.16x ("need": 124, 0.64x-2.47x); v5p and 7x: 132 of 160, median 0.99x, 0.49x-1.24x (the
+one over 1.16x: 49k's GEMM on 7x); an 80-tile GEMM sweep (M 256-2048, K 256-2048, N 512-1024) 80 of 80,
+0.98x-1.07x. The blocks and scratch (cost_model.pipeline_vmem_bytes) are exact on every kernel (at most
 2% over the compiler: 23k's matvec); every kernel outside 10% misses in the body's values, what the LLO scheduler
 keeps in VMEM besides them, which vmem_bytes models from the jaxpr (kernel_analysis.body_values_bytes):
 - 42k's row kernel (gelu(z - max(z)) over (64, 8192) f32): 4.00 MiB over its blocks, 1.81 modelled (z held for
