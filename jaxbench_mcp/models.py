@@ -324,7 +324,9 @@ class CompileReport(BaseModel):
     seconds: Real
     code_size_bytes: int | None = None
     vmem_estimate_bytes: int | None = Field(
-        None, description="Double-buffered blocks plus scratch, from the BlockSpecs"
+        None,
+        description="The largest kernel's VMEM estimated from its BlockSpecs before compiling: blocks at their padded "
+        "sizes (double-buffered where their index changes over the grid), scratch, and the body's large values",
     )
     error: str | None = Field(None, description="Why this target's compile failed (its last decisive line)")
 

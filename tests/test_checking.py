@@ -114,6 +114,23 @@ def test_a_k_axis_labelled_parallel_fails_when_a_megacore_chip_is_targeted():
     assert all(s.passed for s in verdict.seeds if s.size is None)  # right at the run size: its one K step
 
 
+def test_a_gemm_with_4096_wide_blocks_is_refused_as_vmem_overflow_in_seconds():
+    """bad_vmem_full_only.py double-buffers (8192, 4096) panels of B at full size: 140 MiB of blocks, over every
+    chip's VMEM. The worker refuses it from its block shapes instead of compiling it (that compile ran 240 s before
+    failing), and the verdict's VMEM figure is that estimate."""
+    checker = Checker(limits=TEST_LIMITS, spares=0, slots=1)
+    try:
+        verdict, outcome = checker.check("8p_GEMM", (KERNELS / "bad_vmem_full_only.py").read_text())
+        outcome.cleanup()
+    finally:
+        checker.close()
+    assert (verdict.status, verdict.error_class) == ("compile_error", "vmem_overflow"), verdict.summary()
+    compiles = [s for s in verdict.stages if s.stage is Stage.COMPILE]
+    assert compiles and all(s.seconds < 10 for s in compiles), compiles
+    assert "refused before compiling" in verdict.message and "vmem capacity of" in verdict.message
+    assert all(140 * 2**20 <= (c.vmem_estimate_bytes or 0) <= 150 * 2**20 for c in verdict.compiles), verdict.compiles
+
+
 def test_checker_answers_correctly_after_hangs_and_crashes(verdicts):
     assert verdicts["after-failures"].status == "correct", verdicts["after-failures"].summary()
 

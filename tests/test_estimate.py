@@ -675,3 +675,95 @@ def test_the_public_estimate_of_a_ragged_dot_is_bounded_when_its_group_sizes_are
     out = _in_fresh_process(code)
     assert "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
     print(out.stdout.strip().splitlines()[-1])
+
+
+def _described(call, *shapes):
+    """describe_kernels of the one kernel in `call` traced on ShapeDtypeStructs of `shapes` ((shape, dtype) pairs)."""
+    import jax
+
+    closed = jax.make_jaxpr(call)(*[jax.ShapeDtypeStruct(s, d) for s, d in shapes])
+    (kernel,), _ = kernel_analysis.describe_kernels(closed.jaxpr)
+    return kernel
+
+
+def test_a_block_whose_index_stays_is_single_buffered():
+    """The compiler gives a block one buffer when its index is the same at every grid step (benchmarks/
+    vmem_fidelity.py measured a (0, 0) block, one indexed by an axis of one step and pl.Buffered(1)), two otherwise."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def call(x, y, z):
+        return pl.pallas_call(
+            lambda x_ref, y_ref, z_ref, o_ref: o_ref.__setitem__(..., x_ref[...] + y_ref[...] + z_ref[...]),
+            grid=(4, 1),
+            in_specs=[
+                pl.BlockSpec((128, 128), lambda i, j: (0, 0)),
+                pl.BlockSpec((128, 128), lambda i, j: (j, 0)),
+                pl.BlockSpec((128, 128), lambda i, j: (i, 0), pipeline_mode=pl.Buffered(1)),
+            ],
+            out_specs=pl.BlockSpec((128, 128), lambda i, j: (i, 0)),
+            out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32),
+        )(x, y, z)
+
+    kernel = _described(call, ((128, 128), "float32"), ((128, 128), "float32"), ((512, 128), "float32"))
+    assert [b["buffers"] for b in kernel["blocks"]] == [1, 1, 1, 2]
+
+
+def test_body_values_stream_unless_a_reduction_or_the_mxu_holds_them():
+    """RMSNorm's f32 copy of its block is read after the row mean: kept (4 MiB for (128, 8192) less what the
+    registers hold; 12.25 MiB compiled in all for 12p); an elementwise (y + b) * y streams; a GEMM's acc += dot with
+    K = 512 stages nothing on v6e and its LHS on v5e (8p: 12.00 and 12.84 MiB compiled)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    from jaxbench_mcp.sandbox import protocol
+
+    def rows(body):
+        def call(x):
+            spec = pl.BlockSpec((128, 8192), lambda i: (i, 0))
+            return pl.pallas_call(body, grid=(4,), in_specs=[spec], out_specs=spec, out_shape=x)(x)
+
+        return _described(call, ((512, 8192), "bfloat16"))
+
+    def rmsnorm(x_ref, o_ref):
+        x = x_ref[...].astype(jnp.float32)
+        o_ref[...] = (x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6)).astype(o_ref.dtype)
+
+    def square_plus(x_ref, o_ref):
+        y = x_ref[...].astype(jnp.float32)
+        o_ref[...] = ((y + 1.0) * y).astype(o_ref.dtype)
+
+    held = kernel_analysis.REGISTER_HELD_BYTES
+    assert rows(rmsnorm)["body_values_bytes"] == 128 * 8192 * 4 - held
+    assert rows(square_plus)["body_values_bytes"] == 0
+
+    def gemm(a, b):
+        def body(a_ref, b_ref, o_ref, acc_ref):
+            @pl.when(pl.program_id(2) == 0)
+            def _():
+                acc_ref[...] = jnp.zeros_like(acc_ref)
+
+            acc_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+            @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+            def _():
+                o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+        return pl.pallas_call(
+            body,
+            grid=(4, 4, 8),
+            in_specs=[
+                pl.BlockSpec((1024, 512), lambda i, j, k: (i, k)),
+                pl.BlockSpec((512, 1024), lambda i, j, k: (k, j)),
+            ],
+            out_specs=pl.BlockSpec((1024, 1024), lambda i, j, k: (i, j)),
+            out_shape=jax.ShapeDtypeStruct((4096, 4096), a.dtype),
+            scratch_shapes=[pltpu.VMEM((1024, 1024), jnp.float32)],
+        )(a, b)
+
+    kernel = protocol.KernelInfo(**_described(gemm, ((4096, 4096), "bfloat16"), ((4096, 4096), "bfloat16")))
+    assert cost_model.vmem_bytes(kernel, "v6e") == 12 * 2**20
+    assert cost_model.vmem_bytes(kernel, "v5e") == 13 * 2**20 - held  # + the 1 MiB LHS block, relaid for the MXU

@@ -79,6 +79,23 @@ def test_blocks(prefetch_eqn):
         assert (blocked.in_hbm, in_hbm.in_hbm, out.in_hbm) == (False, True, False)
 
 
+def test_a_block_keeps_its_buffer_count():
+    def call(x):
+        spec = pl.BlockSpec((8, 128), lambda i: (0, 0), pipeline_mode=pl.Buffered(1))
+        return pl.pallas_call(
+            lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...]),
+            grid=(2,),
+            in_specs=[spec],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+            out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
+        )(x)
+
+    closed = jax.make_jaxpr(call)(jax.ShapeDtypeStruct((8, 128), jnp.float32))
+    with changed("the pipeline_mode (pl.Buffered) of pallas_call block mappings", "pallas_call_info"):
+        single, out = pallas.pallas_call_info(_eqns(closed.jaxpr, "pallas_call")[0]).blocks
+        assert (single.buffer_count, out.buffer_count) == (1, None)
+
+
 def test_index_maps_take_grid_indices_then_scalar_prefetch(prefetch_eqn):
     from jaxbench_mcp.analysis.kernels import _evaluate_index_map
 

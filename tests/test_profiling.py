@@ -494,12 +494,15 @@ def test_vmem_from_block_shapes_pads_tiles_and_double_buffers():
             dimension_semantics=["parallel"],
         )
 
-    # (512, 1) f32: each row pads to 128 lanes (256 KiB a buffer, not 2 KiB); bf16 rows pad to 16 sublanes once a
-    # buffer has 16 rows; a shorter one takes the next power of two up to 8 (the compiler's figure for the paged
-    # attention kernel's (..., 8, 128) bf16 buffers is their unpadded size: benchmarks/vmem_fidelity.py).
+    # (512, 1) f32: each row pads to 128 lanes (256 KiB a buffer, not 2 KiB); rows pad to 8 whatever the dtype (the
+    # compiler gives (24, 128) bf16 and int8 buffers 24 rows: benchmarks/vmem_fidelity.py), a shorter buffer to the
+    # next power of two of its rows, at least the rows a 32-bit word packs (2 for bf16, 4 for int8).
     assert cost_model.padded_block_bytes([512, 1], "float32") == 512 * 128 * 4
-    assert cost_model.padded_block_bytes([None, 24, 128], "bfloat16") == 32 * 128 * 2
+    assert cost_model.padded_block_bytes([None, 24, 128], "bfloat16") == 24 * 128 * 2
+    assert cost_model.padded_block_bytes([None, 12, 128], "bfloat16") == 16 * 128 * 2
     assert cost_model.padded_block_bytes([None, 8, 128], "bfloat16") == 8 * 128 * 2
+    assert cost_model.padded_block_bytes([1, 1024], "bfloat16") == 2 * 1024 * 2
+    assert cost_model.padded_block_bytes([2, 128], "int8") == 4 * 128
     assert cost_model.padded_block_bytes([3, 128], "float32") == 4 * 128 * 4
     assert cost_model.padded_block_bytes([1024, 1024], "bfloat16") == 1024 * 1024 * 2
     gemm = kernel([([4096, 4096], "bfloat16", False)] * 3, scratch=4096 * 4096 * 4)
@@ -520,8 +523,18 @@ def test_vmem_from_block_shapes_pads_tiles_and_double_buffers():
         }
     )
     assert cost_model.vmem_bytes(narrow) == 3 * 512 * 128 * 4
+    # A block whose index is the same at every step is single-buffered (BlockInfo.buffers, from its index map).
+    single = protocol.KernelInfo(
+        **{
+            **gemm.model_dump(),
+            "blocks": [{**b.model_dump(), "buffers": 1} for b in gemm.blocks],
+        }
+    )
+    assert cost_model.vmem_bytes(single) == 3 * 4096 * 4096 * 2 + 4096 * 4096 * 4
     assert "MiB" in (cost_model.vmem_overflow([gemm], "v6e") or "")
     assert cost_model.vmem_overflow([kernel([([512, 512], "float32", False)])], "v6e") is None
+    # Blocks and scratch above the chip's VMEM are refused whatever the margin on the whole estimate.
+    assert "vmem capacity of 128 MiB" in (cost_model.vmem_overflow([gemm], "v6e", margin=1.25) or "")
 
 
 _VMEM_BRACKET = """
@@ -546,7 +559,7 @@ w = workloads.get_workload(workload_id)
 args = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in estimator.workload_args(w, "full")]
 with targets.chip_context(generation, 1):
     (kernel,), _ = kernel_analysis.describe_kernels(jax.make_jaxpr(module.workload)(*args).jaxpr)
-need = cost_model.vmem_bytes(protocol.KernelInfo(**kernel))
+need = cost_model.vmem_bytes(protocol.KernelInfo(**kernel), generation)
 found = {"estimate": need}
 for name, factor in (("under", 1 / 1.1), ("over", 1.1)):
     limit["bytes"] = int(need * factor)

@@ -74,9 +74,30 @@ def _nbytes(aval) -> int:
         return 0
 
 
-# A kernel's values above this size cannot stay in the vector registers (64 vregs of 4 KiB): Mosaic keeps them in
-# VMEM, inside the kernel's scoped allocation.
-VREG_FILE_BYTES = 64 * 4096
+# What the vector registers (64 of 4 KiB) hold of a kernel's kept values: the compiler's VMEM is the values' size
+# less 0.16-0.19 MiB (a 4 MiB f32 matmul result kept across a pl.when: 3.81 MiB on v6e and v5e; a staged bf16 LHS:
+# its size less 0.16 MiB on v5e, tiles of 256 to 2048 rows). The rest of the register file serves the operations.
+REGISTER_HELD_BYTES = 48 * 4096
+
+# Primitives that combine a whole axis of their operand before anything downstream can use their result.
+_REDUCTIONS = frozenset(
+    {
+        "reduce_sum",
+        "reduce_max",
+        "reduce_min",
+        "reduce_prod",
+        "reduce_and",
+        "reduce_or",
+        "reduce_xor",
+        "argmax",
+        "argmin",
+        "cumsum",
+        "cumprod",
+        "cummax",
+        "cummin",
+        "cumlogsumexp",
+    }
+)
 
 
 def _value_vmem_bytes(aval) -> int:
@@ -88,42 +109,181 @@ def _value_vmem_bytes(aval) -> int:
         return 0
 
 
-def body_values_bytes(jaxpr) -> int:
-    """VMEM the large intermediate values of a kernel body take at their peak: values over the vreg file that are a
-    matmul's result (the MXU's output is staged in VMEM) or that more than one equation reads (logits feeding a row
-    max and then an exp, an f32 copy of a bf16 block squared and then scaled: kept whole; a value read once
-    streams through registers), counted while they are live (one read for the last time leaves its room to the
-    results), with a nested body's (pl.when branch, loop) own peak on top of what is live around it. A model of
-    Mosaic's allocation, not its allocator: benchmarks/vmem_fidelity.py compares the total with the compiler."""
+# Primitives that work vreg by vreg: a value read only by these streams through registers however often it is read.
+_ELEMENTWISE = frozenset(
+    "add sub mul div rem max min neg abs sign exp exp2 log log1p expm1 tanh logistic sqrt rsqrt cbrt pow "
+    "integer_pow square erf erfc erf_inv sin cos tan atan2 floor ceil round is_finite nextafter clamp "
+    "convert_element_type select_n eq ne lt le gt ge and or not xor shift_left shift_right_logical "
+    "shift_right_arithmetic".split()
+)
+
+
+def _is_region(eqn) -> bool:
+    """A region of control flow (a pl.when, a loop): the scheduler does not move work across it."""
+    return eqn.primitive.name in ("cond", "while", "scan")
+
+
+def _is_reduction(eqn) -> bool:
+    """A reduction (it needs all of its operand before anything can use its result), or a plain call (jit) holding
+    one or a region."""
+    if eqn.primitive.name in _REDUCTIONS or _is_region(eqn):
+        return True
+    body = jx.call_body(eqn)
+    return body is not None and any(_is_reduction(inner) for inner in body.jaxpr.eqns)
+
+
+def _last_wait(jaxpr) -> list[int]:
+    """For each equation, the latest reduction or region before it that it must wait for (-1 for none): the latest
+    region before it (the scheduler keeps regions in order), or a reduction whose result it reads, directly or
+    through others. One pass: a hostile kernel body can be long."""
     from jax.extend.core import Literal
 
-    uses: dict = {}
-    last: dict = {}
+    waits: list[int] = []
+    produced: dict = {}
+    region = -1
     for i, eqn in enumerate(jaxpr.eqns):
+        wait = max([region] + [produced.get(v, -1) for v in eqn.invars if not isinstance(v, Literal)])
+        waits.append(wait)
+        for v in eqn.outvars:
+            produced[v] = i if _is_reduction(eqn) else wait
+        if _is_region(eqn):
+            region = i
+    return waits
+
+
+def _dot_staging(eqn, loaded: set, mxu: int) -> int:
+    """The VMEM a 2-D dot_general takes while it runs (its result streams into its consumer, the acc += dot of a
+    GEMM, and is kept only when something holds it: body_values_bytes), for a chip whose MXU is `mxu` wide.
+    Measured on a sweep of GEMM tiles (M 128-2048, K 256-2048, N 128-1024; NN and NT, bf16 and f32) with
+    benchmarks/vmem_fidelity.py's "used" figure, the compiler's VMEM less the blocks and accumulator:
+    - K above 512 splits the product: an f32 (M, mxu) partial tile of the result is staged (v6e 512 x 768 x 1024:
+      0.36 MiB, modelled 0.5; v5e 512 x 640 x 1024: 0.80, modelled 0.25 + the LHS below);
+    - a bf16 LHS is staged (relaid from its block's 8-row tiling to the 16-row vreg layout) when several
+      MXU-wide column tiles of the result read it: on a 128-wide MXU (v4, v5e, v5p) always (8p's 1024 x 512 x 1024
+      on v5e: 0.84 MiB, modelled 1.0); on a 256-wide one (v6e, 7x) only from K = 1024 (1024 x 1024 x 1024: 2.83
+      MiB over, modelled 3.0; K = 512: 0 with the LHS read straight from its ref, about its size computed).
+    An f32 LHS is never staged; N of one MXU tile reads it once."""
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
+    a, b = eqn.invars[:2]
+    if lhs_batch or rhs_batch or len(getattr(a.aval, "shape", ())) != 2 or len(getattr(b.aval, "shape", ())) != 2:
+        return 0
+    depth = a.aval.shape[lhs_contract[0]]
+    rows, columns = a.aval.shape[1 - lhs_contract[0]], b.aval.shape[1 - rhs_contract[0]]
+    from jaxbench_mcp.perf import cost_model
+
+    tile = cost_model.padded_block_bytes([rows, min(columns, mxu)], "float32") if depth > 512 else 0
+    reread = columns > mxu and a.aval.dtype.itemsize == 2
+    if mxu >= 256:
+        reread = reread and (depth >= 1024 or (depth <= 512 and a not in loaded))
+    return tile + (_value_vmem_bytes(a.aval) if reread else 0)
+
+
+def _is_view(eqn, loaded: set) -> bool:
+    """A reshape of a value read from a ref that keeps its (8, 128) tiles whole (it merges or splits leading
+    dimensions only): Mosaic reads the ref again rather than keeping it."""
+    if eqn.primitive.name != "reshape" or eqn.invars[0] not in loaded:
+        return False
+    before, after = eqn.invars[0].aval.shape, eqn.outvars[0].aval.shape
+    return len(before) >= 2 and len(after) >= 2 and before[-1] == after[-1] and before[-2] % 8 == after[-2] % 8 == 0
+
+
+def _loop_carry_bytes(eqn) -> int:
+    """VMEM a loop's carried values take while it runs (kept from one trip to the next)."""
+    name = eqn.primitive.name
+    if name == "scan":
+        carry = jx.scan_parts(eqn, eqn.invars)[1]
+    elif name == "while":
+        w = jx.while_info(eqn)
+        carry = eqn.invars[w.cond_nconsts + w.body_nconsts :]
+    else:
+        return 0
+    return sum(_value_vmem_bytes(v.aval) for v in carry if hasattr(v.aval, "shape"))
+
+
+def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) -> int:
+    """VMEM the intermediate values of a kernel body take at their peak, for a chip whose MXU is `mxu` wide (before
+    what the registers hold: kernel_values_bytes): a model of what Mosaic and the LLO scheduler keep in VMEM,
+    compared with the compiler by benchmarks/vmem_fidelity.py. A value streams through the registers vreg by vreg
+    unless
+        - an equation that must wait for a later reduction or region reads it (_last_wait): softmax's logits, read
+          again after their row max; RMSNorm's f32 copy of its block, read after the row mean (4 MiB for (128, 8192)
+          bf16, as compiled); a matmul result computed before a pl.when and accumulated after it;
+        - it is read more than once, once by an operation that is neither elementwise nor a reduction (a slice, a
+          roll, a concatenate: a convolution's matmul result cut into taps). Read only elementwise, however often, it
+          streams (26k's (y + b) * y, 31k's GELU: their blocks alone compiled);
+        - it is a loop's carry (while the loop runs).
+    A value read straight from a ref (or a reshape of one that keeps its tiles) is read again instead of kept. A
+    dot_general takes its staging while it runs (_dot_staging). A nested body's (pl.when branch, loop) own peak
+    counts on top of what is live around it."""
+    from jax.extend.core import Literal
+
+    loaded = set(loaded)
+    last: dict = {}
+    readers: dict = {}
+    waits = _last_wait(jaxpr)
+    for i, eqn in enumerate(jaxpr.eqns):
+        if eqn.primitive.name == "get" or _is_view(eqn, loaded):
+            loaded.update(eqn.outvars)
         for v in eqn.invars:
             if not isinstance(v, Literal):
-                uses[v] = uses.get(v, 0) + 1
                 last[v] = i
+                readers.setdefault(v, []).append(i)
     for v in jaxpr.outvars:
         if not isinstance(v, Literal):
-            uses[v] = uses.get(v, 0) + 1
             last[v] = len(jaxpr.eqns)
     live: dict = {}
     peak = 0
     for i, eqn in enumerate(jaxpr.eqns):
-        inner = max((body_values_bytes(sub) for sub in jx.sub_jaxprs(eqn)), default=0)
-        peak = max(peak, sum(live.values()) + inner)
+        staging = _dot_staging(eqn, loaded, mxu) if eqn.primitive.name == "dot_general" else 0
+        inner = 0
+        if eqn.primitive.name == "cond":  # a branch sees the values the cond passes it (after its index)
+            for branch in jx.cond_branches(eqn):
+                passed = frozenset(b for b, v in zip(branch.jaxpr.invars, eqn.invars[1:]) if v in loaded)
+                inner = max(inner, body_values_bytes(branch.jaxpr, mxu, passed))
+        else:
+            inner = max((body_values_bytes(sub, mxu) for sub in jx.sub_jaxprs(eqn)), default=0)
+            inner += _loop_carry_bytes(eqn)
+        peak = max(peak, sum(live.values()) + inner + staging)
         # A value read for the last time here leaves its room to the results (an elementwise op works in place).
         for v in [v for v in live if last.get(v, -1) <= i]:
             del live[v]
         for v in eqn.outvars:
-            kept = eqn.primitive.name == "dot_general" or uses.get(v, 0) > 1
-            if kept and hasattr(v.aval, "shape"):
-                size = _value_vmem_bytes(v.aval)
-                if size > VREG_FILE_BYTES:
-                    live[v] = size
+            if not hasattr(v.aval, "shape") or v in loaded:
+                continue
+            read = readers.get(v, [])
+            names = [jaxpr.eqns[j].primitive.name for j in read]
+            reshaped = len(read) > 1 and any(name not in _ELEMENTWISE | _REDUCTIONS for name in names)
+            held = any(waits[j] > i for j in read)
+            if reshaped or held:
+                live[v] = _value_vmem_bytes(v.aval)
         peak = max(peak, sum(live.values()))
     return peak
+
+
+def kernel_values_bytes(jaxpr, mxu: int = 256) -> int:
+    """VMEM a kernel body's values take beyond what the vector registers hold (body_values_bytes, less
+    REGISTER_HELD_BYTES)."""
+    return max(0, body_values_bytes(jaxpr, mxu) - REGISTER_HELD_BYTES)
+
+
+def _block_buffers(block, grid) -> int:
+    """VMEM buffers the pipeline gives a block: pl.Buffered(n)'s n; else two (the next block is fetched while the
+    kernel works on this one) when its index map reads a grid axis of more than one step, one when its index is
+    the same at every step. Measured (benchmarks/vmem_fidelity.py's "used" figure, v6e and v5e): a (0, 0) block
+    of a (4, 4) grid, one indexed by an axis of one step, by i * 0 or by a scalar-prefetch value alone, and an
+    output written at (0, 0) over the whole grid each take one buffer; blocks indexed by an axis of 4 steps two."""
+    from jax.extend.core import Literal
+
+    if block.buffer_count is not None:
+        return max(1, block.buffer_count)
+    jaxpr = block.index_map.jaxpr
+    moving = {v for v, n in zip(jaxpr.invars, grid) if not isinstance(n, int) or n > 1}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "mul" and any(isinstance(v, Literal) and v.val == 0 for v in eqn.invars):
+            continue  # i * 0: the compiler folds it
+        if any(v in moving for v in eqn.invars if not isinstance(v, Literal)):
+            moving.update(eqn.outvars)
+    return 2 if any(v in moving for v in jaxpr.outvars if not isinstance(v, Literal)) else 1
 
 
 def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
@@ -161,6 +321,7 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
                         "array_shape": list(block.array_shape),
                         "dtype": str(block.dtype),
                         "in_hbm": block.in_hbm,
+                        "buffers": _block_buffers(block, info.grid),
                     }
                     for block in info.blocks
                 ],
@@ -168,7 +329,8 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
                 "num_scratch": info.num_scratch,
                 "scratch_bytes": sum(_nbytes(a) for a in scratch_avals),
                 "dimension_semantics": list(info.dimension_semantics),
-                "body_values_bytes": body_values_bytes(kernel_jaxpr),
+                "body_values_bytes": kernel_values_bytes(kernel_jaxpr, 256),
+                "body_values_bytes_mxu128": kernel_values_bytes(kernel_jaxpr, 128),
                 "scratch": [
                     {
                         "shape": [int(d) for d in a.shape],

@@ -38,6 +38,11 @@ _GENERATIONS: dict[str, tuple[str, str]] = {
 GENERATIONS = tuple(_GENERATIONS)
 DEFAULT_CPU_TARGET = "v6e"
 
+# The scoped VMEM a Pallas kernel may use when it sets no vmem_limit_bytes, per generation: what the deviceless
+# compile (libtpu 0.0.50.1) names as the limit when a kernel's blocks take 17 MiB and 33 MiB ("Scoped allocation
+# with size 17.00M and limit 16.00M"; v4 says "Used 17.00M of 16.00M vmem": its limit is all of its VMEM).
+_DEFAULT_SCOPED_VMEM_MIB = {"v4": 16, "v5e": 16, "v5p": 16, "v6e": 32, "7x": 32}
+
 # The widths every TPU generation so far shares: a vector register holds 8 sublanes x 128 lanes, and one MXU
 # push multiplies 8 rows by a 128 x 128 tile.
 SUBLANES = 8
@@ -76,6 +81,7 @@ class ChipFacts:
     hbm_bytes: int
     mxu_size: int
     num_cores: int
+    scoped_vmem_bytes: int  # the default scoped VMEM limit of a kernel (without vmem_limit_bytes)
 
 
 @functools.cache
@@ -93,6 +99,7 @@ def chip_facts(generation: str) -> ChipFacts:
         hbm_bytes=int(info.hbm_capacity_bytes),
         mxu_size=int(info.mxu_column_size),
         num_cores=int(info.num_cores),
+        scoped_vmem_bytes=_DEFAULT_SCOPED_VMEM_MIB[check_generation(generation)] * 2**20,
     )
 
 

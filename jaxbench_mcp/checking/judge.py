@@ -147,7 +147,6 @@ def collect(
     outputs: dict[int, protocol.Output] = {}
     mosaic_kernels: dict[str, int] = {}
     traced: protocol.Traced | None = None
-    vmem = None
     for e in outcome.stage_events():
         if e.state == "start":
             continue
@@ -164,7 +163,6 @@ def collect(
         if e.traced is not None:
             traced = e.traced
             evidence.kernels = [_kernel_description(k) for k in e.traced.kernels]
-            vmem = max((cost_model.vmem_bytes(k) for k in e.traced.kernels), default=None)
             if e.traced.platform_queries:
                 evidence.warnings.append(
                     f"workload() asked which platform it runs on ({', '.join(e.traced.platform_queries)}) while it "
@@ -190,6 +188,9 @@ def collect(
             mosaic_kernels[e.target or "tpu"] = count
             evidence.program_sha256[e.target or "tpu"] = digest
         if e.stage is Stage.COMPILE:
+            # The estimate for this target: its MXU width changes what a body's matmuls stage in VMEM.
+            kernels = traced.kernels if traced is not None else []
+            vmem = max((cost_model.vmem_bytes(k, e.target) for k in kernels), default=None)
             evidence.compiles.append(
                 CompileReport(
                     target=e.target,

@@ -41,6 +41,7 @@ class Block:
     array_shape: tuple[int, ...]
     dtype: np.dtype  # or a jax extended dtype (a PRNG key), as the array has it
     memory_space: str  # lower case: "default", "vmem", "any", "hbm", ...
+    buffer_count: int | None = None  # pipeline_mode=pl.Buffered(n): n (an (in, out) pair: its input count)
 
     @property
     def in_hbm(self) -> bool:
@@ -89,7 +90,15 @@ def _block(bm: Any) -> Block:
         array_shape=tuple(bm.array_aval.shape),
         dtype=bm.array_aval.dtype,
         memory_space=str(getattr(bm.transformed_block_aval, "memory_space", "")).lower(),
+        buffer_count=_buffer_count(getattr(bm, "pipeline_mode", None)),
     )
+
+
+def _buffer_count(mode: Any) -> int | None:
+    count = getattr(mode, "buffer_count", None)
+    if isinstance(count, tuple):
+        count = count[0]
+    return int(count) if isinstance(count, int) else None
 
 
 def _block_dim(d: Any) -> BlockDim:

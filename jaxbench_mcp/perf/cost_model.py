@@ -323,16 +323,16 @@ def xla_baseline_s(reference: dict, generation: str) -> float:
 LANES = targets.LANES
 
 
-def _sublane_tile(itemsize: int, rows: int | None = None) -> int:
-    """Rows of the VMEM tile Mosaic gives a buffer (its memref tiling): the large tile, 8 rows of 32-bit words (16
-    for 16-bit values, 32 for 8-bit: packed), when the buffer has at least that many rows; else the next power of
-    two of its rows, up to 8 (an (8, 128) bf16 buffer is not padded to 16 rows: the compiler agrees, see
-    benchmarks/vmem_fidelity.py)."""
-    large = 8 * max(1, 4 // max(1, itemsize))
-    if rows is None or rows >= large:
-        return large
-    tile = 1
-    while tile < min(rows, 8):
+def _sublane_tile(itemsize: int, rows: int) -> int:
+    """Rows of the VMEM tile a buffer's second-minor dimension is padded to (its memref tiling, which follows the
+    operand's HBM layout): 8 for every dtype, or for a buffer of fewer rows the next power of two of them, at least
+    the rows one 32-bit word packs (2 for 16-bit values, 4 for 8-bit). Measured with benchmarks/vmem_fidelity.py's
+    "used" figure on v6e and v5e, blocks and VMEM scratch alike: f32, bf16 and int8 buffers of 24 and 40 rows take
+    24 and 40 (bf16 is not padded to 16 rows, int8 not to 32), 12 rows take 16, 3 rows 4; one bf16 row takes 2."""
+    if rows >= 8:
+        return 8
+    tile = max(1, 4 // max(1, itemsize))
+    while tile < rows:
         tile *= 2
     return tile
 
@@ -340,7 +340,7 @@ def _sublane_tile(itemsize: int, rows: int | None = None) -> int:
 def padded_block_bytes(block_shape, dtype: str) -> int:
     """VMEM bytes of one buffer of a block as Mosaic lays it out: squeezed (None) dimensions dropped, the last
     dimension padded to 128 lanes and the one before it to the sublane tile of its dtype and row count (a (..., 1)
-    block takes a whole 128-lane row per element)."""
+    block takes a whole 128-lane row per element: 40k's (512, 1) f32 bias blocks take 256 KiB each, measured)."""
     import numpy as np
 
     itemsize = np.dtype(dtype).itemsize
@@ -356,36 +356,62 @@ def padded_block_bytes(block_shape, dtype: str) -> int:
     return int(np.prod(lead, dtype=np.int64)) * rows * cols * itemsize
 
 
-def vmem_bytes(kernel, buffers: int = 2) -> int:
-    """VMEM a Pallas kernel needs, from its description (protocol.KernelInfo) alone, before any compile: every
-    pipelined block (not in HBM) `buffers` times (the pipeline double-buffers inputs and outputs) at its padded
-    size, plus its VMEM scratch at its padded size (SMEM scratch and semaphores live elsewhere), plus the large
-    intermediate values of its body (kernel_analysis.body_values_bytes). A description without scratch shapes
-    counts its scratch_bytes unpadded."""
+def _mxu_size(generation: str | None) -> int:
+    """The MXU width of `generation`; 256 (v6e's) when it names none we know."""
+    if generation is None:
+        return 256
+    try:
+        return targets.chip_facts(targets.check_generation(generation)).mxu_size
+    except targets.UnknownTarget:
+        return 256
+
+
+def pipeline_vmem_bytes(kernel) -> int:
+    """The part of vmem_bytes that is exact: the pipelined blocks at their padded sizes times their buffers, and the
+    VMEM scratch at its padded size. The compiler allocates them as they are: every corpus kernel's compiled scoped
+    VMEM is at least this, less 2% at most (23k's matvec, whose (1, N) blocks XLA may keep in VMEM itself:
+    benchmarks/vmem_fidelity.py); the body's values are the modelled part."""
     scratch = getattr(kernel, "scratch", None)
     if scratch:
         total = sum(padded_block_bytes(b.shape, b.dtype) for b in scratch if b.memory_space in ("vmem", ""))
     else:
         total = int(kernel.scratch_bytes)
-    total += int(getattr(kernel, "body_values_bytes", 0) or 0)
     for block in kernel.blocks:
         if block.in_hbm:
             continue
         shape = block.block_shape if block.block_shape else block.array_shape
-        total += buffers * padded_block_bytes(shape, block.dtype)
+        total += int(getattr(block, "buffers", 2)) * padded_block_bytes(shape, block.dtype)
     return total
 
 
-def vmem_overflow(kernels, generation: str, margin: float = 1.0) -> str | None:
-    """A sentence when some kernel cannot fit `generation`'s VMEM whatever limit it asks the compiler for (its
-    blocks and scratch exceed `margin` times the chip's physical VMEM): the check can refuse it as vmem_overflow
+def vmem_bytes(kernel, generation: str | None = None) -> int:
+    """VMEM a Pallas kernel needs on `generation` (None: a 256-wide MXU, as v6e's), from its description
+    (protocol.KernelInfo) alone, before any compile: every pipelined block (not in HBM) at its padded size times
+    its buffers (two when its index changes over the grid, one when it stays: BlockInfo.buffers), plus its VMEM
+    scratch at its padded size (SMEM scratch and semaphores live elsewhere), plus the large intermediate values of
+    its body for the chip's MXU width (kernel_analysis.body_values_bytes). A description without scratch shapes
+    counts its scratch_bytes unpadded. This is the kernel's own need with its operands in HBM: the compiler's
+    "used_scoped_memory_configs" when every kernel may use the chip's whole VMEM (benchmarks/vmem_fidelity.py
+    compares the two on the corpus). Under a smaller limit XLA may place a small operand in VMEM itself, outside
+    the kernel's scoped allocation, and the kernel then compiles under less."""
+    narrow = getattr(kernel, "body_values_bytes_mxu128", None)
+    body = narrow if narrow is not None and _mxu_size(generation) < 256 else getattr(kernel, "body_values_bytes", 0)
+    return pipeline_vmem_bytes(kernel) + int(body or 0)
+
+
+def vmem_overflow(kernels, generation: str, margin: float = 1.0, pipeline_margin: float = 1.0) -> str | None:
+    """A sentence when some kernel cannot fit `generation`'s VMEM whatever limit it asks the compiler for: its
+    whole estimate (vmem_bytes) exceeds `margin` times the chip's physical VMEM, or its pipeline buffers and scratch
+    alone (pipeline_vmem_bytes) exceed `pipeline_margin` times it. The check refuses such a kernel as vmem_overflow
     in seconds, without the compile (minutes) that would fail. None when every kernel may fit."""
-    capacity = targets.chip_facts(generation).vmem_bytes
+    chip = targets.chip_facts(generation)
     for k in kernels:
-        need = vmem_bytes(k)
-        if need > margin * capacity:
+        need, fixed = vmem_bytes(k, generation), pipeline_vmem_bytes(k)
+        if fixed > pipeline_margin * chip.vmem_bytes or need > margin * chip.vmem_bytes:
             return (
-                f"kernel {k.name} needs ~{need / 2**20:,.1f} MiB of VMEM (its blocks double-buffered at their padded "
-                f"sizes, plus scratch), more than {generation}'s {capacity / 2**20:,.0f} MiB: use smaller blocks"
+                f"kernel {k.name} needs ~{need / 2**20:,.1f} MiB of VMEM ({fixed / 2**20:,.1f} MiB of blocks and "
+                f"scratch), over {generation}'s vmem capacity of {chip.vmem_bytes / 2**20:,.0f} MiB (default scoped "
+                f"limit {chip.scoped_vmem_bytes / 2**20:,.0f} MiB; vmem_limit_bytes cannot exceed the capacity): "
+                "use smaller blocks"
             )
     return None

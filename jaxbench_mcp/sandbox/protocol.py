@@ -162,6 +162,10 @@ class BlockInfo(_Strict):
     array_shape: list[int]
     dtype: str
     in_hbm: bool
+    buffers: int = Field(
+        2,
+        description="VMEM buffers the pipeline gives it: 2 when its index changes over the grid, else 1 (pl.Buffered(n): n)",
+    )
 
 
 class ScratchInfo(_Strict):
@@ -179,7 +183,12 @@ class KernelInfo(_Strict):
     scratch_bytes: int
     dimension_semantics: list[str]
     scratch: list[ScratchInfo] = Field(default_factory=list, description="Each scratch buffer's shape and space")
-    body_values_bytes: int = Field(0, description="VMEM the body's large intermediate values take at their peak")
+    body_values_bytes: int = Field(
+        0, description="VMEM the body's large intermediate values take at their peak on a 256-wide MXU (v6e, 7x)"
+    )
+    body_values_bytes_mxu128: int | None = Field(
+        None, description="The same on a 128-wide MXU (v4, v5e, v5p); None: as on a 256-wide one"
+    )
 
 
 class Aval(_Strict):
