@@ -120,7 +120,7 @@ def test_a_gemm_with_4096_wide_blocks_is_refused_as_vmem_overflow_in_seconds():
     failing), and the verdict's VMEM figure is that estimate."""
     checker = Checker(limits=TEST_LIMITS, spares=0, slots=1)
     try:
-        verdict, outcome = checker.check("8p_GEMM", (KERNELS / "bad_vmem_full_only.py").read_text())
+        verdict, outcome = checker.check(CheckRequest.of("8p_GEMM", (KERNELS / "bad_vmem_full_only.py").read_text()))
         outcome.cleanup()
     finally:
         checker.close()

@@ -217,13 +217,13 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
     counts on top of what is live around it."""
     from jax.extend.core import Literal
 
-    loaded = set(loaded)
+    from_refs: set = set(loaded)  # values read straight from a ref, and views of them
     last: dict = {}
     readers: dict = {}
     waits = _last_wait(jaxpr)
     for i, eqn in enumerate(jaxpr.eqns):
-        if eqn.primitive.name == "get" or _is_view(eqn, loaded):
-            loaded.update(eqn.outvars)
+        if eqn.primitive.name == "get" or _is_view(eqn, from_refs):
+            from_refs.update(eqn.outvars)
         for v in eqn.invars:
             if not isinstance(v, Literal):
                 last[v] = i
@@ -234,11 +234,12 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
     live: dict = {}
     peak = 0
     for i, eqn in enumerate(jaxpr.eqns):
-        staging = _dot_staging(eqn, loaded, mxu) if eqn.primitive.name == "dot_general" else 0
+        staging = _dot_staging(eqn, from_refs, mxu) if eqn.primitive.name == "dot_general" else 0
         inner = 0
         if eqn.primitive.name == "cond":  # a branch sees the values the cond passes it (after its index)
             for branch in jx.cond_branches(eqn):
-                passed = frozenset(b for b, v in zip(branch.jaxpr.invars, eqn.invars[1:]) if v in loaded)
+                operands = zip(branch.jaxpr.invars, eqn.invars[1:], strict=True)  # the index is not passed
+                passed = frozenset(b for b, v in operands if v in from_refs)
                 inner = max(inner, body_values_bytes(branch.jaxpr, mxu, passed))
         else:
             inner = max((body_values_bytes(sub, mxu) for sub in jx.sub_jaxprs(eqn)), default=0)
@@ -248,7 +249,7 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
         for v in [v for v in live if last.get(v, -1) <= i]:
             del live[v]
         for v in eqn.outvars:
-            if not hasattr(v.aval, "shape") or v in loaded:
+            if not hasattr(v.aval, "shape") or v in from_refs:
                 continue
             read = readers.get(v, [])
             names = [jaxpr.eqns[j].primitive.name for j in read]
@@ -277,7 +278,8 @@ def _block_buffers(block, grid) -> int:
     if block.buffer_count is not None:
         return max(1, block.buffer_count)
     jaxpr = block.index_map.jaxpr
-    moving = {v for v, n in zip(jaxpr.invars, grid) if not isinstance(n, int) or n > 1}
+    # The index map's trailing invars are scalar-prefetch refs, which no grid axis drives.
+    moving = {v for v, n in zip(jaxpr.invars, grid, strict=False) if not isinstance(n, int) or n > 1}
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "mul" and any(isinstance(v, Literal) and v.val == 0 for v in eqn.invars):
             continue  # i * 0: the compiler folds it

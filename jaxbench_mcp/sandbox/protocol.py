@@ -164,7 +164,8 @@ class BlockInfo(_Strict):
     in_hbm: bool
     buffers: int = Field(
         2,
-        description="VMEM buffers the pipeline gives it: 2 when its index changes over the grid, else 1 (pl.Buffered(n): n)",
+        description="VMEM buffers the pipeline gives it: 2 when its index changes over the grid, else 1 "
+        "(pl.Buffered(n): n)",
     )
 
 
