@@ -44,12 +44,13 @@ def _resolve_targets(spec: str | Sequence[str] | None, default_targets: Sequence
 class _Request(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    workload_id: str = Field(description="the workload's canonical id")
+    source: str
+
 
 class CheckRequest(_Request):
     """One check of one candidate, as validated by the library."""
 
-    workload_id: str = Field(description="the workload's canonical id")
-    source: str
     targets: list[str] = Field(
         default_factory=list,
         description="TPU generations to compile for, resolved (JaxBench puts its executor's default here when the "
@@ -87,8 +88,6 @@ class CheckRequest(_Request):
 class ProfileRequest(_Request):
     """One profile of one candidate (which is checked first), as validated by the library."""
 
-    workload_id: str = Field(description="the workload's canonical id")
-    source: str
     targets: list[str] = Field(
         default_factory=list,
         description="TPU generations to profile for, resolved; empty: every generation (roofline bounds on a host "
