@@ -176,7 +176,8 @@ ERROR_CLASSES: dict[ErrorClass, ClassInfo] = {
     ),
     E.EXITED: ClassInfo(
         S.CRASHED,
-        "The candidate exited the process: remove sys.exit/os._exit and top-level scripts.",
+        "The candidate's process ended early: remove sys.exit/os._exit and top-level scripts, "
+        "and fix the exception the message names.",
         ("errors#exited",),
     ),
     E.MEMORY_LIMIT: ClassInfo(

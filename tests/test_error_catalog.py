@@ -566,3 +566,24 @@ def test_parallel_refinement_leaves_other_cases_alone():
     # Errors that are not a comparison of values keep their own diagnosis.
     d = error_catalog.refine_for_kernels(classify("compile", "Ran out of memory in memory space vmem"), parallel_k)
     assert d.error_class == ErrorClass.VMEM_OVERFLOW
+
+
+def test_an_uncaught_exception_is_named_with_the_line_that_raised_it():
+    """A worker that exited on an exception: the message names it and its line, and says when that line is the
+    checker's own (what 14p's expert once hit: a literal reached a set in the VMEM analysis)."""
+    from jaxbench_mcp.checking.diagnosis import uncaught_exception
+
+    ours = (
+        "E0000 libtpu noise\nTraceback (most recent call last):\n"
+        '  File "/app/jaxbench_mcp/sandbox/worker.py", line 635, in <module>\n    main()\n'
+        '  File "/app/jaxbench_mcp/analysis/kernels.py", line 242, in <genexpr>\n'
+        "    passed = frozenset(b for b, v in operands if v in from_refs)\n"
+        "TypeError: unhashable type: 'Literal'\n"
+    )
+    said = uncaught_exception(ours)
+    assert said.startswith("TypeError: unhashable type: 'Literal' (raised in jaxbench_mcp/analysis/kernels.py line 242")
+    assert "the checker's own code" in said
+    theirs = ours.replace("/app/jaxbench_mcp/analysis/kernels.py", "/job/candidate.py")
+    said = uncaught_exception(theirs)
+    assert said == "TypeError: unhashable type: 'Literal' (raised in candidate.py line 242, in <genexpr>)"
+    assert uncaught_exception("Killed\n") == ""

@@ -710,6 +710,25 @@ def test_a_block_whose_index_stays_is_single_buffered():
     assert [b["buffers"] for b in kernel["blocks"]] == [1, 1, 1, 2]
 
 
+def test_a_branch_passed_a_constant_is_described():
+    """lax.cond given a Python scalar passes it as a literal, which cannot be hashed: tokamax's ragged_dot does, and
+    the worker's analysis once died on it (the check then blamed the candidate for exiting)."""
+    import jax
+    from jax.experimental import pallas as pl
+
+    def body(x_ref, o_ref):
+        x = x_ref[...]
+        o_ref[...] = jax.lax.cond(pl.program_id(0) == 0, lambda x, s: x * s, lambda x, s: x + s, x, 2.0)
+
+    def call(x):
+        spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
+        return pl.pallas_call(body, grid=(2,), in_specs=[spec], out_specs=spec, out_shape=x)(x)
+
+    kernel = _described(call, ((16, 128), "float32"))
+    assert kernel["body_values_bytes"] == 0
+    assert [b["block_shape"] for b in kernel["blocks"]] == [[8, 128], [8, 128]]
+
+
 def test_body_values_stream_unless_a_reduction_or_the_mxu_holds_them():
     """RMSNorm's f32 copy of its block is read after the row mean: kept (4 MiB for (128, 8192) less what the
     registers hold; 12.25 MiB compiled in all for 12p); an elementwise (y + b) * y streams; a GEMM's acc += dot with

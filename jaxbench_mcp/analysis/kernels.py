@@ -151,6 +151,14 @@ def _last_wait(jaxpr) -> list[int]:
     return waits
 
 
+def _among(v, values: set | frozenset) -> bool:
+    """Whether an equation's operand is one of `values`; a literal (a constant such as lax.cond's 2.0) never is, and
+    cannot be hashed."""
+    from jax.extend.core import Literal
+
+    return not isinstance(v, Literal) and v in values
+
+
 def _dot_staging(eqn, loaded: set, mxu: int) -> int:
     """The VMEM a 2-D dot_general takes while it runs (its result streams into its consumer, the acc += dot of a
     GEMM, and is kept only when something holds it: body_values_bytes), for a chip whose MXU is `mxu` wide.
@@ -174,14 +182,14 @@ def _dot_staging(eqn, loaded: set, mxu: int) -> int:
     tile = cost_model.padded_block_bytes([rows, min(columns, mxu)], "float32") if depth > 512 else 0
     reread = columns > mxu and a.aval.dtype.itemsize == 2
     if mxu >= 256:
-        reread = reread and (depth >= 1024 or (depth <= 512 and a not in loaded))
+        reread = reread and (depth >= 1024 or (depth <= 512 and not _among(a, loaded)))
     return tile + (_value_vmem_bytes(a.aval) if reread else 0)
 
 
 def _is_view(eqn, loaded: set) -> bool:
     """A reshape of a value read from a ref that keeps its (8, 128) tiles whole (it merges or splits leading
     dimensions only): Mosaic reads the ref again rather than keeping it."""
-    if eqn.primitive.name != "reshape" or eqn.invars[0] not in loaded:
+    if eqn.primitive.name != "reshape" or not _among(eqn.invars[0], loaded):
         return False
     before, after = eqn.invars[0].aval.shape, eqn.outvars[0].aval.shape
     return len(before) >= 2 and len(after) >= 2 and before[-1] == after[-1] and before[-2] % 8 == after[-2] % 8 == 0
@@ -239,7 +247,7 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
         if eqn.primitive.name == "cond":  # a branch sees the values the cond passes it (after its index)
             for branch in jx.cond_branches(eqn):
                 operands = zip(branch.jaxpr.invars, eqn.invars[1:], strict=True)  # the index is not passed
-                passed = frozenset(b for b, v in operands if v in from_refs)
+                passed = frozenset(b for b, v in operands if _among(v, from_refs))
                 inner = max(inner, body_values_bytes(branch.jaxpr, mxu, passed))
         else:
             inner = max((body_values_bytes(sub, mxu) for sub in jx.sub_jaxprs(eqn)), default=0)

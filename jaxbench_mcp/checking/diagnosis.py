@@ -31,6 +31,27 @@ def decisive_lines(text: str) -> str:
     return "\n".join(line[:400] for line in picked[:_MESSAGE_LINES])
 
 
+def uncaught_exception(stderr: str) -> str:
+    """The exception of the last Python traceback in a worker's stderr and where it was raised ('' for none): what
+    ended a process that exited on its own. Raised in the checker's own code, it is said so."""
+    start = stderr.rfind("Traceback (most recent call last):")
+    if start < 0:
+        return ""
+    text = stderr[start:]
+    frames = [m for m in map(_FRAME.match, text.splitlines()) if m]
+    exception = decisive_lines(text).splitlines()[-1] if text.strip() else ""
+    if not frames or not exception:
+        return exception
+    path, line, function = frames[-1].groups()
+    package = path.rfind("/jaxbench_mcp/")
+    if package < 0:
+        return f"{exception} (raised in {path.rsplit('/', 1)[-1]} line {line}, in {function})"
+    return (
+        f"{exception} (raised in {path[package + 1 :]} line {line}, in {function}: the checker's own code, so a "
+        "jaxbench-mcp bug unless the kernel changed that code; please report it with this message)"
+    )
+
+
 def compile_error_line(text: str) -> str | None:
     """One line for one target's failed compile: the VMEM sizes when it ran out of VMEM, else its last decisive line."""
     sizes = libtpu.vmem_overflow_sizes(text)

@@ -23,7 +23,7 @@ from jaxbench_mcp.catalog import targets, workloads
 from jaxbench_mcp.catalog.targets import Tier
 from jaxbench_mcp.checking import error_catalog, rules
 from jaxbench_mcp.checking.comparison import compare
-from jaxbench_mcp.checking.diagnosis import compile_error_line, decisive_lines, signal_name
+from jaxbench_mcp.checking.diagnosis import compile_error_line, decisive_lines, signal_name, uncaught_exception
 from jaxbench_mcp.checking.truth import Truth
 from jaxbench_mcp.models import CompileReport, KernelDescription, SeedReport, StageReport, Verdict
 from jaxbench_mcp.perf import cost_model
@@ -381,7 +381,12 @@ def _ended_early(outcome: RunOutcome) -> Failure:
         return Failure(
             ErrorClass.KILLED_BY_SIGNAL, f"the candidate's process died from signal {signal_name(signal_number)}"
         )
-    return Failure(ErrorClass.EXITED, f"the candidate's process exited with status {code} before the check finished")
+    raised = uncaught_exception(outcome.stderr_tail)
+    return Failure(
+        ErrorClass.EXITED,
+        f"the candidate's process exited with status {code} before the check finished"
+        + (f": it raised {raised}" if raised else ""),
+    )
 
 
 def _parallel_revisit(message: str, chosen: list[str], evidence: Evidence) -> list[Failure]:
