@@ -9,6 +9,7 @@ original constant, so that a kernel cannot learn the answer for one seed and rep
 import math
 
 import jax
+import jax.numpy as jnp
 
 JAXBENCH_SEED = 42
 
@@ -18,8 +19,6 @@ def jaxbench_key(seed, original: int) -> jax.Array:
 
     `seed` may be traced, so that one compiled create_inputs serves every seed.
     """
-    import jax.numpy as jnp
-
     theirs = jax.random.key_data(jax.random.key(original))
     ours = jax.random.key_data(jax.random.fold_in(jax.random.key(seed), original))
     return jax.random.wrap_key_data(jnp.where(seed == JAXBENCH_SEED, theirs, ours))

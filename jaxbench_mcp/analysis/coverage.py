@@ -16,9 +16,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import Literal
 
 from jaxbench_mcp.analysis import kernels as ka
+from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS
 from jaxbench_mcp.internals import jaxpr as jx
 from jaxbench_mcp.internals.pallas import (
@@ -155,8 +159,6 @@ class _Flat:
         self.outvars = [self.canon(v) for v in closed.jaxpr.outvars]
 
     def canon(self, v):
-        from jax.extend.core import Literal
-
         if isinstance(v, Literal):
             return v
         while v in self.alias:
@@ -203,8 +205,6 @@ def _index_map_reads_prefetch(block: Block, num_grid: int) -> bool:
 
 def _block_starts(block: Block, grid: list, points) -> list:
     """The index map's outputs at every grid point, as int64 arrays of length n_steps."""
-    import jax
-
     closed = block.index_map
     n = points.shape[1]
     if not closed.jaxpr.eqns:  # (i, 0)-style maps, most of them: read off the jaxpr, no jax dispatch (~2 ms each)
@@ -852,8 +852,6 @@ def kernel_signature(body, shapes: _ShapeValues) -> str:
 
 def _floating_dtype(dtype) -> bool:
     """A floating-point dtype, bfloat16 included (numpy does not count ml_dtypes' bfloat16 as floating)."""
-    import jax.numpy as jnp
-
     return bool(jnp.issubdtype(dtype, jnp.floating))
 
 
@@ -863,8 +861,6 @@ def _is_floating(var) -> bool:
 
 
 def _is_float_literal(var) -> bool:
-    from jax.extend.core import Literal
-
     return isinstance(var, Literal) and _floating_dtype(getattr(var.aval, "dtype", None)) and np.ndim(var.val) == 0
 
 
@@ -1091,10 +1087,6 @@ def outside_work(closed, args, generation: str | None = None) -> dict | None:
     needed) XLA:TPU costs it deviceless; without one XLA:CPU does (its FLOP counts agree; its byte
     counts are of the same order).
     """
-    import jax
-
-    from jaxbench_mcp.catalog import targets
-
     outside = ka.outside_kernels(closed)
     if outside is None:
         return None

@@ -7,9 +7,15 @@ Everything here reads a jaxpr; nothing runs the kernel.
 
 from __future__ import annotations
 
+import jax
+import numpy as np
+from jax.extend.core import Literal
+
+from jaxbench_mcp.analysis import replay as kr
 from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
 from jaxbench_mcp.internals import jaxpr as jx
 from jaxbench_mcp.internals.jaxpr import walk_eqns as _walk_eqns
+from jaxbench_mcp.internals.libtpu import mosaic_kernel_name
 from jaxbench_mcp.internals.pallas import (
     KERNEL_PRIMITIVES as _KERNELS,
     MESH_KERNEL_PRIMITIVES as _MESH_KERNELS,
@@ -25,8 +31,6 @@ _HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
 
 
 def _read(env: dict, var):
-    from jax.extend.core import Literal
-
     return var.val if isinstance(var, Literal) else env[var]
 
 
@@ -66,8 +70,6 @@ def _evaluate_index_map(closed, grid_index) -> list:
 
 def _nbytes(aval) -> int:
     """Bytes of a scratch buffer; semaphores and other non-array scratch count as 0."""
-    import numpy as np
-
     try:
         return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
     except (TypeError, AttributeError):
@@ -136,8 +138,6 @@ def _last_wait(jaxpr) -> list[int]:
     """For each equation, the latest reduction or region before it that it must wait for (-1 for none): the latest
     region before it (the scheduler keeps regions in order), or a reduction whose result it reads, directly or
     through others. One pass: a hostile kernel body can be long."""
-    from jax.extend.core import Literal
-
     waits: list[int] = []
     produced: dict = {}
     region = -1
@@ -154,8 +154,6 @@ def _last_wait(jaxpr) -> list[int]:
 def _among(v, values: set | frozenset) -> bool:
     """Whether an equation's operand is one of `values`; a literal (a constant such as lax.cond's 2.0) never is, and
     cannot be hashed."""
-    from jax.extend.core import Literal
-
     return not isinstance(v, Literal) and v in values
 
 
@@ -223,8 +221,6 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
     A value read straight from a ref (or a reshape of one that keeps its tiles) is read again instead of kept. A
     dot_general takes its staging while it runs (_dot_staging). A nested body's (pl.when branch, loop) own peak
     counts on top of what is live around it."""
-    from jax.extend.core import Literal
-
     from_refs: set = set(loaded)  # values read straight from a ref, and views of them
     last: dict = {}
     readers: dict = {}
@@ -281,8 +277,6 @@ def _block_buffers(block, grid) -> int:
     the same at every step. Measured (benchmarks/vmem_fidelity.py's "used" figure, v6e and v5e): a (0, 0) block
     of a (4, 4) grid, one indexed by an axis of one step, by i * 0 or by a scalar-prefetch value alone, and an
     output written at (0, 0) over the whole grid each take one buffer; blocks indexed by an axis of 4 steps two."""
-    from jax.extend.core import Literal
-
     if block.buffer_count is not None:
         return max(1, block.buffer_count)
     jaxpr = block.index_map.jaxpr
@@ -388,7 +382,6 @@ def operand_floor(eqn) -> dict:
     every output once (`floor_bytes`), and, for a kernel that does matmuls, a matmul of its first matrix input into
     its first output when they share their rows (x (.., M, K) -> out (.., M, N): 2 x out elements x K FLOPs,
     `floor_flops`; else 0). A bound for when the replay cannot follow the kernel (an unknown trip count)."""
-    import numpy as np
 
     def arrays(vs):
         return [
@@ -434,8 +427,6 @@ def _walk_runs(jaxpr, runs: int = 1, exact: bool = True):
 def _while_trips(eqn) -> int | None:
     """The trips of a while loop `i < n` (n a constant or a loop-invariant carry), `i += 1`, whose initial carry
     is made of constants; None otherwise."""
-    from jax.extend.core import Literal
-
     loop = jx.while_info(eqn)
     carry = eqn.invars[loop.cond_nconsts + loop.body_nconsts :]
     cond, body = loop.cond.jaxpr, loop.body.jaxpr
@@ -471,8 +462,6 @@ def _mosaic_name(eqn) -> str | None:
     """The name jax gives the kernel's Mosaic module: its traced body's (pallas_call's name=, else the kernel
     function's). (A mesh kernel of several bodies shares one module named after its last body, not the first read
     here: it then pairs only when alone.)"""
-    from jaxbench_mcp.internals.libtpu import mosaic_kernel_name
-
     body = mesh_kernel_body(eqn) if eqn.primitive.name in _MESH_KERNELS else pallas_call_info(eqn).kernel
     func_name = getattr(getattr(body, "debug_info", None), "func_name", None)
     return mosaic_kernel_name(func_name) if func_name else None
@@ -494,10 +483,6 @@ def _dynamic_grid_bound(info: PallasCallInfo, axis: int) -> int | None:
 
 def _index_map_blocks(bm: Block, points, grid, prefetch):
     """The block index of `bm` at every grid point, shape (P, ndim), or None when it depends on unknowns."""
-    import numpy as np
-
-    from jaxbench_mcp.analysis import replay as kr
-
     closed = bm.index_map
     replay = kr.KernelReplay(grid, points)
     env = {v: kr._const(c) for v, c in zip(closed.jaxpr.constvars, closed.consts, strict=True)}
@@ -514,8 +499,6 @@ def _index_map_blocks(bm: Block, points, grid, prefetch):
 
 def block_traffic(block_indices, block_bytes: int) -> int:
     """HBM bytes a pipelined BlockSpec moves: a fetch at the first step and at every index change."""
-    import numpy as np
-
     idx = np.asarray(block_indices)
     if idx.ndim == 1:
         idx = idx[:, None]
@@ -524,10 +507,6 @@ def block_traffic(block_indices, block_bytes: int) -> int:
 
 
 def _kernel_traffic(eqn, operands: list | None) -> dict:
-    import numpy as np
-
-    from jaxbench_mcp.analysis import replay as kr
-
     if eqn.primitive.name in _MESH_KERNELS:
         body = mesh_kernel_body(eqn)
         # A TensorCore mesh's cores run the body at once, each on its own share (axis_index): one lane per core.
@@ -655,8 +634,6 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
 
 
 def _elements(var) -> int:
-    import numpy as np
-
     shape = getattr(getattr(var, "aval", None), "shape", None)
     return int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
 
@@ -725,8 +702,6 @@ def outside_kernels(closed):
     that the real program does not make. None when a kernel sits inside a loop or a branch, or when no
     kernel is found.
     """
-    import jax
-
     kernels = _kernels_in_place(closed.jaxpr)
     if not kernels:
         return None

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from jax.extend import core
+
 # Far above any real kernel (the 50 solutions stay below ~10^4 once inlined) and far below what XLA can compile
 # in a stage's time.
 DEFAULT_LIMIT = 1_000_000
@@ -23,8 +25,6 @@ DEFAULT_LIMIT = 1_000_000
 
 def _sub_jaxprs(value: Any) -> Iterator[Any]:
     """The jaxprs held by one equation parameter (a Jaxpr, a ClosedJaxpr, or a tuple/list of them)."""
-    from jax.extend import core
-
     if isinstance(value, core.ClosedJaxpr):
         yield value.jaxpr
     elif isinstance(value, core.Jaxpr):
@@ -36,8 +36,6 @@ def _sub_jaxprs(value: Any) -> Iterator[Any]:
 
 def inlined_equations(closed: Any) -> int:
     """The number of equations of `closed` (a ClosedJaxpr or a Jaxpr) with every nested call inlined."""
-    from jax.extend import core
-
     top = closed.jaxpr if isinstance(closed, core.ClosedJaxpr) else closed
     totals: dict[int, int] = {}
     keep_alive: list[Any] = []  # ids stay unique while the walk holds every jaxpr it has counted

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
+import jax
 import numpy as np
+from jax.extend.core import Literal
 
 from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS, VREG_ELEMENTS as _VREG_ELEMENTS
 from jaxbench_mcp.internals import jaxpr as jx
@@ -35,9 +37,6 @@ from jaxbench_mcp.internals.pallas import (
     grid_axis,
     run_scoped_body,
 )
-
-if TYPE_CHECKING:
-    from jax.extend.core import Literal
 
 # Values up to this many elements are computed when their inputs are known (group sizes, block tables).
 SMALL_ELEMENTS = 1 << 16
@@ -90,16 +89,8 @@ class RefBox:
 # ---- the program around the kernels ----------------------------------------------------------------------
 
 
-_LITERAL = None
-
-
 def _literal(var) -> TypeGuard[Literal]:
-    global _LITERAL
-    if _LITERAL is None:
-        from jax.extend.core import Literal
-
-        _LITERAL = Literal
-    return isinstance(var, _LITERAL)
+    return isinstance(var, Literal)
 
 
 def _elements(aval) -> int:
@@ -125,8 +116,6 @@ def _info(eqn) -> tuple:
 
 def _concrete(x):
     """A concrete argument as a numpy array when it is small; None for anything abstract or large."""
-    import jax
-
     if isinstance(x, jax.ShapeDtypeStruct) or type(x).__name__.endswith("Tracer") or hasattr(x, "_trace"):
         return None
     try:
@@ -383,8 +372,6 @@ class KernelReplay:
             return [None] * len(outs)
 
     def _bind(self, eqn, ins, lanes, static, n):
-        import jax
-
         def run(*vals):
             out = eqn.primitive.bind(*vals, **eqn.params)
             return out if eqn.primitive.multiple_results else [out]
@@ -526,8 +513,6 @@ class KernelReplay:
             self._credit_exclusive(jaxpr, env, unknown_conds, lane_ids)
 
     def _get(self, eqn, env, ins, n, first_index: int = 1):
-        import jax
-
         box = ins[0]
         if not isinstance(box, RefBox) or box.content is None:
             return None
@@ -542,8 +527,6 @@ class KernelReplay:
         return value
 
     def _swap(self, eqn, env, ins, n):
-        import jax
-
         box, new = ins[0], ins[1]
         try:
             old = self._get(eqn, env, [box], n, 2) if isinstance(box, RefBox) and box.content is not None else None

@@ -51,7 +51,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from jaxbench_mcp.catalog import expert_refs, targets, workloads
+from jaxbench_mcp.campaigns import provenance
+from jaxbench_mcp.catalog import assets, conditions, expert_refs, targets, workloads
 from jaxbench_mcp.errors import AgentError
 
 FAST_P = (0.0, 1.0, 1.2, 2.0)
@@ -326,8 +327,6 @@ def discover(run_dir: Path) -> tuple[list[Found], list[str]]:
 def _judge_digest() -> str:
     """A hash of what decides a result besides the candidate: this package (the check, the estimate), the
     workloads and the expert kernels. A result cached by other code is not this code's result."""
-    from jaxbench_mcp.catalog import assets
-
     h = hashlib.sha256()
     roots = (assets.PACKAGE_DIR, assets.asset_dir("workloads"), assets.asset_dir("tokamax_refs"))
     for root in (*roots, *workloads.custom_dirs()):  # custom workloads decide their results too
@@ -414,8 +413,6 @@ def evaluate(
     `context` and `model` say under which condition and by which model the attempts were made (the campaign's
     condition; run.json and trajectory.json may say it instead, and must not say otherwise)."""
     from jaxbench_mcp import api
-    from jaxbench_mcp.campaigns import provenance
-    from jaxbench_mcp.catalog import conditions
 
     run_dir = Path(run_dir)
     attempts, problems = discover(run_dir)

@@ -12,7 +12,7 @@ import functools
 import hashlib
 
 from jaxbench_mcp import __version__
-from jaxbench_mcp.catalog import workloads
+from jaxbench_mcp.catalog import targets, workloads
 
 # The JAXBench sources that workloads/ mirrors. The repository's history was not recorded when workloads/ was
 # written; this is the commit of JAXBench/README.md in AI-Hypercomputer/accelerator-agents that describes the
@@ -42,8 +42,6 @@ def _hash_of(path: str) -> str:
 def versions() -> dict[str, str]:
     import jax
     import jaxlib
-
-    from jaxbench_mcp.catalog import targets
 
     return {
         "jax": jax.__version__,

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from jaxbench_mcp.catalog import docs
 from jaxbench_mcp.errors import AgentError
 
 CONTEXTS = ("docs", "none")
@@ -55,8 +56,6 @@ _BARE_REF = re.compile(r"\b(?:read_docs\s*:?\s*)?([a-z][a-z0-9-]*)#[a-z0-9][a-z0
 
 
 def _topics() -> frozenset[str]:
-    from jaxbench_mcp.catalog import docs
-
     return frozenset(t.id for t in docs.all_topics())
 
 

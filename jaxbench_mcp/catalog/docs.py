@@ -23,6 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from jaxbench_mcp.catalog import workloads
 from jaxbench_mcp.catalog.assets import asset_dir
 from jaxbench_mcp.errors import AgentError
 
@@ -889,7 +890,5 @@ def _omitted_line(refs: list[str], room: int) -> str:
 def context_pack(workload_id: str, budget_chars: int = 12000) -> DocsPage:
     """The sections most relevant to one workload, within budget_chars: the core programming model,
     tiling and accumulation first, then the workload's operator family, then tuning and debugging."""
-    from jaxbench_mcp.catalog import workloads
-
     w = workloads.get_workload(workload_id)
     return context_pack_for(w.id, w.operator, w.description, budget_chars)

@@ -43,6 +43,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from jaxbench_mcp.errors import WorkloadDefinitionError
+
 MAXKERNEL = "maxkernel"
 BASELINE = "jaxbench-baseline"
 OVERRIDES_FILE = "jaxbench_mcp.json"
@@ -232,8 +234,6 @@ def adapt(path: Path, kind: str) -> types.ModuleType:
     """A module in our workload format over the user's folder (see the module docstring).
 
     Raises workloads.WorkloadDefinitionError naming the field at fault."""
-    from jaxbench_mcp.errors import WorkloadDefinitionError
-
     source = entry_file(path, kind)
     try:
         return _adapt(source, kind)

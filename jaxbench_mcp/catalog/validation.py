@@ -21,9 +21,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from jaxbench_mcp.catalog import workloads
+from jaxbench_mcp.catalog import formats as workload_formats, workloads
 
 # The run stage allows this many seconds (jobs.Limits) for a check's seeds in interpret mode, which is
 # commonly 10-50x slower than XLA on the CPU; the reference's own run at small size gets this share.
@@ -95,8 +97,6 @@ def _dimensions(w: workloads.Workload, size: str) -> dict[str, int]:
 
 
 def _entries(path: Path) -> list[Path]:
-    from jaxbench_mcp.catalog import formats as workload_formats
-
     if path.is_file() or workload_formats.format_of(path) is not None:
         return [path]
     return workloads.custom_entries(path)
@@ -309,8 +309,6 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
             )
         )
 
-    import jax
-
     try:
         fn = w.jitted_reference()
         jax.block_until_ready(fn(*inputs[0]))  # compiled
@@ -353,8 +351,6 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
 
 
 def _degenerate_candidates(w: workloads.Workload, inputs: tuple, truth) -> dict[str, np.ndarray]:
-    import jax.numpy as jnp
-
     def as_output(values) -> np.ndarray:
         rounded = np.asarray(jnp.asarray(values).astype(truth.dtype))
         return rounded.astype(np.float32) if jnp.issubdtype(rounded.dtype, jnp.floating) else rounded

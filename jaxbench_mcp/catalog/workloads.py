@@ -48,6 +48,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
+from jaxbench_mcp.catalog import expert_refs, formats as workload_formats
 from jaxbench_mcp.catalog.assets import asset_dir
 from jaxbench_mcp.errors import AgentError, BadRequest, WorkloadDefinitionError
 
@@ -175,8 +176,6 @@ class Workload:
 
     @property
     def has_expert_reference(self) -> bool:
-        from jaxbench_mcp.catalog import expert_refs
-
         return expert_refs.has_expert(self.id)
 
 
@@ -500,8 +499,6 @@ def _trace_check(w: Workload) -> None:
 def custom_entries(directory: Path) -> list[Path]:
     """What in `directory` is a workload: our modules (*.py not starting with '_') and task folders of the
     imported formats; `directory` itself when it is one task folder."""
-    from jaxbench_mcp.catalog import formats as workload_formats
-
     if workload_formats.format_of(directory) is not None:
         return [directory]
     entries = []
@@ -517,8 +514,6 @@ def custom_entries(directory: Path) -> list[Path]:
 
 def load_custom(path: Path, number: int = _CUSTOM_NUMBER_BASE) -> Workload:
     """One custom entry, validated (not yet traced): our module, a MaxKernel task folder or a baseline.py."""
-    from jaxbench_mcp.catalog import formats as workload_formats
-
     kind = workload_formats.format_of(path)
     if kind is not None:
         module = workload_formats.adapt(path, kind)

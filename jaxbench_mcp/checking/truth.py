@@ -11,6 +11,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxbench_mcp.catalog import workloads
@@ -44,9 +46,6 @@ def truth_for(workload_id: str, size: str, seed: int) -> Truth:
 
 def truth_of(w, inputs: tuple) -> Truth:
     """The truth, the native baseline and the calibrated tolerance for one set of a workload's inputs."""
-    import jax
-    import jax.numpy as jnp
-
     baseline = _first_leaf(w.jitted_reference()(*inputs))
     wide = jnp.float64 if baseline.dtype == np.float32 or baseline.dtype == np.float64 else jnp.float32
     with jax.enable_x64(wide == jnp.float64):
@@ -64,14 +63,10 @@ def truth_of(w, inputs: tuple) -> Truth:
 
 
 def _upcast(inputs: tuple, dtype) -> tuple:
-    import jax.numpy as jnp
-
     return tuple(
         x.astype(dtype) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) else x for x in inputs
     )
 
 
 def _first_leaf(out):
-    import jax
-
     return np.asarray(jax.tree_util.tree_leaves(out)[0])

@@ -14,6 +14,7 @@ Ray is not imported here: the proxy wraps the class with ray.remote.
 
 from __future__ import annotations
 
+import atexit
 import importlib.metadata
 import os
 import socket
@@ -47,7 +48,6 @@ class HostActor:
     def __init__(self, checker_options: dict | None = None):
         # The actor computes truths with jax on the CPU; only a candidate's sandboxed worker may hold the chip.
         os.environ["JAX_PLATFORMS"] = "cpu"
-        import atexit
 
         from jaxbench_mcp.checking import checker as checking
         from jaxbench_mcp.fleet import executors

@@ -56,6 +56,8 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from jaxbench_mcp.catalog import targets
+from jaxbench_mcp.checking.checker import Cancelled, Checker
+from jaxbench_mcp.fleet import executors
 from jaxbench_mcp.fleet.placement import (
     HOST_RESOURCE as HOST_RESOURCE,
     FleetUnavailable as FleetUnavailable,
@@ -69,9 +71,6 @@ from jaxbench_mcp.fleet.protocol import ActorReply, FleetCheckJob, FleetJob, Fle
 from jaxbench_mcp.fleet.proxy import CLAIM_TIMEOUT_SECONDS
 from jaxbench_mcp.models import FleetInfo, Profile, QueueInfo, Verdict
 from jaxbench_mcp.requests import CheckRequest, ProfileRequest
-
-if TYPE_CHECKING:
-    from jaxbench_mcp.fleet.executors import Executor
 
 # The name it logged under before the rooms, so that log filters set up for the fleet keep matching.
 logger = logging.getLogger("jaxbench_mcp.fleet")
@@ -274,9 +273,6 @@ class RayExecutor:
         """This host's executor, for the fallback (started on first use)."""
         with self._lock:
             if self._local is None:
-                from jaxbench_mcp.checking.checker import Checker
-                from jaxbench_mcp.fleet import executors
-
                 # The hosts' slots, spares and limits, but this host's own tier: a tier forced on the hosts
                 # describes them, not the server's machine.
                 options = {k: v for k, v in self.checker_options.items() if k != "tier"}
@@ -361,8 +357,6 @@ class RayExecutor:
     ) -> tuple[str, Any, _Job]:
         """Hand a job to the fleet and follow it: ('fleet', the actor's ActorReply, job) or ('local', why, job) when
         the job must run here. Raises Cancelled, the job's own error or NoHostForTarget."""
-        from jaxbench_mcp.checking.checker import Cancelled
-
         kind = message.kind
         progress = on_progress or (lambda _m: None)
         job = _Job(uuid.uuid4().hex, kind)
@@ -481,5 +475,5 @@ class RayExecutor:
 
 if TYPE_CHECKING:  # mypy checks that the fleet's executor satisfies the protocol JaxBench uses
 
-    def _satisfies(executor: RayExecutor) -> Executor:
+    def _satisfies(executor: RayExecutor) -> executors.Executor:
         return executor

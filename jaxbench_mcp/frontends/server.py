@@ -67,6 +67,7 @@ from jaxbench_mcp.models import (
     WorkloadSpec,
     text_of,
 )
+from jaxbench_mcp.perf import tuning
 
 logger = logging.getLogger("jaxbench_mcp.server")
 
@@ -461,8 +462,6 @@ def build_server(bench: api.JaxBench, show_expert_source: bool = False, context:
             ctx, lambda on_progress: bench.submit_profile(workload_id, source, targets, on_progress=on_progress)
         )
         return _result(ProfileOutcome(state="done" if profile else "running", attempt_id=attempt_id, profile=profile))
-
-    from jaxbench_mcp.perf import tuning
 
     tuner = tuning.Tuner(bench)
 

@@ -31,6 +31,9 @@ import inspect
 import threading
 
 import numpy as np
+from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc, shared_memory as sm, utils as interpret_utils
+from jax._src.state.indexing import NDIndexer, Slice
+from jax._src.state.types import BitcastTransform, ReshapeTransform
 
 _LOCK = threading.Lock()
 _MARK = "_jaxbench_ref_views"  # set on our replacement `get`, so a second install() is a no-op
@@ -43,8 +46,6 @@ class UnsupportedRefView(NotImplementedError):
 
 def install() -> None:
     """Extend jax's TPU interpreter in this process (idempotent)."""
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc, utils as interpret_utils
-
     with _LOCK:
         if getattr(ipc.get, _MARK, False):
             return
@@ -93,8 +94,6 @@ def install() -> None:
 
 def _masked_swap():
     """(the class to patch, the mended swap_buffer_content), after checking jax's is what we mend."""
-    from jax._src.pallas.mosaic.interpret import shared_memory as sm
-
     cls = sm.GenericSharedMemory
     plain_swap = cls.swap_buffer_content
     names = tuple(inspect.signature(plain_swap).parameters)
@@ -135,8 +134,6 @@ def _masked_swap():
 
 
 def _is_indexer(t) -> bool:
-    from jax._src.state.indexing import NDIndexer
-
     return isinstance(t, NDIndexer)
 
 
@@ -151,8 +148,6 @@ def _split(transforms) -> tuple[tuple, tuple]:
 
 def apply_view(value: np.ndarray, transforms) -> np.ndarray:
     """Apply reshape / bitcast / NDIndexer transforms, in order, to a value read from a ref."""
-    from jax._src.state.types import BitcastTransform, ReshapeTransform
-
     for t in transforms:
         if isinstance(t, ReshapeTransform):
             value = _reshape(value, tuple(int(d) for d in t.shape))
@@ -198,8 +193,6 @@ def bitcast_rows(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def _index(value: np.ndarray, indexer) -> np.ndarray:
-    from jax._src.state.indexing import Slice
-
     if len(indexer.indices) != value.ndim:
         raise ValueError(f"indexer of rank {len(indexer.indices)} on a ref view of shape {value.shape}")
     key: list[slice | int] = []

@@ -15,6 +15,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import jax
+from jax.core import ShapedArray
+from jax.extend.core import ClosedJaxpr, Literal
+
 if TYPE_CHECKING:  # jax is imported where it is used: importing this module does not load it
     from jax.extend.core import Jaxpr, JaxprEqn
 
@@ -129,10 +133,6 @@ def interpreting(closed: Any, params: Any):
     """A function that evaluates a recorded program (a ClosedJaxpr) with its kernels, at any depth, run with
     interpret=`params`. Plain calls holding a kernel are inlined; loops and branches holding one get bodies traced
     anew (interpret mode gives a kernel effects of its own, which their recorded bodies do not declare)."""
-    import jax
-    from jax.core import ShapedArray
-    from jax.extend.core import ClosedJaxpr, Literal
-
     memo: dict[int, tuple[Jaxpr, bool]] = {}
 
     def evaluate(jaxpr: Jaxpr, consts, *args):

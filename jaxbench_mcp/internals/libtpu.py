@@ -5,10 +5,14 @@ libtpu 0.0.52 (tests/test_estimate.py compiles kernels and reads the dumps they 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+from jax.extend.mlir import ir
 
 _SCHEDULE_SUFFIX = "-schedule-analysis_final_bundles.txt"
 _UTILIZATION_SUFFIX = "-final_hlo-static-per-bundle-utilization.txt"
@@ -51,11 +55,6 @@ def mosaic_kernel_name(func_name: str) -> str:
 
 def _kernel_name(schedule_text: str) -> str | None:
     """The name of the Mosaic module in a kernel's schedule file (None if it has none or it cannot be read)."""
-    import base64
-    import binascii
-
-    from jax.extend.mlir import ir
-
     found = _MOSAIC_BODY.search(schedule_text)
     if not found:
         return None

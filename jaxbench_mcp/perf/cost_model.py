@@ -23,6 +23,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+
 from jaxbench_mcp.catalog import targets
 
 # Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
@@ -41,10 +46,6 @@ CALIBRATION_TILE = 1024
 
 def calibration_kernel():
     """A function and its abstract args: one grid step of an ideal bf16 MXU matmul tile."""
-    import jax
-    import jax.numpy as jnp
-    from jax.experimental import pallas as pl
-
     t = CALIBRATION_TILE
 
     def body(a_ref, b_ref, o_ref):
@@ -341,8 +342,6 @@ def padded_block_bytes(block_shape, dtype: str) -> int:
     """VMEM bytes of one buffer of a block as Mosaic lays it out: squeezed (None) dimensions dropped, the last
     dimension padded to 128 lanes and the one before it to the sublane tile of its dtype and row count (a (..., 1)
     block takes a whole 128-lane row per element: 40k's (512, 1) f32 bias blocks take 256 KiB each, measured)."""
-    import numpy as np
-
     itemsize = np.dtype(dtype).itemsize
     dims = [int(d) for d in block_shape if d is not None]
     if not dims:

@@ -23,17 +23,28 @@ Where the work runs:
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import os
+import re
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import jax
+import numpy as np
 from pydantic import BaseModel, Field
 
-from jaxbench_mcp.catalog import targets
+from jaxbench_mcp.analysis import kernels as kernel_analysis, replay as kernel_replay
+from jaxbench_mcp.catalog import targets, workloads
+from jaxbench_mcp.checking.checker import Checker
+from jaxbench_mcp.checking.diagnosis import compile_failure
 from jaxbench_mcp.errors import BadRequest
+from jaxbench_mcp.internals import hlo, libtpu
+from jaxbench_mcp.internals.hlo import _split_top
 from jaxbench_mcp.models import KernelEstimate, OptionalReal, Real
 from jaxbench_mcp.perf import cost_model
 from jaxbench_mcp.sandbox import protocol
@@ -123,8 +134,6 @@ def analyse(
     on_compile(generation, compiled, None, seconds) or on_compile(generation, None, error text, seconds).
     `write_module(generation, lowered text) -> file name` keeps the lowered module (the profile checks that it
     is the program the check judged)."""
-    import traceback
-
     try:
         trace = trace_kernels(fn, args, static_argnums, generations[0])
     except Exception as exc:  # noqa: BLE001 -- reported, not raised: the caller decides
@@ -145,10 +154,6 @@ def trace_kernels(
     fn: Callable, args: Sequence, static_argnums: Sequence[int], generation: str
 ) -> protocol.ProfileTrace:
     """What the trace says each kernel does when it runs: grid steps, HBM traffic, run ratios (raises on failure)."""
-    import jax
-
-    from jaxbench_mcp.analysis import kernels as kernel_analysis, replay as kernel_replay
-
     static = tuple(static_argnums)
     dynamic_args = [a for i, a in enumerate(args) if i not in static]
     abstract = [a if i in static else _abstract(a) for i, a in enumerate(args)]
@@ -169,11 +174,8 @@ def compile_kernels(
 ) -> protocol.ProfileCompile:
     """Compile for `generation` with schedule dumps: the kernels' schedules and the XLA work around them (raises
     on a failed compile)."""
-    from jaxbench_mcp.internals import hlo, libtpu
-
     static = tuple(static_argnums)
     abstract = [a if i in static else _abstract(a) for i, a in enumerate(args)]
-    import hashlib
 
     try:
         lowered = targets.lower_for_tpu(fn, abstract, static, generation)
@@ -237,17 +239,11 @@ _COMPILED: dict[tuple[str, str], protocol.ProfileCompile] = {}
 
 
 def _abstract(a):
-    import jax
-
     return a if isinstance(a, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(a.shape, a.dtype)
 
 
 def _is_control(spec) -> bool:
     """An input whose values steer a kernel (lengths, page tables, group sizes): integer or bool, and small."""
-    import numpy as np
-
-    from jaxbench_mcp.analysis import replay as kernel_replay
-
     if spec.tensor is None:
         return False
     dtype = np.dtype(spec.tensor.dtype)
@@ -263,11 +259,6 @@ def workload_args(w, size: str = "full", seed: int = 42) -> list:
     Only the integer inputs are generated: the program that makes them drops the float data (XLA removes what
     no output needs), so this costs little even at full size. The compile stays abstract (compile_kernels),
     so the lowered program is the one a check judges."""
-    import jax
-    import numpy as np
-
-    from jaxbench_mcp.catalog import workloads
-
     specs = w.input_specs(size)
     args = workloads.abstract_inputs(w, size)
     wanted = [i for i, s in enumerate(specs) if _is_control(s)]
@@ -290,8 +281,6 @@ def workload_args(w, size: str = "full", seed: int = 42) -> list:
 
 def calibration_bundles(generation: str, dump_root: Path) -> int | None:
     """Bundles of the calibration kernel (cost_model.calibration_kernel) in `generation`'s schedule."""
-    from jaxbench_mcp.internals import libtpu
-
     fn, args = cost_model.calibration_kernel()
     targets.deviceless_compile(fn, args, generation)
     found = libtpu.parse_dump(libtpu.collect_dump(dump_root, f"calibration-{generation}"))
@@ -519,7 +508,6 @@ _DUMP_ROOT: Path | None = None
 def _process_dump_root() -> Path:
     """This process's libtpu dump folder, set before libtpu loads; EstimateUnavailable if it loaded without one."""
     global _DUMP_ROOT
-    from jaxbench_mcp.internals import libtpu
 
     if _DUMP_ROOT is not None:
         return _DUMP_ROOT
@@ -592,11 +580,6 @@ def parse_args(spec: str) -> list[protocol.ArrayArg | protocol.StaticInput]:
     """`--args` of `jaxbench-mcp estimate`: comma-separated arguments, each an abstract array `bf16[8192,8192]`, a
     small concrete array `int32[4]=[1024,1024,1024,1024]`, or a Python literal (a static argument: 3, 0.5, True,
     'causal', None). Returns protocol.ArrayArg / protocol.StaticInput values."""
-    import ast
-    import re
-
-    from jaxbench_mcp.internals.hlo import _split_top
-
     aliases = {
         "bf16": "bfloat16",
         "f32": "float32",
@@ -619,8 +602,6 @@ def parse_args(spec: str) -> list[protocol.ArrayArg | protocol.StaticInput]:
             shape = [int(d) for d in match.group(2).replace(" ", "").split(",") if d]
             values = ast.literal_eval(match.group(3)) if match.group(3) else None
             if values is not None:
-                import numpy as np
-
                 values = np.asarray(values).reshape(-1).tolist()
             found.append(
                 protocol.ArrayArg(shape=shape, dtype=aliases.get(match.group(1), match.group(1)), values=values)
@@ -641,9 +622,6 @@ def estimate_file(
 ) -> dict[str, Estimate | str]:
     """A static estimate of `function` from the Python source `source` (untrusted: it runs in the sandboxed
     worker), per generation: an Estimate, or a string saying why there is none. `args` as parse_args returns."""
-    from jaxbench_mcp.checking.checker import Checker
-    from jaxbench_mcp.checking.diagnosis import compile_failure
-
     owned = checker is None
     checker = checker or Checker(spares=0, slots=1)
     static = [i for i, a in enumerate(args) if isinstance(a, protocol.StaticInput)]

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import jax
+
 DEVICE_PLANE_PREFIX = "/device:TPU:"
 MODULE_LINE = "XLA Modules"
 TIMED_FUNCTION = "jaxbench_timed"
@@ -67,8 +69,6 @@ def module_durations_us(planes: Iterable, module_name: str) -> list[float]:
 
 def traced_durations_us(run: Callable[[], None], module_name: str) -> tuple[list[float], list[str]]:
     """Run `run()` under the jax profiler; the device durations of `module_name`, and the trace's plane names."""
-    import jax
-
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0  # Python frames would swamp the trace and slow the timed loop
     with tempfile.TemporaryDirectory(prefix="jaxbench-trace-") as trace_dir:
@@ -95,8 +95,6 @@ def time_on_device(
     Fresh inputs keep a kernel from being timed on data that an earlier run left in a cache. The warm-up
     runs use inputs_for(iterations), inputs_for(iterations + 1), ...
     """
-    import jax
-
     if jax.default_backend() != "tpu":
         raise MeasurementError(f"device time needs a TPU backend; this process runs on {jax.default_backend()}")
 

@@ -13,10 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jaxbench_mcp.catalog import targets
+import jax
+
+from jaxbench_mcp.catalog import expert_refs, targets, workloads
 from jaxbench_mcp.checking.diagnosis import compile_failure
 from jaxbench_mcp.checking.judge import inspect_module
-from jaxbench_mcp.perf import cost_model, measuring
+from jaxbench_mcp.models import DeviceTiming, OutsideOpCost, Profile, TargetEstimate
+from jaxbench_mcp.perf import cost_model, estimator, measuring
+from jaxbench_mcp.perf.estimator import Estimate
 from jaxbench_mcp.requests import ProfileRequest
 from jaxbench_mcp.sandbox import protocol
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Stage
@@ -175,8 +179,6 @@ class Profiler:
         self.cache = cache if cache is not None else MemoryCache()
 
     def _key(self, *parts) -> str:
-        import jax
-
         return "/".join(
             str(p)
             for p in (
@@ -216,8 +218,6 @@ class Profiler:
         """Compile a kernel file for each generation with schedule dumps: a SourceEstimate (or why there is none)
         per generation. With `checked_programs`, a generation whose lowered module differs from the checked one
         gets no estimate."""
-        from jaxbench_mcp.perf import estimator
-
         outcome = self._run(protocol.ProfileJob(workload_id=workload_id, targets=generations), source, cancel=cancel)
         events = outcome.stage_events()
         trace = next((e.profile_trace for e in events if e.profile_trace is not None), None)
@@ -258,8 +258,6 @@ class Profiler:
         self, workload_id: str, expert_source: str, generations: list[str], spb: dict[str, float], cancel=None
     ) -> dict[str, SourceEstimate | str]:
         """estimate_source for the expert kernel, cached per generation (only successes are kept)."""
-        from jaxbench_mcp.perf.estimator import Estimate
-
         results: dict[str, SourceEstimate | str] = {}
         for g in generations:
             kept = self.cache.cache_get(self._key("expert", workload_id, g))
@@ -275,8 +273,6 @@ class Profiler:
 
     def measure_source(self, workload_id: str, source: str | None, iterations: int = measuring.DEFAULT_ITERATIONS):
         """TPU host: a DeviceTiming of a kernel file (None: the XLA baseline), or a string saying why there is none."""
-        from jaxbench_mcp.models import DeviceTiming
-
         outcome = self._run(
             protocol.MeasureJob(workload_id=workload_id, first_seed=1_000, iterations=iterations),
             source,
@@ -301,8 +297,6 @@ class Profiler:
         )
 
     def _cached_measurement(self, workload_id: str, generation: str, expert_source: str | None):
-        from jaxbench_mcp.models import DeviceTiming
-
         key = self._key("measured", "expert" if expert_source is not None else "xla", workload_id, generation)
         kept = self.cache.cache_get(key)
         if kept is not None:
@@ -314,9 +308,6 @@ class Profiler:
 
     def measured_target(self, w, source: str, generation: str, roofline_us: float, progress: Callable[[str], None]):
         """The candidate, the XLA baseline and the expert kernel, each timed on the attached chip."""
-        from jaxbench_mcp.catalog import expert_refs
-        from jaxbench_mcp.models import TargetEstimate
-
         entry = TargetEstimate(
             target=generation, kind="measured", candidate_us=None, xla_baseline_us=None, roofline_us=roofline_us
         )
@@ -369,9 +360,6 @@ class Profiler:
         checked_programs: dict[str, str] | None = None,
     ):
         """Static estimates per generation (CPU host with libtpu, or the generations a TPU host is not)."""
-        from jaxbench_mcp.catalog import expert_refs
-        from jaxbench_mcp.models import OutsideOpCost, TargetEstimate
-
         progress(
             f"calibrating bundles and costing the XLA baseline for {', '.join(generations)} "
             "(cached after the first time)"
@@ -481,9 +469,6 @@ class Profiler:
         TPU host: measured on the attached chip (other generations estimated). CPU host with libtpu: static
         estimates. Plain CPU host: the roofline bound only.
         """
-        from jaxbench_mcp.catalog import workloads
-        from jaxbench_mcp.models import Profile, TargetEstimate
-
         tier = self.checker.tier
         w = workloads.get_workload(request.workload_id)
         source = request.source

@@ -14,20 +14,24 @@ Also the CLI's `jaxbench-mcp estimate` and `jaxbench-mcp tune` (cli), and the ad
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from jaxbench_mcp.catalog import targets, workloads
 from jaxbench_mcp.errors import BadRequest
 from jaxbench_mcp.models import OptionalReal, Verdict
-from jaxbench_mcp.perf import cost_model
+from jaxbench_mcp.perf import cost_model, estimator
+from jaxbench_mcp.perf.profiling import SourceEstimate
 from jaxbench_mcp.store import text_problem
 from jaxbench_mcp.taxonomy import ErrorClass, Status
 
@@ -124,8 +128,6 @@ def with_params(source: str, params: dict) -> str:
 
 def variants_of(source: str, params: dict[str, list], max_variants: int) -> tuple[list[dict], dict, list[str]]:
     """The variants to try (the hand-picked one first), the hand-picked values, and notes."""
-    import ast
-
     if not params:
         raise TuneError("params is empty: give each tunable name (a module-level assignment) its candidate values")
     hand, notes = {}, []
@@ -288,8 +290,6 @@ def _failed_status(variants: list[TuneVariant]) -> str:
 
 
 def _variant(params: dict, hand: bool, found) -> TuneVariant:
-    from jaxbench_mcp.perf.profiling import SourceEstimate
-
     if isinstance(found, SourceEstimate):
         return TuneVariant(
             params=params,
@@ -313,12 +313,7 @@ def _variant(params: dict, hand: bool, found) -> TuneVariant:
 
 
 def cli(args) -> int:
-    import sys
-    from pathlib import Path
-
     if args.command == "estimate":
-        from jaxbench_mcp.perf import estimator
-
         path, _, function = args.function.rpartition(":")
         if not path or not function:
             raise TuneError("give the function as FILE.py:FUNCTION")

@@ -30,6 +30,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from jaxbench_mcp.catalog import assets
+from jaxbench_mcp.catalog.workloads import custom_dirs
 
 
 class Isolation(StrEnum):
@@ -180,7 +181,6 @@ def bwrap_command(
         cmd += ["--tmpfs", path]
     # The operator's custom workload directories (trusted like workloads/), read-only at the same paths, after
     # the tmpfs mounts so that none hides them.
-    from jaxbench_mcp.catalog.workloads import custom_dirs
 
     for directory in custom_dirs():
         if directory.is_dir():

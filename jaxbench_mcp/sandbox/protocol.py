@@ -13,6 +13,8 @@ import json
 import re
 from typing import Annotated, Literal
 
+import jax
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from jaxbench_mcp.taxonomy import Stage
@@ -130,8 +132,6 @@ def arg_value(arg: ArrayArg | StaticInput):
     """The worker's value for an argument: a Python value, a ShapeDtypeStruct or a small numpy array."""
     if isinstance(arg, StaticInput):
         return arg.static
-    import jax
-    import numpy as np
 
     dtype = jax.numpy.dtype(arg.dtype)
     if arg.values is None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import jax
+
 # What a TPU VM's environment holds that a CPU host's lacks; values name the target chip.
 _ENV = ("TPU_ACCELERATOR_TYPE", "TPU_NAME", "JAX_PLATFORMS")
 _ACCELERATOR_TYPE = {"v4": "v4-8", "v5e": "v5litepod-1", "v5p": "v5p-8", "v6e": "v6e-1", "7x": "tpu7x-2"}
@@ -56,8 +58,6 @@ class TpuFacade:
         return query
 
     def __enter__(self) -> TpuFacade:
-        import jax
-
         answers = {
             "default_backend": "tpu",
             "devices": lambda: [self.device],
@@ -79,8 +79,6 @@ class TpuFacade:
         return self
 
     def __exit__(self, *_exc) -> None:
-        import jax
-
         for name, value in self._saved.items():
             setattr(jax, name, value)
         for key, value in self._saved_env.items():

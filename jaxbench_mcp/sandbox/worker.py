@@ -14,6 +14,7 @@ the parent treats outputs as data and compares them itself.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import time
@@ -22,7 +23,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jaxbench_mcp.sandbox import protocol
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from jaxbench_mcp.analysis import coverage, kernels as kernel_analysis, program_size
+from jaxbench_mcp.catalog import targets, workloads
+from jaxbench_mcp.catalog.workloads import abstract_inputs
+from jaxbench_mcp.internals import jaxpr as jx
+from jaxbench_mcp.sandbox import protocol, tpu_facade
 from jaxbench_mcp.taxonomy import Stage
 
 
@@ -48,15 +59,6 @@ def warm_up(generation: str | None) -> None:
     interpret run of a kernel that uses what most kernels use (a grid, scratch, pl.when, a dot, and the row
     reductions and elementwise ops of norms, softmax and activations: jax lowers each op the first time it
     meets it, ~40 ms of a candidate's first run otherwise)."""
-    import jax
-    import jax.numpy as jnp
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import tpu as pltpu
-
-    from jaxbench_mcp.analysis import kernels as kernel_analysis
-    from jaxbench_mcp.catalog import targets, workloads
-    from jaxbench_mcp.internals import jaxpr as jx
-
     workloads.all_workloads()
 
     def body(a_ref, b_ref, o_ref, acc_ref):
@@ -112,8 +114,6 @@ def _error_text(exc: BaseException) -> str:
 
 def load_candidate(source_path: Path, require_workload: bool = True):
     """Import the candidate as a module. Returns (module, None) or (None, (error_class, text))."""
-    import importlib.util
-
     source = source_path.read_text()
     try:
         compile(source, str(source_path), "exec")
@@ -150,9 +150,6 @@ def _load(report: Reporter, workdir: Path, require_workload: bool = True):
 
 def read_inputs(described: list, workdir: Path) -> tuple:
     """The inputs the parent wrote for one hidden seed (the seed itself never reaches this process)."""
-    import jax.numpy as jnp
-    import numpy as np
-
     return tuple(
         d.static
         if isinstance(d, protocol.StaticInput)
@@ -162,8 +159,6 @@ def read_inputs(described: list, workdir: Path) -> tuple:
 
 
 def _full_args(workload, size: str):
-    from jaxbench_mcp.catalog.workloads import abstract_inputs
-
     return abstract_inputs(workload, size)
 
 
@@ -171,15 +166,7 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     """The check. The candidate's Python runs only while it is imported and traced, once per size (full, and the
     run size), under the TPU facade; every analysis, the lowering, the compile and the run are derived from those
     two recorded programs, so a candidate cannot show one program to the checks and run another on the seeds."""
-    import jax
-    import numpy as np
-    from jax.experimental.pallas import tpu as pltpu
-
-    from jaxbench_mcp.analysis import program_size
-    from jaxbench_mcp.catalog import targets, workloads
-    from jaxbench_mcp.internals import jaxpr as jx
     from jaxbench_mcp.perf import cost_model
-    from jaxbench_mcp.sandbox import tpu_facade
 
     w = workloads.get_workload(job.workload_id)
     static = tuple(w.static_argnums)
@@ -347,10 +334,6 @@ def _with_probe(run_program, probe, params):
 def _uninitialised_probe():
     """A kernel that returns a VMEM scratch it never wrote: under the check's interpret parameters every element
     is NaN. Built before the candidate is imported."""
-    import jax
-    import jax.numpy as jnp
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import tpu as pltpu
 
     def body(o_ref, scratch_ref):
         o_ref[...] = scratch_ref[...]
@@ -373,8 +356,6 @@ def _describe(closed, run_closed, reduction_closed, w, platform_queries: list[st
     """What the parent judges about the recorded programs without running them: the kernels, host callbacks and
     outputs of the full-size program, _static_analyses of it, and the outlines of the run-size and full_reduction
     programs (left out when one failed to trace: the run stage says why)."""
-    from jaxbench_mcp.analysis import coverage, kernels as kernel_analysis
-
     kernels, callbacks = kernel_analysis.describe_kernels(closed.jaxpr)
     names = [n for i, n in enumerate(w.input_names) if i not in w.static_argnums]
     args = [a for i, a in enumerate(_full_args(w, "full")) if i not in w.static_argnums]
@@ -415,8 +396,6 @@ def _static_analyses(closed, input_names: list[str], args: list) -> dict:
     """From a full-size trace (jaxbench_mcp.analysis.coverage): which elements the kernels' index maps leave
     unwritten or unread and which outputs a "parallel" axis revisits, the share of the work inside the kernels, and the
     program's outline. `args` are the non-static arguments. An analysis that fails is left out (not judged)."""
-    from jaxbench_mcp.analysis import coverage
-
     found: dict = {}
     try:
         result = coverage.full_size_coverage(closed, input_names=input_names)
@@ -464,11 +443,7 @@ def profile_job(job: protocol.ProfileJob, report: Reporter, workdir: Path) -> No
     """Load the candidate and trace it once at full size (under the TPU facade, as the check does), then estimate
     that recorded program for each target, keeping libtpu's schedule dumps (estimator.analyse). The workload's
     integer inputs (lengths, page tables, group sizes) are known values, so work they make skippable is seen."""
-    import jax
-
-    from jaxbench_mcp.catalog import targets, workloads
     from jaxbench_mcp.perf import estimator
-    from jaxbench_mcp.sandbox import tpu_facade
 
     w = workloads.get_workload(job.workload_id)
     static = tuple(w.static_argnums)
@@ -554,7 +529,6 @@ def _analyse(fn, args, static_argnums, generations, report: Reporter, workdir: P
 
 def measure_job(job: protocol.MeasureJob, report: Reporter, workdir: Path) -> None:
     """TPU host: device time of a kernel file (or, with no source, the XLA baseline) on fresh full-size inputs."""
-    from jaxbench_mcp.catalog import workloads
     from jaxbench_mcp.perf import measuring
 
     w = workloads.get_workload(job.workload_id)
@@ -586,7 +560,6 @@ def measure_job(job: protocol.MeasureJob, report: Reporter, workdir: Path) -> No
 
 def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -> None:
     """Trusted work: the bundle calibration per target, and XLA's cost analysis of the baseline."""
-    from jaxbench_mcp.catalog import targets, workloads
     from jaxbench_mcp.perf import estimator
 
     w = workloads.get_workload(job.workload_id)
