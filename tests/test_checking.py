@@ -131,6 +131,36 @@ def test_a_gemm_with_4096_wide_blocks_is_refused_as_vmem_overflow_in_seconds():
     assert all(140 * 2**20 <= (c.vmem_estimate_bytes or 0) <= 150 * 2**20 for c in verdict.compiles), verdict.compiles
 
 
+def test_inputs_are_written_while_the_worker_compiles_and_a_failure_to_write_them_is_the_servers(monkeypatch):
+    """The job goes first and the input files follow, run by run; the worker waits for each run's word. A parent that
+    cannot write them raises (a server_error upstream), never a verdict on the candidate."""
+    from jaxbench_mcp.checking import checker as checker_module
+
+    source = (KERNELS / "good_rmsnorm.py").read_text()
+    written: list[str] = []
+    real = checker_module.write_inputs
+
+    def write(inputs, directory, prefix):
+        written.append(prefix)
+        if prefix == "input_1" and len(written) < 10:
+            raise OSError("no space left on device (test)")
+        return real(inputs, directory, prefix)
+
+    monkeypatch.setattr(checker_module, "write_inputs", write)
+    checker = Checker(limits=TEST_LIMITS, spares=0, slots=1)
+    try:
+        with pytest.raises(OSError, match="no space left"):
+            checker.check(CheckRequest.of("12p_RMSNorm", source))
+        assert written == ["input_0", "input_1"]
+        written.extend(["pad"] * 10)  # from now on every write succeeds
+        verdict, outcome = checker.check(CheckRequest.of("12p_RMSNorm", source))
+        outcome.cleanup()
+    finally:
+        checker.close()
+    assert verdict.status == "correct", verdict.summary()
+    assert written[-3:] == ["input_0", "input_1", "input_2"]
+
+
 def test_checker_answers_correctly_after_hangs_and_crashes(verdicts):
     assert verdicts["after-failures"].status == "correct", verdicts["after-failures"].summary()
 

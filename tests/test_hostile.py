@@ -125,9 +125,9 @@ def serve(store_path: str) -> None:
         local.seeds.append(seed)
         return seed
 
-    def run(self, job, on_event):
+    def run(self, job, on_event, then=None):
         local.roots.append(str(self.root))
-        return real_run(self, job, on_event)
+        return real_run(self, job, on_event, then)
 
     checking.fresh_seed, jobs.Worker.run = fresh_seed, run
     store = Store(store_path)

@@ -25,17 +25,22 @@ from jaxbench_mcp.sandbox.jobs import JobQueue, Limits, RunOutcome, Worker, Work
 from jaxbench_mcp.taxonomy import ErrorClass
 
 
-def write_inputs(inputs: tuple, directory: Path, prefix: str) -> list[protocol.InputFile | protocol.StaticInput]:
-    """Inputs as raw files plus shape/dtype; static Python values travel in the description."""
-    described: list[protocol.InputFile | protocol.StaticInput] = []
+def describe_inputs(inputs: tuple, prefix: str) -> list[protocol.InputFile | protocol.StaticInput]:
+    """Inputs as the files write_inputs makes, with shape and dtype (known before the arrays are computed);
+    static Python values travel in the description."""
+    return [
+        protocol.InputFile(file=f"{prefix}_{i}.bin", shape=list(x.shape), dtype=str(x.dtype))
+        if hasattr(x, "shape")
+        else protocol.StaticInput(static=x)
+        for i, x in enumerate(inputs)
+    ]
+
+
+def write_inputs(inputs: tuple, directory: Path, prefix: str) -> None:
+    """The array inputs as raw files (what describe_inputs names)."""
     for i, x in enumerate(inputs):
-        if not hasattr(x, "shape"):
-            described.append(protocol.StaticInput(static=x))
-            continue
-        path = directory / f"{prefix}_{i}.bin"
-        path.write_bytes(np.asarray(x).tobytes())
-        described.append(protocol.InputFile(file=path.name, shape=list(x.shape), dtype=str(x.dtype)))
-    return described
+        if hasattr(x, "shape"):
+            (directory / f"{prefix}_{i}.bin").write_bytes(np.asarray(x).tobytes())
 
 
 class Cancelled(Exception):
@@ -97,9 +102,11 @@ class Checker:
         on_event: Callable[[protocol.StageEvent], None] = lambda _e: None,
         cancel: threading.Event | None = None,
         dump_schedules: bool = False,
+        then: Callable[[Path, Callable[[protocol.InputsReady], object]], None] | None = None,
     ) -> RunOutcome:
         """Every kind of job: take a queue slot, then a ready worker, write the candidate and the job's files
-        into its directory, and follow it to the end. Raises Cancelled or WorkerStartFailed."""
+        into its directory, and follow it to the end; `then(job_dir, send)` writes more files while the worker
+        runs (jaxbench_mcp.sandbox.jobs.Worker.run). Raises Cancelled or WorkerStartFailed."""
 
         def in_slot() -> RunOutcome:
             if cancel is not None and cancel.is_set():
@@ -115,7 +122,8 @@ class Checker:
                     raise
                 if cancel is not None:
                     worker.cancelled = cancel
-                outcome = worker.run(job, on_event)
+                job_dir = worker.job_dir
+                outcome = worker.run(job, on_event, None if then is None else lambda send: then(job_dir, send))
             finally:
                 if not dump_schedules:
                     self.pool.refill()
@@ -168,13 +176,18 @@ class Checker:
                 targets=chosen,
                 size=run_size,
                 interpret=self.tier is not targets.Tier.TPU,
-                inputs=[write_inputs(inputs[seed], job_dir, f"input_{k}") for k, seed in enumerate(hidden)],
-                full_reduction=write_inputs(inputs[runs[-1][0]], job_dir, f"input_{len(hidden)}")
-                if reduction
-                else None,
+                inputs=[describe_inputs(inputs[seed], f"input_{k}") for k, seed in enumerate(hidden)],
+                full_reduction=describe_inputs(inputs[runs[-1][0]], f"input_{len(hidden)}") if reduction else None,
                 # Orders in which interpret mode visits "parallel" grid axes: fresh for every check.
                 shuffle_seeds=[secrets.randbelow(2**31) for _ in runs],
             )
+
+        def write_input_files(job_dir: Path, send: Callable[[protocol.InputsReady], object]) -> None:
+            # After the job is sent: the worker traces and compiles, which need no inputs, while they are computed
+            # and written, run by run (the last, a full_reduction run, is the largest).
+            for k, (seed, _) in enumerate(runs):
+                write_inputs(inputs[seed], job_dir, f"input_{k}")
+                send(protocol.InputsReady(inputs_ready=k))
 
         progress("queued")
         # The truth is needed only after the run; compute it meanwhile, on the server's side.
@@ -188,7 +201,7 @@ class Checker:
         truth.start()
         case = judge.Case(w, run_size, chosen, self.tier, self.isolation, self.limits, require_pallas)
         try:
-            outcome = self.run_job(make_job, source, on_event, cancel)
+            outcome = self.run_job(make_job, source, on_event, cancel, then=write_input_files)
         except WorkerStartFailed as exc:
             failed = judge.Evidence(failures=[judge.Failure(ErrorClass.WORKER_START_FAILED, str(exc))])
             return judge.verdict(case, failed, time.monotonic() - started), None

@@ -444,16 +444,27 @@ class Worker:
             f.seek(max(0, (self.root / name).stat().st_size - _LOG_TAIL_BYTES))
             return f.read().decode(errors="replace")
 
-    def run(self, job, on_event: Callable[[protocol.StageEvent], None]) -> RunOutcome:
+    def run(
+        self,
+        job,
+        on_event: Callable[[protocol.StageEvent], None],
+        then: Callable[[Callable[[protocol.InputsReady], object]], None] | None = None,
+    ) -> RunOutcome:
         """Hand the job over and follow it to the end, enforcing the protocol, the stage and overall deadlines, the
-        memory and disk caps, and cancellation. Whatever happens, the worker is dead when this returns or raises."""
+        memory and disk caps, and cancellation. Whatever happens, the worker is dead when this returns or raises.
+        `then`, when given, runs beside the worker once the job is sent (a check's input files), telling the worker
+        through the function it is passed; what it raises is raised here, as the parent's failure."""
         t0 = time.monotonic()
         outcome = RunOutcome(events=[], job_dir=self.job_dir, isolation=self.isolation, _root=self.root)
         log = protocol.EventLog(job)
+        feeder = _Feeder(self.process.stdin, then)
         try:
+            feeder.send_job(job)
             self._follow(job, log, outcome, on_event)
+            feeder.join()
         except BaseException:
             self.kill()
+            feeder.join()
             outcome.cleanup()
             raise
         finally:
@@ -466,13 +477,6 @@ class Worker:
 
     def _follow(self, job, log: protocol.EventLog, outcome: RunOutcome, on_event) -> None:
         t0 = time.monotonic()
-        try:
-            stdin = self.process.stdin
-            assert stdin is not None  # the worker is started with stdin=PIPE
-            stdin.write(protocol.JobEnvelope(job=job).model_dump_json().encode() + b"\n")
-            stdin.close()
-        except BrokenPipeError:
-            pass
         overall_deadline = t0 + self.limits.overall_seconds(job)
         stage, deadline = Stage.LOAD, t0 + self.limits.for_stage(Stage.LOAD)
         next_check = 0.0
@@ -530,6 +534,55 @@ class Worker:
         if self.cgroup is not None and outcome.killed_for is None and not finished and self.cgroup.oom_killed():
             outcome.killed_for = "memory"
         self._release()
+
+
+class _Feeder:
+    """What the parent writes to a worker's stdin: the job, then (from a thread beside the run) what `then` sends.
+    A worker that ended first is no error; a failure of `then` itself is the parent's, raised by join()."""
+
+    def __init__(self, stdin, then: Callable[[Callable[[protocol.InputsReady], object]], None] | None):
+        assert stdin is not None  # the worker is started with stdin=PIPE
+        self._stdin, self._then = stdin, then
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def send_job(self, job) -> None:
+        if self._write(protocol.JobEnvelope(job=job)) and self._then is not None:
+            self._thread = threading.Thread(target=self._feed, daemon=True, name="feed")
+            self._thread.start()
+        else:
+            self._close()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _feed(self) -> None:
+        try:
+            assert self._then is not None
+            self._then(self._write)
+        except BaseException as exc:  # noqa: BLE001 - handed to join()
+            self._error = exc
+        finally:
+            self._close()
+
+    def _write(self, message) -> bool:
+        try:
+            self._stdin.write(message.model_dump_json().encode() + b"\n")
+            self._stdin.flush()
+            return True
+        except (BrokenPipeError, ValueError):  # the worker ended (or its pipe was closed by a kill)
+            return False
+
+    def _close(self) -> None:
+        try:
+            self._stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
 
 
 @dataclass

@@ -146,6 +146,13 @@ class JobEnvelope(_Strict):
     job: Job
 
 
+class InputsReady(_Strict):
+    """Parent -> worker, on stdin after a check's job: the input files of the runs up to `index` are complete. The
+    parent writes them while the worker traces and compiles, which need none of them."""
+
+    inputs_ready: int = Field(ge=0, description="The last run whose input files are complete")
+
+
 # ---- events: worker -> parent --------------------------------------------------------------------
 
 

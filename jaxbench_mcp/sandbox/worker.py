@@ -3,7 +3,8 @@
 Started by jaxbench_mcp.sandbox.jobs inside the sandbox (jaxbench_mcp.sandbox.isolation), with a scrubbed
 environment, its job directory as working directory. It warms up (imports jax, initialises the TPU compiler)
 before it is handed a job, so that a check does not pay for that. It then reads one job from stdin (the parent
-has already written candidate.py and the inputs beside it), reports each stage as an event
+has already written candidate.py beside it; a check's input files follow while it traces and compiles, each run's
+announced on stdin by protocol.InputsReady), reports each stage as an event
 (jaxbench_mcp.sandbox.protocol) on the event pipe, writes the candidate's outputs as .npy files into its
 directory, and exits. It never computes a reference output: the truth lives only in the parent, so the candidate
 cannot see it.
@@ -162,6 +163,12 @@ def _full_args(workload, size: str):
     return abstract_inputs(workload, size)
 
 
+_INPUTS_MISSING = (
+    "the worker's stdin closed before the parent said this run's inputs were written; a candidate that reads "
+    "sys.stdin takes the parent's messages: do not read stdin"
+)
+
+
 def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     """The check. The candidate's Python runs only while it is imported and traced, once per size (full, and the
     run size), under the TPU facade; every analysis, the lowering, the compile and the run are derived from those
@@ -268,7 +275,15 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     runs = [(described, job.size) for described in job.inputs]
     if job.full_reduction is not None:
         runs.append((job.full_reduction, workloads.FULL_REDUCTION))
+    ready = -1
     for index, (described, size) in enumerate(runs):
+        while ready < index:  # the parent writes a run's input files while the stages above go on
+            line = sys.stdin.readline()
+            if not line:
+                report.stage(Stage.RUN, "start", seed_index=index)
+                report.stage(Stage.RUN, "failed", seed_index=index, seconds=0.0, text=_INPUTS_MISSING)
+                return
+            ready = protocol.InputsReady.model_validate_json(line).inputs_ready
         report.stage(Stage.RUN, "start", seed_index=index)
         t0 = time.perf_counter()
         program, trace_error = programs[size]
