@@ -1020,12 +1020,9 @@ def kernel_work(closed) -> dict:
     }
 
 
-_FREE_RELABEL = {"reshape", "squeeze", "expand_dims"}
-
-
 def _bytes(eqn) -> float:
     """HBM bytes one equation outside the kernels reads and writes at most (XLA's fusions move less)."""
-    if eqn.primitive.name in _FREE_RELABEL:
+    if ka.is_relabel(eqn):
         return 0.0
     return float(
         sum(
@@ -1095,7 +1092,7 @@ def outside_work(closed, args, generation: str | None = None) -> dict | None:
     around = jax.make_jaxpr(fn)(*structs).jaxpr
     # Nothing around the kernels but relabelling (the reshapes a wrapper does): bitcasts in the real program, but
     # the cut-out one returns their results, a copy XLA would charge (a 2 GiB "outside" read for 12p's RMSNorm).
-    if not around.outvars or all(e.primitive.name in _FREE_RELABEL for e in around.eqns):
+    if not around.outvars or all(ka.is_relabel(e) for e in around.eqns):
         return {"flops": 0.0, "bytes": 0.0}
     if generation is not None:
         compiled = targets.deviceless_compile(fn, structs, generation, kernel_facts=False)

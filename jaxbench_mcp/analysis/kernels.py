@@ -7,6 +7,8 @@ Everything here reads a jaxpr; nothing runs the kernel.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import numpy as np
 from jax.extend.core import Literal
@@ -34,11 +36,24 @@ def _read(env: dict, var):
     return var.val if isinstance(var, Literal) else env[var]
 
 
-def _run_eqns(eqns, env: dict, grid_index=(), grid=(), on_kernel=None) -> None:
+# Relabellings: a bitcast in XLA's program when they merge or split major dimensions, as a wrapper's do.
+_RELABEL = {"reshape", "squeeze", "expand_dims"}
+
+
+def is_relabel(eqn) -> bool:
+    """A reshape, squeeze or expand_dims, or a broadcast that only adds dimensions of size 1 (jnp.expand_dims)."""
+    name = eqn.primitive.name
+    if name == "broadcast_in_dim":
+        return math.prod(eqn.outvars[0].aval.shape) == math.prod(eqn.invars[0].aval.shape)
+    return name in _RELABEL
+
+
+def _run_eqns(eqns, env: dict, grid_index=(), grid=(), on_kernel=None, relabelled: set | None = None) -> None:
     """eval_jaxpr's loop, except that plain calls (jit, custom_jvp/vjp/vmap) are inlined (binding them again
     would need a lowering platform when the jaxpr was traced under an abstract TPU mesh), program_id /
     num_programs are answered from the grid, and a Pallas kernel, if `on_kernel` is given, is replaced by
-    on_kernel(eqn, inputs) -> its outputs."""
+    on_kernel(eqn, inputs) -> its outputs. `relabelled`, a set of value ids, takes in the id of every relabelling
+    (is_relabel) of a value already in it."""
     for eqn in eqns:
         inputs = [_read(env, v) for v in eqn.invars]
         name = eqn.primitive.name
@@ -51,11 +66,13 @@ def _run_eqns(eqns, env: dict, grid_index=(), grid=(), on_kernel=None) -> None:
         elif (body := jx.call_body(eqn)) is not None:  # a plain call: inlined
             inner = dict(zip(body.jaxpr.constvars, body.consts, strict=True))
             inner.update(zip(body.jaxpr.invars, inputs, strict=True))
-            _run_eqns(body.jaxpr.eqns, inner, grid_index, grid, on_kernel)
+            _run_eqns(body.jaxpr.eqns, inner, grid_index, grid, on_kernel, relabelled)
             outs = [_read(inner, v) for v in body.jaxpr.outvars]
         else:
             out = eqn.primitive.bind(*inputs, **eqn.params)
             outs = out if eqn.primitive.multiple_results else [out]
+            if relabelled is not None and is_relabel(eqn) and id(inputs[0]) in relabelled:
+                relabelled.add(id(outs[0]))
         env.update(zip(eqn.outvars, outs, strict=True))
 
 
@@ -698,9 +715,9 @@ def outside_kernels(closed):
     Returns (fn, kernel_output_structs): fn takes the program's (non-static) arguments followed by every
     kernel's outputs, and returns every computed value that fed a kernel plus the program's computed
     outputs, so XLA keeps (and costs) the work around the kernels but nothing inside them. Values that are
-    only passed through (an argument, a kernel output) are not returned: returning them would add copies
-    that the real program does not make. None when a kernel sits inside a loop or a branch, or when no
-    kernel is found.
+    only passed through (an argument, a kernel output, or a relabelling of one: the reshapes around a kernel)
+    are not returned: returning them would add copies that the real program does not make. None when a kernel
+    sits inside a loop or a branch, or when no kernel is found.
     """
     kernels = _kernels_in_place(closed.jaxpr)
     if not kernels:
@@ -722,7 +739,7 @@ def outside_kernels(closed):
 
         env = dict(zip(closed.jaxpr.constvars, closed.consts, strict=True))
         env.update(zip(closed.jaxpr.invars, values[:num_args], strict=True))
-        _run_eqns(closed.jaxpr.eqns, env, on_kernel=cut_out)
+        _run_eqns(closed.jaxpr.eqns, env, on_kernel=cut_out, relabelled=passed_through)
         results = [_read(env, v) for v in closed.jaxpr.outvars]
         return kept + [r for r in results if hasattr(r, "shape") and id(r) not in passed_through]
 
