@@ -1,8 +1,8 @@
 """Does every profile return an estimate, and how long does one take? Over the solutions and big-tile variants.
 
 For each solutions/<workload>.py (and, with --big-tiles, a variant of it whose module-level block sizes, the
-integer constants named B*, BLOCK*, TILE* or T*, are set to 4x their value) a warm checker (spare worker ready,
-as the server keeps one) runs what `profile_kernel` runs: the check, then the profile for the target (CPU host
+integer constants named B*, BLOCK*, TILE* or T* but TOP_*, are set to 4x their value) a warm checker (spare worker
+ready, as the server keeps one) runs what `profile_kernel` runs: the check, then the profile for the target (CPU host
 with libtpu: static estimates). The first profile of a workload also computes its reference (bundle calibration,
 XLA's cost analysis of the baseline) and its expert's estimate, which the server then caches; --warm-refs runs
 those first (and the expert's estimate), untimed, so that the times printed are those of an agent's later
@@ -30,7 +30,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-_BLOCK_CONSTANT = re.compile(r"^((?:B|BLOCK|TILE|T)[A-Z0-9_]*)\s*=\s*(\d+)\s*(#.*)?$", re.M)
+# TOP_K is no block size: 10p's "4x blocks" variant routed every token to 8 experts, wrong values by design.
+_BLOCK_CONSTANT = re.compile(r"^((?!TOP_)(?:B|BLOCK|TILE|T)[A-Z0-9_]*)\s*=\s*(\d+)\s*(#.*)?$", re.M)
 
 
 def big_tiles(source: str, factor: int = 4) -> str | None:

@@ -47,7 +47,7 @@ def _prefetch_call(s, x, y):
             scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
         ),
         out_shape=jax.ShapeDtypeStruct((16, 384), jnp.float32),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=48 << 20),
         input_output_aliases={1: 0},
         name="prefetching",
     )(s, x, y)
@@ -111,6 +111,7 @@ def test_dimension_semantics_name_and_aliases(prefetch_eqn):
         assert info.dimension_semantics == ("parallel", "arbitrary")
         assert info.name == "prefetching"
         assert info.input_output_aliases == ((1, 0),)
+        assert info.vmem_limit_bytes == 48 << 20
 
 
 def test_enum_dimension_semantics_read_as_their_name():

@@ -551,6 +551,15 @@ def test_vmem_from_block_shapes_pads_tiles_and_double_buffers():
     assert cost_model.vmem_overflow([kernel([([512, 512], "float32", False)])], "v6e") is None
     # Blocks and scratch above the chip's VMEM are refused whatever the margin on the whole estimate.
     assert "vmem capacity of 128 MiB" in (cost_model.vmem_overflow([gemm], "v6e", margin=1.25) or "")
+    # Within the capacity but over the scoped limit the kernel compiles under (v6e's default 32 MiB, or its own
+    # vmem_limit_bytes): 2 x 2 bf16 (2048, 2048) blocks are 32 MiB, plus 8 MiB of scratch (7p's 4x-block variant took
+    # the compiler 21 s to refuse).
+    over = kernel([([2048, 2048], "bfloat16", False)] * 2, scratch=8 * 2**20)
+    assert "scoped vmem limit of 32.0 MiB" in (cost_model.vmem_overflow([over], "v6e", 1.3, 1.05) or "")
+    raised = protocol.KernelInfo(**{**over.model_dump(), "vmem_limit_bytes": 64 * 2**20})
+    assert cost_model.vmem_overflow([raised], "v6e", 1.3, 1.05) is None
+    lowered = protocol.KernelInfo(**{**over.model_dump(), "vmem_limit_bytes": 16 * 2**20})
+    assert "its CompilerParams(vmem_limit_bytes)" in (cost_model.vmem_overflow([lowered], "v6e", 1.3, 1.05) or "")
 
 
 _VMEM_BRACKET = """

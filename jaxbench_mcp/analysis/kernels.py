@@ -350,6 +350,7 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
                 "num_scratch": info.num_scratch,
                 "scratch_bytes": sum(_nbytes(a) for a in scratch_avals),
                 "dimension_semantics": list(info.dimension_semantics),
+                "vmem_limit_bytes": info.vmem_limit_bytes,
                 "body_values_bytes": kernel_values_bytes(kernel_jaxpr, 256),
                 "body_values_bytes_mxu128": kernel_values_bytes(kernel_jaxpr, 128),
                 "scratch": [

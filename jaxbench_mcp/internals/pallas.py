@@ -59,6 +59,7 @@ class PallasCallInfo:
     num_scalar_prefetch: int
     num_scratch: int
     dimension_semantics: tuple[str, ...]  # as given: "parallel", "arbitrary", or jax's enum values as str
+    vmem_limit_bytes: int | None  # CompilerParams(vmem_limit_bytes); None: the chip's default scoped limit
     kernel: Jaxpr  # the body: takes the scalar-prefetch refs, the inputs', the outputs', the scratch refs
     input_output_aliases: tuple[tuple[int, int], ...]  # (input, output) pairs that share a buffer
 
@@ -70,6 +71,7 @@ def pallas_call_info(eqn: JaxprEqn) -> PallasCallInfo:
     kernel = p["jaxpr"]
     debug = getattr(kernel, "debug_info", None)
     semantics = getattr(p.get("compiler_params"), "dimension_semantics", None) or ()
+    limit = getattr(p.get("compiler_params"), "vmem_limit_bytes", None)
     return PallasCallInfo(
         name=p.get("name") or getattr(debug, "func_name", None) or "kernel",
         grid=tuple(g if isinstance(g, int) else str(g) for g in mapping.grid),
@@ -78,6 +80,7 @@ def pallas_call_info(eqn: JaxprEqn) -> PallasCallInfo:
         num_scalar_prefetch=int(mapping.num_index_operands),
         num_scratch=int(mapping.num_scratch_operands),
         dimension_semantics=tuple(str(d) for d in semantics),
+        vmem_limit_bytes=int(limit) if isinstance(limit, int) else None,
         kernel=kernel,
         input_output_aliases=tuple(tuple(pair) for pair in p.get("input_output_aliases", ())),
     )

@@ -399,18 +399,34 @@ def vmem_bytes(kernel, generation: str | None = None) -> int:
 
 
 def vmem_overflow(kernels, generation: str, margin: float = 1.0, pipeline_margin: float = 1.0) -> str | None:
-    """A sentence when some kernel cannot fit `generation`'s VMEM whatever limit it asks the compiler for: its
-    whole estimate (vmem_bytes) exceeds `margin` times the chip's physical VMEM, or its pipeline buffers and scratch
-    alone (pipeline_vmem_bytes) exceed `pipeline_margin` times it. The check refuses such a kernel as vmem_overflow
-    in seconds, without the compile (minutes) that would fail. None when every kernel may fit."""
+    """A sentence when some kernel cannot fit `generation`'s VMEM whatever limit it asks the compiler for (its whole
+    estimate, vmem_bytes, exceeds `margin` times the chip's physical VMEM, or its pipeline buffers and scratch alone,
+    pipeline_vmem_bytes, exceed `pipeline_margin` times it), or cannot fit the scoped limit it compiles under (its
+    blocks and scratch exceed `pipeline_margin` times its vmem_limit_bytes or the chip's default: they live in that
+    allocation whatever the compiler does; the whole estimate is not held to the limit, since under a tight limit the
+    compiler keeps less besides them). The check refuses such a kernel as vmem_overflow in seconds, without the
+    compile (minutes) that would fail. None when every kernel may fit."""
     chip = targets.chip_facts(generation)
+    mib = 2**20
     for k in kernels:
         need, fixed = vmem_bytes(k, generation), pipeline_vmem_bytes(k)
         if fixed > pipeline_margin * chip.vmem_bytes or need > margin * chip.vmem_bytes:
             return (
-                f"kernel {k.name} needs ~{need / 2**20:,.1f} MiB of VMEM ({fixed / 2**20:,.1f} MiB of blocks and "
-                f"scratch), over {generation}'s vmem capacity of {chip.vmem_bytes / 2**20:,.0f} MiB (default scoped "
-                f"limit {chip.scoped_vmem_bytes / 2**20:,.0f} MiB; vmem_limit_bytes cannot exceed the capacity): "
+                f"kernel {k.name} needs ~{need / mib:,.1f} MiB of VMEM ({fixed / mib:,.1f} MiB of blocks and "
+                f"scratch), over {generation}'s vmem capacity of {chip.vmem_bytes / mib:,.0f} MiB (default scoped "
+                f"limit {chip.scoped_vmem_bytes / mib:,.0f} MiB; vmem_limit_bytes cannot exceed the capacity): "
                 "use smaller blocks"
+            )
+        limit = k.vmem_limit_bytes or chip.scoped_vmem_bytes
+        if fixed > pipeline_margin * limit:
+            which = (
+                "its CompilerParams(vmem_limit_bytes)"
+                if k.vmem_limit_bytes
+                else f"{generation}'s default, vmem_limit_bytes unset"
+            )
+            return (
+                f"kernel {k.name}'s blocks and scratch take ~{fixed / mib:,.1f} MiB of VMEM, over the scoped vmem "
+                f"limit of {limit / mib:,.1f} MiB it compiles under ({which}): raise CompilerParams(vmem_limit_bytes) "
+                f"(at most {chip.vmem_bytes / mib:,.0f} MiB, {generation}'s capacity) or use smaller blocks"
             )
     return None

@@ -190,6 +190,9 @@ class KernelInfo(_Strict):
     num_scratch: int
     scratch_bytes: int
     dimension_semantics: list[str]
+    vmem_limit_bytes: int | None = Field(
+        None, description="The kernel's CompilerParams(vmem_limit_bytes); None: the chip's default scoped limit"
+    )
     scratch: list[ScratchInfo] = Field(default_factory=list, description="Each scratch buffer's shape and space")
     body_values_bytes: int = Field(
         0, description="VMEM the body's large intermediate values take at their peak on a 256-wide MXU (v6e, 7x)"
