@@ -464,7 +464,7 @@ class Worker:
             feeder.join()
         except BaseException:
             self.kill()
-            feeder.join()
+            feeder.join(raising=False)  # what ended the run is the error to raise
             outcome.cleanup()
             raise
         finally:
@@ -553,11 +553,11 @@ class _Feeder:
         else:
             self._close()
 
-    def join(self) -> None:
+    def join(self, raising: bool = True) -> None:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        if self._error is not None:
+        if raising and self._error is not None:
             error, self._error = self._error, None
             raise error
 
