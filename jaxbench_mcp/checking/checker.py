@@ -122,8 +122,7 @@ class Checker:
                     raise
                 if cancel is not None:
                     worker.cancelled = cancel
-                job_dir = worker.job_dir
-                outcome = worker.run(job, on_event, None if then is None else lambda send: then(job_dir, send))
+                outcome = worker.run(job, on_event, then)
             finally:
                 if not dump_schedules:
                     self.pool.refill()

@@ -10,6 +10,7 @@ pipe as events (jaxbench_mcp.sandbox.protocol), each validated before it counts.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import selectors
@@ -448,16 +449,16 @@ class Worker:
         self,
         job,
         on_event: Callable[[protocol.StageEvent], None],
-        then: Callable[[Callable[[protocol.InputsReady], object]], None] | None = None,
+        then: Callable[[Path, Callable[[protocol.InputsReady], object]], None] | None = None,
     ) -> RunOutcome:
         """Hand the job over and follow it to the end, enforcing the protocol, the stage and overall deadlines, the
         memory and disk caps, and cancellation. Whatever happens, the worker is dead when this returns or raises.
-        `then`, when given, runs beside the worker once the job is sent (a check's input files), telling the worker
-        through the function it is passed; what it raises is raised here, as the parent's failure."""
+        `then(job_dir, send)`, when given, runs beside the worker once the job is sent (a check's input files),
+        telling the worker through `send`; what it raises is raised here, as the parent's failure."""
         t0 = time.monotonic()
         outcome = RunOutcome(events=[], job_dir=self.job_dir, isolation=self.isolation, _root=self.root)
         log = protocol.EventLog(job)
-        feeder = _Feeder(self.process.stdin, then)
+        feeder = _Feeder(self.process.stdin, None if then is None else functools.partial(then, self.job_dir))
         try:
             feeder.send_job(job)
             self._follow(job, log, outcome, on_event)

@@ -159,10 +159,6 @@ def read_inputs(described: list, workdir: Path) -> tuple:
     )
 
 
-def _full_args(workload, size: str):
-    return abstract_inputs(workload, size)
-
-
 _INPUTS_MISSING = (
     "the worker's stdin closed before the parent said this run's inputs were written; a candidate that reads "
     "sys.stdin takes the parent's messages: do not read stdin"
@@ -195,7 +191,7 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
         t0 = time.perf_counter()
         try:
             with targets.chip_context(chip):
-                closed = jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, "full"))
+                closed = jax.make_jaxpr(module.workload, static_argnums=static)(*abstract_inputs(w, "full"))
         except Exception as exc:  # noqa: BLE001
             report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
             return
@@ -213,7 +209,7 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
             try:
                 with targets.chip_context(chip):
                     programs[size] = (
-                        jax.make_jaxpr(module.workload, static_argnums=static)(*_full_args(w, size)),
+                        jax.make_jaxpr(module.workload, static_argnums=static)(*abstract_inputs(w, size)),
                         None,
                     )
             except Exception as exc:  # noqa: BLE001
@@ -228,7 +224,7 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
         return
 
     full_program = targets.replay(closed)
-    full_args = [a for i, a in enumerate(_full_args(w, "full")) if i not in static]
+    full_args = [a for i, a in enumerate(abstract_inputs(w, "full")) if i not in static]
     # Every target is lowered and compiled, so that one generation's failure does not hide another's.
     compiled_everywhere = True
     generations: list[str | None] = list(job.targets) or [None]
@@ -373,7 +369,7 @@ def _describe(closed, run_closed, reduction_closed, w, platform_queries: list[st
     programs (left out when one failed to trace: the run stage says why)."""
     kernels, callbacks = kernel_analysis.describe_kernels(closed.jaxpr)
     names = [n for i, n in enumerate(w.input_names) if i not in w.static_argnums]
-    args = [a for i, a in enumerate(_full_args(w, "full")) if i not in w.static_argnums]
+    args = [a for i, a in enumerate(abstract_inputs(w, "full")) if i not in w.static_argnums]
     found = _static_analyses(closed, names, args)
     if "outline" in found and run_closed is not None:
         try:
@@ -582,7 +578,9 @@ def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -
     for generation in job.targets:
         report.stage(Stage.COMPILE, "start", target=generation)
         bundles = estimator.calibration_bundles(generation, dump_root)
-        compiled = targets.deviceless_compile(w.module.reference, _full_args(w, "full"), generation, w.static_argnums)
+        compiled = targets.deviceless_compile(
+            w.module.reference, abstract_inputs(w, "full"), generation, w.static_argnums
+        )
         cost = compiled.cost_analysis() or {}
         report.stage(Stage.COMPILE, "done", target=generation)
         report.send(
