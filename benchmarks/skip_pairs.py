@@ -32,11 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load(source: str, name: str):
-    path = Path(tempfile.mkdtemp()) / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"{name}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
     return module
 
 

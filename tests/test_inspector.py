@@ -61,17 +61,19 @@ def http_url():
     proc, port, log = _serve_http(home)
     yield f"http://127.0.0.1:{port}/mcp"
     _stop(proc)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _cli(inspector, target: list[str], *args: str, ok: bool = True) -> dict | str:
-    out = subprocess.run(
-        [*inspector, "--cli", *target, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "JAXBENCH_MCP_HOME": tempfile.mkdtemp(prefix="jaxbench-inspector-")},
-    )
+    with tempfile.TemporaryDirectory(prefix="jaxbench-inspector-") as home:
+        out = subprocess.run(
+            [*inspector, "--cli", *target, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+            env={**os.environ, "JAXBENCH_MCP_HOME": home},
+        )
     if not ok:
         assert out.returncode != 0, out.stdout
         return out.stdout + out.stderr

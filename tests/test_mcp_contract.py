@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -301,6 +302,7 @@ def http_server():
     proc, port, log = _serve_http(home)
     yield f"http://127.0.0.1:{port}/mcp", log
     _stop(proc)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.mark.slow

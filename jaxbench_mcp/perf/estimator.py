@@ -24,9 +24,11 @@ Where the work runs:
 from __future__ import annotations
 
 import ast
+import atexit
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -522,6 +524,7 @@ def _process_dump_root() -> Path:
             "a TPU, or use jaxbench_mcp.perf.estimator.estimate_file (a worker process) instead"
         )
     root = Path(tempfile.mkdtemp(prefix="jaxbench-estimate-"))
+    atexit.register(shutil.rmtree, root, True)  # each compile's schedules are read right after it
     os.environ["LIBTPU_INIT_ARGS"] = (
         os.environ.get("LIBTPU_INIT_ARGS", "") + " " + libtpu.dump_flag(str(root))
     ).strip()
