@@ -212,6 +212,25 @@ def test_relabellings_of_arguments_and_kernel_outputs_are_not_returned_as_copies
     assert [o.shape for o in jax.eval_shape(fn, x, b, *kernel_outputs)] == [(8,)]
 
 
+def test_a_constant_fed_to_a_kernel_is_not_returned_as_a_copy():
+    """A table the program closes over (1p's and 4p's int32 masks) reaches its kernel as it is, or reshaped;
+    the real program copies nothing, so neither is work around the kernels. A value computed from it is."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    table = np.arange(4 * 64 * 128, dtype=np.float32).reshape(4, 64, 128)
+
+    def closes_over(b):
+        return _double(table), _double(table.reshape(-1, 128)), _double(jnp.add(table, 1.0)), b
+
+    b = jax.ShapeDtypeStruct((8,), jnp.float32)
+    closed = jax.make_jaxpr(closes_over)(b)
+    assert len(closed.consts) >= 1
+    fn, kernel_outputs = kernel_analysis.outside_kernels(closed)
+    assert [o.shape for o in jax.eval_shape(fn, b, *kernel_outputs)] == [(4, 64, 128)]  # table + 1 only
+
+
 def test_estimate_terms_and_bottleneck():
     cost = cost_model.kernel_cost(bundles=1000, steps=10, hbm_bytes=0, generation="v6e", spb=1e-9)
     assert cost.compute_s == 1e-5 and cost.estimate_s == 1e-5 + 10 * cost_model.STEP_OVERHEAD_S
