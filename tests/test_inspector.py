@@ -65,7 +65,7 @@ def http_url():
 
 
 def _cli(inspector, target: list[str], *args: str, ok: bool = True) -> dict | str:
-    with tempfile.TemporaryDirectory(prefix="jaxbench-inspector-") as home:
+    with tempfile.TemporaryDirectory(prefix="jaxbench-inspector-", ignore_cleanup_errors=True) as home:
         out = subprocess.run(
             [*inspector, "--cli", *target, *args],
             capture_output=True,
