@@ -716,9 +716,10 @@ def outside_kernels(closed):
     Returns (fn, kernel_output_structs): fn takes the program's (non-static) arguments followed by every
     kernel's outputs, and returns every computed value that fed a kernel plus the program's computed
     outputs, so XLA keeps (and costs) the work around the kernels but nothing inside them. Values that are
-    only passed through (an argument, a constant or literal of the program, a kernel output, or a relabelling of
-    one: the reshapes around a kernel) are not returned: returning them would add copies that the real program
-    does not make. None when a kernel sits inside a loop or a branch, or when no kernel is found.
+    only passed through (an argument, a kernel output, or a relabelling of one: the reshapes around a kernel) or
+    known before the program runs (its constants and literals) are not returned: returning them would add copies
+    that the real program does not make. None when a kernel sits inside a loop or a branch, or when no kernel is
+    found.
     """
     kernels = _kernels_in_place(closed.jaxpr)
     if not kernels:
@@ -727,14 +728,14 @@ def outside_kernels(closed):
     num_args = len(closed.jaxpr.invars)
 
     def remaining(*values):
-        passed_through = {id(v) for v in (*values, *closed.consts)}  # constants: so that their relabellings are too
+        passed_through = {id(v) for v in values}  # arguments and kernel outputs
         kernel_outputs = iter(values[num_args:])
         kept = []
 
         def cut_out(eqn, inputs):
             for x in inputs:
-                # A value known before the program runs (a literal: 7p's expert passes an i32[2]) is held by the
-                # executable, like a constant: nothing to compute.
+                # A value known before the program runs (a constant, or a literal: 7p's expert passes an i32[2]) is
+                # held by the executable: nothing to compute.
                 if isinstance(x, jax.core.Tracer) and id(x) not in passed_through:
                     kept.append(x)
                     passed_through.add(id(x))  # returned once, however many kernels read it
