@@ -6,8 +6,9 @@
                program in TPU interpret mode on 3 seeds and the full_reduction program on one more, each
                beside the uninitialised-memory probe (what the worker does since the candidate is traced
                only once per size)
-  warm:        Checker.check on a warm checker (a sandboxed spare worker ready), as the server does; its
-               fresh hidden seeds' truth is computed while the worker compiles
+  warm:        Checker.check on a warm checker (two sandboxed spare workers ready: one traces the candidate,
+               the other judges the recorded programs), as the server does; its fresh hidden seeds' truth is
+               computed while the judging worker compiles
   cold:        a one-shot `jaxbench-mcp check` CLI process (imports jax, starts a worker, computes the truth)
 The isolation the checker uses (bubblewrap where installed) is printed with the figures.
 
@@ -75,7 +76,7 @@ def main() -> None:
     from jaxbench_mcp.requests import CheckRequest
 
     source = args.kernel.read_text()
-    checker = Checker(spares=1, slots=1)
+    checker = Checker(slots=1)  # its spares, as the server keeps them: two per slot (trace, then judge)
     checker.start()
     # Warms this process's reference compile, as a server's first check does.
     checker.check(CheckRequest.of(args.workload, source))[1].cleanup()

@@ -22,7 +22,8 @@ class Status(StrEnum):
 
 
 class Stage(StrEnum):
-    """Stages of a job, in ladder order. All but compare and policy run in the candidate's process."""
+    """Stages of a job, in ladder order. Load and the trace's recording run in the candidate's process; the rest
+    of the trace, lower, compile and run in a worker that never imports it; compare and policy in the server."""
 
     LOAD = "load"
     TRACE = "trace"

@@ -125,9 +125,9 @@ def serve(store_path: str) -> None:
         local.seeds.append(seed)
         return seed
 
-    def run(self, job, on_event, then=None):
+    def run(self, job, on_event, then=None, earlier=None):
         local.roots.append(str(self.root))
-        return real_run(self, job, on_event, then)
+        return real_run(self, job, on_event, then, earlier)
 
     checking.fresh_seed, jobs.Worker.run = fresh_seed, run
     store = Store(store_path)
@@ -608,8 +608,10 @@ def test_the_corpus_covers_every_attack_of_issue_10():
         "forge_huge_line",
         "forge_kernel_claim",
         "forge_finished_early",
-        "output_symlink",
-        "output_fifo",
+        "program_symlink",
+        "program_fifo",
+        "program_huge",
+        "program_crafted",
         "replay_seen_inputs",
     }
     assert required <= names, required - names

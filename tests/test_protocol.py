@@ -96,6 +96,7 @@ def test_jobs_carry_only_what_the_parent_put_in():
         inputs=[
             [protocol.InputFile(file="input_0_0.bin", shape=[2], dtype="bfloat16"), protocol.StaticInput(static=4)]
         ],
+        programs=[protocol.ProgramFile(size="full", file="program_full.json")],
     )
     sent = json.loads(protocol.JobEnvelope(job=job).model_dump_json())["job"]
     assert "seed" not in json.dumps(sent).replace("shuffle_seeds", "")
@@ -132,15 +133,20 @@ def test_what_the_worker_sends_the_parent_accepts_even_with_fields_left_empty(tm
     assert isinstance(protocol.parse_event(lines[1]), protocol.Ready)
 
 
-def test_events_about_stages_targets_or_seeds_the_job_does_not_have_are_violations():
-    job = protocol.CheckJob(
+def _check_job() -> protocol.CheckJob:
+    return protocol.CheckJob(
         workload_id="8p_GEMM",
         targets=["v6e"],
         size="small",
         interpret=True,
         shuffle_seeds=[1],
         inputs=[[protocol.InputFile(file="input_0_0.bin", shape=[2], dtype="bfloat16")]],
+        programs=[protocol.ProgramFile(size="full", file="program_full.json")],
     )
+
+
+def test_events_about_stages_targets_or_seeds_the_job_does_not_have_are_violations():
+    job = _check_job()
     for raw, why in (
         (line(event="stage", stage="lower", state="start", target="v99"), "did not ask for"),
         (line(event="stage", stage="compile", state="start"), "did not ask for"),
@@ -170,3 +176,42 @@ def test_events_about_stages_targets_or_seeds_the_job_does_not_have_are_violatio
 def test_json_nested_too_deep_to_parse_is_a_violation_not_a_crash():
     with pytest.raises(protocol.ProtocolViolation):
         protocol.parse_event(b"[" * 100_000 + b"]" * 100_000)
+
+
+def test_a_trace_job_reports_its_programs_once_inside_the_trace_stage_and_never_a_verdict_of_its_own():
+    job = protocol.TraceJob(workload_id="8p_GEMM", sizes=["full", "small"], chip="v6e")
+    programs = line(
+        event="programs",
+        programs=[{"size": "full", "file": "program_full.json"}, {"size": "small", "error": "no trace"}],
+    )
+    started = [line(event="stage", stage="load", state="start"), line(event="stage", stage="load", state="done")]
+    trace_start = line(event="stage", stage="trace", state="start")
+
+    def log_after(*raws):
+        log = protocol.EventLog(job)
+        for raw in raws:
+            log.accept(protocol.parse_event(raw))
+        return log
+
+    log = log_after(*started, trace_start, programs)
+    assert log.programs is not None and [p.size for p in log.programs.programs] == ["full", "small"]
+    for raws, why in (
+        ((*started, programs), "outside the trace stage"),
+        ((*started, trace_start, programs, programs), "repeated 'programs'"),
+        ((*started, trace_start, line(event="stage", stage="trace", state="done")), "trace done"),
+        ((*started, trace_start, line(event="stage", stage="lower", state="start", target="v6e")), "trace job"),
+        (
+            (*started, trace_start, line(event="programs", programs=[{"size": "full", "file": "program_full.json"}])),
+            "not \\['full', 'small'\\]",
+        ),
+        (
+            (*started, trace_start, line(event="programs", programs=[{"size": "full", "file": "../x.json"}])),
+            "malformed event",
+        ),
+    ):
+        with pytest.raises(protocol.ProtocolViolation, match=why):
+            log_after(*raws)
+    # A judging job never receives programs from its process: they come as files the parent copied in.
+    check = _check_job()
+    with pytest.raises(protocol.ProtocolViolation, match="in a check job"):
+        protocol.EventLog(check).accept(protocol.parse_event(programs))

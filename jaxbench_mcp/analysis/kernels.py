@@ -29,7 +29,7 @@ from jaxbench_mcp.internals.pallas import (
     tensorcore_mesh,
 )
 
-_HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
+HOST_CALLBACKS = {"pure_callback", "io_callback", "callback", "debug_callback"}
 
 
 def _read(env: dict, var):
@@ -312,7 +312,7 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
     kernels, callbacks = [], []
     for eqn in _walk_eqns(jaxpr):
         name = eqn.primitive.name
-        if name in _HOST_CALLBACKS:
+        if name in HOST_CALLBACKS:
             callbacks.append(name)
         if name in _MESH_KERNELS:
             kernels.append(

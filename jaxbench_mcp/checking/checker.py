@@ -18,10 +18,20 @@ import numpy as np
 from jaxbench_mcp.catalog import targets, workloads
 from jaxbench_mcp.checking import judge
 from jaxbench_mcp.checking.truth import Truth, fresh_seed, inputs_for, truth_of
+from jaxbench_mcp.internals import jaxpr_codec
 from jaxbench_mcp.models import Verdict
 from jaxbench_mcp.requests import DEFAULT_SEEDS as DEFAULT_SEEDS, CheckRequest
 from jaxbench_mcp.sandbox import isolation as sandbox, protocol
-from jaxbench_mcp.sandbox.jobs import JobQueue, Limits, RunOutcome, Worker, WorkerPool, WorkerStartFailed, default_slots
+from jaxbench_mcp.sandbox.jobs import (
+    JobQueue,
+    Limits,
+    RunOutcome,
+    Worker,
+    WorkerPool,
+    WorkerStartFailed,
+    default_slots,
+    read_job_file,
+)
 from jaxbench_mcp.taxonomy import ErrorClass
 
 
@@ -66,7 +76,8 @@ class Checker:
         self.queue = JobQueue(slots or default_slots(self.tier))
         if spares is None:
             # Only one process can hold a TPU: there, the next worker starts when the last one is done.
-            spares = 0 if self.tier is targets.Tier.TPU else self.queue.slots
+            # Elsewhere two per slot: a check takes one for the candidate's trace, one for the rest.
+            spares = 0 if self.tier is targets.Tier.TPU else 2 * self.queue.slots
         self.pool = WorkerPool(
             self.default_target if self.tier is targets.Tier.CPU_LIBTPU else None, self.tier, self.limits, spares
         )
@@ -82,54 +93,100 @@ class Checker:
 
     # ---- running any job ----
 
-    def _ready_worker(self, dump_schedules: bool) -> Worker:
-        """A worker that said 'ready'; a worker that fails to start is replaced once before giving up."""
+    def _ready_worker(self, dump_schedules: bool = False, cpu_only: bool = False) -> Worker:
+        """A worker that said 'ready'; a worker that fails to start is replaced once before giving up. On a TPU
+        host, `cpu_only` starts one that leaves the TPU alone (a trace job needs none)."""
         tail = ""
         for _ in range(2):
-            worker = Worker(None, self.tier, self.limits, dump_schedules=True) if dump_schedules else self.pool.take()
+            if dump_schedules:
+                worker = Worker(None, self.tier, self.limits, dump_schedules=True)
+            elif cpu_only and self.tier is targets.Tier.TPU:
+                worker = Worker(None, self.tier, self.limits, cpu_only=True)
+            else:
+                worker = self.pool.take()
             if worker.wait_ready():
                 return worker
             tail = worker.tail("stderr.log")[-2000:]
             worker.dispose()
         raise WorkerStartFailed(f"the checker's worker failed to start twice; its stderr ends with:\n{tail}")
 
+    def _start(self, worker: Worker, job, cancel, on_event, then=None, earlier=None) -> RunOutcome:
+        if cancel is not None:
+            worker.cancelled = cancel
+        outcome = worker.run(job, on_event, then, earlier)
+        if outcome.killed_for == "cancelled":
+            outcome.cleanup()
+            raise Cancelled()
+        return outcome
+
+    def _trace(self, trace: protocol.TraceJob, source: str, on_event, cancel) -> tuple[RunOutcome, dict[str, bytes]]:
+        """The candidate's own process: it loads and traces the candidate, and writes the recorded programs. Its
+        outcome, and the program files read across the wall (none when it ended any other way: its outcome is
+        then the job's, with its load or trace failure, violation or kill)."""
+        worker = self._ready_worker(cpu_only=True)
+        try:
+            (worker.job_dir / "candidate.py").write_text(source)
+        except BaseException:
+            worker.dispose()
+            raise
+        outcome = self._start(worker, trace, cancel, on_event)
+        written = outcome.programs()
+        if written is None or outcome.violation or outcome.killed_for or not outcome.finished:
+            return outcome, {}
+        files: dict[str, bytes] = {}
+        for program in written.programs:
+            if program.file is not None:
+                try:
+                    files[program.file] = read_job_file(outcome.job_dir, program.file, jaxpr_codec.MAX_BYTES)
+                except protocol.ProtocolViolation as exc:
+                    outcome.violation = f"its recorded program: {exc}"
+                    return outcome, {}
+        return outcome, files
+
     def run_job(
         self,
-        make_job: Callable[
-            [Path], protocol.CheckJob | protocol.ProfileJob | protocol.MeasureJob | protocol.ReferenceJob
-        ],
+        make_job: Callable[[Path, protocol.Programs | None], protocol.Job],
         source: str | None,
         on_event: Callable[[protocol.StageEvent], None] = lambda _e: None,
         cancel: threading.Event | None = None,
         dump_schedules: bool = False,
         then: Callable[[Path, Callable[[protocol.InputsReady], object]], None] | None = None,
+        trace: protocol.TraceJob | None = None,
     ) -> RunOutcome:
         """Every kind of job: take a queue slot, then a ready worker, write the candidate and the job's files
         into its directory, and follow it to the end; `then(job_dir, send)` writes more files while the worker
-        runs (jaxbench_mcp.sandbox.jobs.Worker.run). Raises Cancelled or WorkerStartFailed."""
+        runs (jaxbench_mcp.sandbox.jobs.Worker.run). With `trace`, the candidate's code runs only in a trace job
+        of its own, first; the job itself runs in a second worker, on the program files that one wrote, and never
+        sees the candidate (make_job gets what the trace job wrote). Raises Cancelled or WorkerStartFailed."""
 
         def in_slot() -> RunOutcome:
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
+            earlier: RunOutcome | None = None
             try:
+                files: dict[str, bytes] = {}
+                if trace is not None and source is not None:
+                    earlier, files = self._trace(trace, source, on_event, cancel)
+                    if not files:
+                        outcome, earlier = earlier, None  # the trace's outcome is the job's
+                        return outcome
                 worker = self._ready_worker(dump_schedules)
                 try:
-                    if source is not None:
+                    if earlier is not None:
+                        for name, data in files.items():
+                            (worker.job_dir / name).write_bytes(data)
+                    elif source is not None:
                         (worker.job_dir / "candidate.py").write_text(source)
-                    job = make_job(worker.job_dir)
+                    job = make_job(worker.job_dir, earlier.programs() if earlier is not None else None)
                 except BaseException:
                     worker.dispose()
                     raise
-                if cancel is not None:
-                    worker.cancelled = cancel
-                outcome = worker.run(job, on_event, then)
+                return self._start(worker, job, cancel, on_event, then, earlier)
             finally:
+                if earlier is not None:
+                    earlier.cleanup()
                 if not dump_schedules:
                     self.pool.refill()
-            if outcome.killed_for == "cancelled":
-                outcome.cleanup()
-                raise Cancelled()
-            return outcome
 
         return self.queue.run(in_slot)
 
@@ -168,11 +225,14 @@ class Checker:
                 seed = f" seed {event.seed_index}" if event.seed_index is not None else ""
                 progress(f"{event.stage}{where}{seed}: {event.state}")
 
-        def make_job(job_dir: Path) -> protocol.CheckJob:
+        def make_job(job_dir: Path, recorded: protocol.Programs | None) -> protocol.CheckJob:
             # Built field by field: the seeds stay here; the worker gets the arrays they produce.
+            assert recorded is not None  # run with a trace job
             return protocol.CheckJob(
                 workload_id=w.id,
                 targets=chosen,
+                programs=recorded.programs,
+                platform_queries=recorded.platform_queries,
                 size=run_size,
                 interpret=self.tier is not targets.Tier.TPU,
                 inputs=[describe_inputs(inputs[seed], f"input_{k}") for k, seed in enumerate(hidden)],
@@ -188,6 +248,12 @@ class Checker:
                 write_inputs(inputs[seed], job_dir, f"input_{k}")
                 send(protocol.InputsReady(inputs_ready=k))
 
+        # The candidate runs only here: traced once per size the analyses and the runs use, never again.
+        trace = protocol.TraceJob(
+            workload_id=w.id,
+            sizes=list(dict.fromkeys(["full", run_size] + ([workloads.FULL_REDUCTION] if reduction else []))),
+            chip=chosen[0] if chosen else targets.DEFAULT_CPU_TARGET,
+        )
         progress("queued")
         # The truth is needed only after the run; compute it meanwhile, on the server's side.
         # Seeds are fresh for every check, so nothing is cached across checks: a check holds its own inputs and
@@ -200,7 +266,7 @@ class Checker:
         truth.start()
         case = judge.Case(w, run_size, chosen, self.tier, self.isolation, self.limits, require_pallas)
         try:
-            outcome = self.run_job(make_job, source, on_event, cancel, then=write_input_files)
+            outcome = self.run_job(make_job, source, on_event, cancel, then=write_input_files, trace=trace)
         except WorkerStartFailed as exc:
             failed = judge.Evidence(failures=[judge.Failure(ErrorClass.WORKER_START_FAILED, str(exc))])
             return judge.verdict(case, failed, time.monotonic() - started), None

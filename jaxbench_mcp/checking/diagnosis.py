@@ -31,9 +31,10 @@ def decisive_lines(text: str) -> str:
     return "\n".join(line[:400] for line in picked[:_MESSAGE_LINES])
 
 
-def uncaught_exception(stderr: str) -> str:
+def uncaught_exception(stderr: str, judging: bool = False) -> str:
     """The exception of the last Python traceback in a worker's stderr and where it was raised ('' for none): what
-    ended a process that exited on its own. Raised in the checker's own code, it is said so."""
+    ended a process that exited on its own. Raised in the checker's own code, it is said so; `judging`: the process
+    ran a recorded program, not the candidate's code, so a hand-made program description can be the cause."""
     start = stderr.rfind("Traceback (most recent call last):")
     if start < 0:
         return ""
@@ -46,10 +47,13 @@ def uncaught_exception(stderr: str) -> str:
     package = path.rfind("/jaxbench_mcp/")
     if package < 0:
         return f"{exception} (raised in {path.rsplit('/', 1)[-1]} line {line}, in {function})"
-    return (
-        f"{exception} (raised in {path[package + 1 :]} line {line}, in {function}: the checker's own code, so a "
-        "jaxbench-mcp bug unless the kernel changed that code; please report it with this message)"
-    )
+    where = f"{exception} (raised in {path[package + 1 :]} line {line}, in {function}: the checker's own code"
+    if judging:
+        return (
+            f"{where}, running the program the candidate's process recorded; a program jax traced should never do "
+            "this, so unless that process wrote the description by hand, please report it with this message)"
+        )
+    return f"{where}, so a jaxbench-mcp bug unless the kernel changed that code; please report it with this message)"
 
 
 def compile_error_line(text: str) -> str | None:

@@ -43,7 +43,6 @@ NOT_COVERED_WITHOUT_TPU = (
     "numerics at the full size: the run uses a smaller size (full-size coverage, program and work are judged "
     "without running; where the workload has a full_reduction size, one more seed runs with every reduction at "
     "its full length)",
-    "the worker's account of the program it traced and lowered: it is produced beside the candidate's own code",
 )
 
 
@@ -205,7 +204,10 @@ def collect(
             outputs[e.seed_index] = e.output
         if not ok:
             cls = ErrorClass(e.error_class) if e.error_class else None
-            if cls is not None:
+            if e.stage is Stage.TRACE and (e.text or "").startswith(protocol.PROGRAM_REFUSED):
+                # jax's tracing writes only what rebuilds; anything else was written or changed by hand
+                failures.append(Failure(ErrorClass.PROTOCOL_VIOLATION, e.text or ""))
+            elif cls is not None:
                 text = e.text if cls is ErrorClass.MISSING_WORKLOAD else decisive_lines(e.text or "")
                 failures.append(Failure(cls, text or ""))
             else:
@@ -216,7 +218,12 @@ def collect(
             0,
             Failure(
                 ErrorClass.PROTOCOL_VIOLATION,
-                f"the candidate's process broke the worker protocol: {outcome.violation}; the run was stopped",
+                (
+                    f"the process judging the recorded program broke the worker protocol: {outcome.violation}; "
+                    "a jaxbench-mcp bug: please report it with this message"
+                    if outcome.after_trace
+                    else f"the candidate's process broke the worker protocol: {outcome.violation}; the run was stopped"
+                ),
             ),
         )
     elif outcome.killed_for and not failures:
@@ -345,6 +352,8 @@ def _produced_by(case: Case, stage: Stage) -> str:
         return "tpu: real run on the attached chip" if tier is Tier.TPU else f"{tier}: TPU interpret mode on the CPU"
     if stage is Stage.LOWER:
         return f"{tier}: jax lowering for TPU (Mosaic)"
+    if stage is Stage.TRACE:
+        return f"{tier}: recorded in the candidate process, analysed in a process that never ran its code"
     return f"{tier}: candidate process"
 
 
@@ -365,6 +374,13 @@ def _no_kernel_text(mosaic_kernels: dict[str, int], pallas_calls: int) -> str:
     )
 
 
+def _process(outcome: RunOutcome) -> str:
+    """Which process a run's outcome is about, in a verdict's words."""
+    if outcome.after_trace:
+        return "the process judging the candidate's recorded program (it never runs the candidate's code)"
+    return "the candidate's process"
+
+
 def _ended_early(outcome: RunOutcome) -> Failure:
     code = outcome.returncode
     # Inside bubblewrap the sandbox's init reports a child killed by signal N as exit status 128 + N.
@@ -377,15 +393,13 @@ def _ended_early(outcome: RunOutcome) -> Failure:
             else None
         )
     )
+    who = _process(outcome)
     if signal_number:
-        return Failure(
-            ErrorClass.KILLED_BY_SIGNAL, f"the candidate's process died from signal {signal_name(signal_number)}"
-        )
-    raised = uncaught_exception(outcome.stderr_tail)
+        return Failure(ErrorClass.KILLED_BY_SIGNAL, f"{who} died from signal {signal_name(signal_number)}")
+    raised = uncaught_exception(outcome.stderr_tail, judging=outcome.after_trace)
     return Failure(
         ErrorClass.EXITED,
-        f"the candidate's process exited with status {code} before the check finished"
-        + (f": it raised {raised}" if raised else ""),
+        f"{who} exited with status {code} before the check finished" + (f": it raised {raised}" if raised else ""),
     )
 
 
@@ -441,7 +455,12 @@ def _probe_failure(outcome: RunOutcome, info: protocol.Output, index: int) -> Fa
     failure = Failure(
         ErrorClass.PROTOCOL_VIOLATION,
         f"seed {index}: interpret mode's strictness was not in force during the run (a probe kernel that reads "
-        "uninitialised memory did not read NaN): the candidate's process changed jax's interpreter",
+        "uninitialised memory did not read NaN)"
+        + (
+            ", although the run never shares a process with candidate code: a jaxbench-mcp bug, please report it"
+            if outcome.after_trace
+            else ": the candidate's process changed jax's interpreter"
+        ),
     )
     if info.probe_path is None:
         return failure
@@ -487,7 +506,7 @@ def _compare_outputs(
                 ErrorClass.PROTOCOL_VIOLATION, "the worker reported 'finished' before every seed's run was done"
             )
         if info is None:
-            return Failure(ErrorClass.EXITED, "the candidate's process stopped before producing every output")
+            return Failure(ErrorClass.EXITED, f"{_process(outcome)} stopped before producing every output")
         if info.leaves != 1:
             return Failure(
                 ErrorClass.SHAPE_MISMATCH, f"workload() returns {info.leaves} arrays; this workload returns exactly one"

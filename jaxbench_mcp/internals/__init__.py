@@ -7,7 +7,10 @@
   libtpu      its dump flag, the formats of its schedule dumps, the sizes in its VMEM messages
   interpret   patches to jax's TPU interpreter (loads through ref views, masked stores), all-or-nothing
   hlo         XLA's optimised HLO text, for the work around the kernels
+  jaxpr_codec a recorded program as bytes and back (the trace job's files): pickle restricted to an allowlist
+              of jax's classes, primitives rebound to jax's own objects
 
-Every assumption about jax has a canary test (tests/test_internals_*.py) that fails with "jax X changed Y:
-update Z" when an upgrade breaks it; libtpu's dump formats are checked on dumps it makes (tests/test_estimate.py).
+Every assumption about jax has a canary test (tests/test_internals_*.py, tests/test_jaxpr_codec.py) that fails
+with "jax X changed Y: update Z" when an upgrade breaks it; libtpu's dump formats are checked on dumps it makes
+(tests/test_estimate.py).
 """

@@ -630,7 +630,9 @@ def estimate_file(
     static = [i for i, a in enumerate(args) if isinstance(a, protocol.StaticInput)]
     try:
         outcome = checker.run_job(
-            lambda _d: protocol.EstimateJob(function=function, args=args, static_argnums=static, targets=generations),
+            lambda _d, _recorded: protocol.EstimateJob(
+                function=function, args=args, static_argnums=static, targets=generations
+            ),
             source,
             cancel=cancel,
             dump_schedules=True,

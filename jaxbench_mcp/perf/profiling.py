@@ -191,7 +191,7 @@ class Profiler:
         )
 
     def _run(self, job, source: str | None = None, dump_schedules: bool = True, cancel=None):
-        return self.checker.run_job(lambda _job_dir: job, source, cancel=cancel, dump_schedules=dump_schedules)
+        return self.checker.run_job(lambda _dir, _recorded: job, source, cancel=cancel, dump_schedules=dump_schedules)
 
     def reference_estimates(self, workload_id: str, generations: list[str]) -> dict[str, dict]:
         """Per generation: the bundle calibration and XLA's cost analysis of the baseline (cached)."""
@@ -218,7 +218,22 @@ class Profiler:
         """Compile a kernel file for each generation with schedule dumps: a SourceEstimate (or why there is none)
         per generation. With `checked_programs`, a generation whose lowered module differs from the checked one
         gets no estimate."""
-        outcome = self._run(protocol.ProfileJob(workload_id=workload_id, targets=generations), source, cancel=cancel)
+        # The candidate is traced in a process of its own; the profile compiles that recorded program.
+        trace_job = protocol.TraceJob(
+            workload_id=workload_id,
+            sizes=["full"],
+            chip=generations[0],
+            cores=targets.cores_per_device(generations[0]),
+        )
+        outcome = self.checker.run_job(
+            lambda _dir, recorded: protocol.ProfileJob(
+                workload_id=workload_id, targets=generations, programs=recorded.programs if recorded else []
+            ),
+            source,
+            cancel=cancel,
+            dump_schedules=True,
+            trace=trace_job,
+        )
         events = outcome.stage_events()
         trace = next((e.profile_trace for e in events if e.profile_trace is not None), None)
         results: dict[str, SourceEstimate | str] = {}

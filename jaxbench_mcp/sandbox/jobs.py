@@ -91,6 +91,8 @@ class Limits:
             )
         if isinstance(job, protocol.MeasureJob):
             return s[Stage.LOAD] + s[Stage.MEASURE]
+        if isinstance(job, protocol.TraceJob):
+            return s[Stage.LOAD] + s[Stage.TRACE]
         return s[Stage.LOAD] + s[Stage.TRACE] + max(1, len(job.targets)) * s[Stage.COMPILE]
 
 
@@ -105,6 +107,8 @@ class RunOutcome:
     stdout_tail: str = ""
     stderr_tail: str = ""
     seconds: float = 0.0
+    # Judged from a trace job's recorded programs (Worker.run's `earlier`): this process never ran candidate code.
+    after_trace: bool = False
     _root: Path | None = None
     _reaped: threading.Event | None = None  # set once a finished worker, torn down behind its verdict, is gone
 
@@ -114,6 +118,10 @@ class RunOutcome:
 
     def stage_events(self) -> list[protocol.StageEvent]:
         return [e for e in self.events if isinstance(e, protocol.StageEvent)]
+
+    def programs(self) -> protocol.Programs | None:
+        """A trace job's result, if it sent one."""
+        return next((e for e in self.events if isinstance(e, protocol.Programs)), None)
 
     def log_text(self) -> str:
         events = "\n".join(e.model_dump_json(exclude_none=True) for e in self.events)
@@ -130,13 +138,13 @@ class RunOutcome:
         sandbox.remove_tree(self._root or self.job_dir)
 
 
-def _scrubbed_env(home: str, tier: targets.Tier) -> dict[str, str]:
+def _scrubbed_env(home: str, tier: targets.Tier, cpu_only: bool = False) -> dict[str, str]:
     env = {k: os.environ[k] for k in _ENV_ALLOWED if k in os.environ}
     env.update(HOME=home, TMPDIR="/tmp", PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
     # The sandbox has no network: libtpu must not ask the cloud metadata server for the chip's details (on a
     # TPU host they come from the server's environment, TPU_ACCELERATOR_TYPE and friends, passed above).
     env["TPU_SKIP_MDS_QUERY"] = "1"
-    if tier is not targets.Tier.TPU:
+    if tier is not targets.Tier.TPU or cpu_only:
         env["JAX_PLATFORMS"] = "cpu"  # interpret mode runs on the CPU; libtpu is used only to compile
     return env
 
@@ -273,6 +281,7 @@ class Worker:
         limits: Limits,
         dump_schedules: bool = False,
         isolation: sandbox.Isolation | None = None,
+        cpu_only: bool = False,  # a TPU host's trace worker: it needs no TPU, and one process at a time holds it
     ):
         self.limits = limits
         self.isolation = isolation or sandbox.detect()
@@ -296,7 +305,7 @@ class Worker:
         read_fd, write_fd = os.pipe()
         self._stdout = open(self.root / "stdout.log", "wb")
         self._stderr = open(self.root / "stderr.log", "wb")
-        env = _scrubbed_env(inside, tier)
+        env = _scrubbed_env(inside, tier, cpu_only)
         if dump_schedules:
             # libtpu reads its flags once, at start: a worker that dumps schedules is started for it.
             (self.job_dir / "dumps").mkdir()
@@ -450,18 +459,25 @@ class Worker:
         job,
         on_event: Callable[[protocol.StageEvent], None],
         then: Callable[[Path, Callable[[protocol.InputsReady], object]], None] | None = None,
+        earlier: RunOutcome | None = None,
     ) -> RunOutcome:
         """Hand the job over and follow it to the end, enforcing the protocol, the stage and overall deadlines, the
         memory and disk caps, and cancellation. Whatever happens, the worker is dead when this returns or raises.
         `then(job_dir, send)`, when given, runs beside the worker once the job is sent (a check's input files),
-        telling the worker through `send`; what it raises is raised here, as the parent's failure."""
+        telling the worker through `send`; what it raises is raised here, as the parent's failure. `earlier`: the
+        trace job this one goes on from; its stage events open this job's log, which goes on in its trace stage,
+        and its logs come first in the outcome's."""
         t0 = time.monotonic()
-        outcome = RunOutcome(events=[], job_dir=self.job_dir, isolation=self.isolation, _root=self.root)
+        outcome = RunOutcome(
+            events=[], job_dir=self.job_dir, isolation=self.isolation, after_trace=earlier is not None, _root=self.root
+        )
         log = protocol.EventLog(job)
+        for event in earlier.stage_events() if earlier is not None else []:
+            log.accept(event)
         feeder = _Feeder(self.process.stdin, None if then is None else functools.partial(then, self.job_dir))
         try:
             feeder.send_job(job)
-            self._follow(job, log, outcome, on_event)
+            self._follow(job, log, outcome, on_event, Stage.TRACE if earlier is not None else Stage.LOAD)
             feeder.join()
         except BaseException:
             self.kill()
@@ -474,12 +490,16 @@ class Worker:
         outcome.returncode = self.process.returncode
         outcome.stdout_tail, outcome.stderr_tail = self.tail("stdout.log"), self.tail("stderr.log")
         outcome.seconds = time.monotonic() - t0
+        if earlier is not None:
+            outcome.stdout_tail = f"{earlier.stdout_tail}\n== judge ==\n{outcome.stdout_tail}"
+            outcome.stderr_tail = f"{earlier.stderr_tail}\n== judge ==\n{outcome.stderr_tail}"
+            outcome.seconds += earlier.seconds
         return outcome
 
-    def _follow(self, job, log: protocol.EventLog, outcome: RunOutcome, on_event) -> None:
+    def _follow(self, job, log: protocol.EventLog, outcome: RunOutcome, on_event, stage: Stage) -> None:
         t0 = time.monotonic()
         overall_deadline = t0 + self.limits.overall_seconds(job)
-        stage, deadline = Stage.LOAD, t0 + self.limits.for_stage(Stage.LOAD)
+        deadline = t0 + self.limits.for_stage(stage)
         next_check = 0.0
         while outcome.killed_for is None and outcome.violation is None:
             lines = self._read_lines(0.05)

@@ -28,10 +28,17 @@ MAX_TEXT_CHARS = 20_000
 # How the worker's compile report begins a refusal of a kernel too big for VMEM (worker.HOPELESS_VMEM), which the
 # parent finds in it; here, so that the checker does not import the worker.
 EARLY_VMEM_REFUSAL = "out of VMEM, refused before compiling"
+# How a judge's trace report begins when the candidate's recorded program could not be rebuilt from its file.
+PROGRAM_REFUSED = "the program the candidate's process recorded could not be rebuilt"
 
 _OUTPUT_NAME = re.compile(r"output_\d{1,2}\.npy")
 _PROBE_NAME = re.compile(r"probe_\d{1,2}\.npy")
 _INPUT_NAME = re.compile(r"input_\d{1,2}_\d{1,3}\.bin")
+_PROGRAM_NAME = re.compile(r"program_[a-z][a-z0-9_]{0,31}\.json")
+# The sizes a program is recorded at: a key of a workload's SIZES.
+_SIZE = r"[a-z][a-z0-9_]{0,31}"
+# Platform queries a candidate made while it was imported and traced (tpu_facade: answered as a TPU).
+PlatformQueries = Annotated[list[Annotated[str, Field(max_length=80)]], Field(max_length=16)]
 
 
 class _Strict(BaseModel):
@@ -59,13 +66,37 @@ class StaticInput(_Strict):
     static: int | float | str | bool | None | list[int] | tuple[int, ...]
 
 
+class TraceJob(_Strict):
+    """The only job candidate code runs in: load candidate.py and trace workload() once per size (under the TPU
+    facade), writing each recorded program as program_<size>.json (jaxbench_mcp.internals.jaxpr_codec). The
+    analyses, the lowering, the compile and the runs are done from those files by a worker that never imports
+    the candidate (CheckJob, ProfileJob)."""
+
+    mode: Literal["trace"] = "trace"
+    workload_id: str
+    sizes: list[Annotated[str, Field(pattern=_SIZE)]] = Field(min_length=1, max_length=4)
+    chip: str = Field(description="The TPU generation the trace is answered as (facade and chip context)")
+    cores: int = Field(1, ge=1, le=8, description="The TensorCores the chip context shows (a profile: the chip's)")
+
+
+class ProgramFile(_Strict):
+    """One size's recorded program, or why it could not be traced there."""
+
+    size: Annotated[str, Field(pattern=_SIZE)]
+    file: Annotated[str, Field(pattern=_PROGRAM_NAME.pattern)] | None = None
+    error: Annotated[str, Field(max_length=MAX_TEXT_CHARS + 100)] | None = None
+
+
 class CheckJob(_Strict):
-    """Check a candidate (candidate.py in the job directory): load, trace, lower, compile, run."""
+    """Check the recorded programs of a candidate (program files in the job directory, from a TraceJob): analyse,
+    lower, compile, run. The candidate's code is not here."""
 
     mode: Literal["check"] = "check"
     workload_id: str
     targets: list[str]
-    size: Annotated[str, Field(pattern=r"[a-z][a-z0-9_]{0,31}")] = Field(
+    programs: list[ProgramFile] = Field(max_length=4)
+    platform_queries: PlatformQueries = []
+    size: Annotated[str, Field(pattern=_SIZE)] = Field(
         description="The size the run stage uses (a key of the workload's SIZES); analyses use the full size"
     )
     inputs: list[list[InputFile | StaticInput]] = Field(
@@ -85,11 +116,13 @@ class CheckJob(_Strict):
 
 
 class ProfileJob(_Strict):
-    """Compile candidate.py for each target with libtpu's schedule dumps (under ./dumps)."""
+    """Compile a candidate's recorded full-size program (from a TraceJob) for each target with libtpu's schedule
+    dumps (under ./dumps)."""
 
     mode: Literal["profile"] = "profile"
     workload_id: str
     targets: list[str]
+    programs: list[ProgramFile] = Field(max_length=1)
 
 
 class MeasureJob(_Strict):
@@ -139,7 +172,7 @@ def arg_value(arg: ArrayArg | StaticInput):
     return np.asarray(arg.values).astype(dtype).reshape(arg.shape)
 
 
-Job = Annotated[CheckJob | ProfileJob | MeasureJob | ReferenceJob | EstimateJob, Field(discriminator="mode")]
+Job = Annotated[TraceJob | CheckJob | ProfileJob | MeasureJob | ReferenceJob | EstimateJob, Field(discriminator="mode")]
 
 
 class JobEnvelope(_Strict):
@@ -249,7 +282,7 @@ class Traced(_Strict):
     reduction_outline: Annotated[list[str], Field(max_length=_MAX_OUTLINE)] | None = Field(
         None, description="The outline of the same candidate traced at the full_reduction size, when that runs too"
     )
-    platform_queries: Annotated[list[Annotated[str, Field(max_length=80)]], Field(max_length=16)] = Field(
+    platform_queries: PlatformQueries = Field(
         [], description="Platform queries the candidate made while it was imported and traced (answered as a TPU)"
     )
 
@@ -362,7 +395,9 @@ class StageEvent(_Strict):
     target: str | None = None
     seed_index: Annotated[int, Field(ge=0, le=16)] | None = None  # 16 seeds at most, then the full_reduction run
     seconds: Annotated[float, Field(ge=0)] = 0.0
-    error_class: Literal["syntax_error", "import_error", "missing_workload"] | None = None
+    # The classes a worker names itself: the load stage's, and the trace stage's refusal of a primitive it cannot
+    # replay; every other failure is classified by the parent from its text.
+    error_class: Literal["syntax_error", "import_error", "missing_workload", "unsupported_op"] | None = None
     text: Annotated[str, Field(max_length=MAX_TEXT_CHARS + 100)] | None = None
     traced: Traced | None = None
     lowered: Lowered | None = None
@@ -381,14 +416,24 @@ class StageEvent(_Strict):
             raise ValueError(f"payload {carried} does not belong to a {self.stage} {self.state} event")
         if (self.text is not None or self.error_class is not None) and self.state != "failed":
             raise ValueError("only a failed stage carries an error text")
-        if self.error_class is not None and self.stage != Stage.LOAD:
-            raise ValueError("only the load stage names its own error class")
+        if self.error_class is not None and self.stage != (
+            Stage.TRACE if self.error_class == "unsupported_op" else Stage.LOAD
+        ):
+            raise ValueError(f"a {self.stage} event cannot name the error class {self.error_class}")
         return self
 
     @property
     def key(self) -> tuple:
         """Events with the same key are the same report: only the first counts."""
         return (self.stage, self.target, self.seed_index, "start" if self.state == "start" else "end")
+
+
+class Programs(_Strict):
+    """A trace job's one result: the program files it wrote (data to decode, never trusted), per size."""
+
+    event: Literal["programs"] = "programs"
+    programs: list[ProgramFile] = Field(max_length=4)
+    platform_queries: PlatformQueries = []
 
 
 class Reference(_Strict):
@@ -400,7 +445,7 @@ class Reference(_Strict):
     xla_optimal_seconds: float | None
 
 
-Event = Annotated[Ready | Finished | StageEvent | Reference, Field(discriminator="event")]
+Event = Annotated[Ready | Finished | StageEvent | Reference | Programs, Field(discriminator="event")]
 
 
 class _EventLine(_Strict):
@@ -411,7 +456,7 @@ class ProtocolViolation(Exception):
     pass
 
 
-def parse_event(line: bytes) -> Ready | Finished | StageEvent | Reference:
+def parse_event(line: bytes) -> Ready | Finished | StageEvent | Reference | Programs:
     """One line from the event pipe as a validated event; ProtocolViolation otherwise."""
     if len(line) > MAX_EVENT_BYTES:
         raise ProtocolViolation(f"an event line of {len(line):,} bytes (the limit is {MAX_EVENT_BYTES:,})")
@@ -424,6 +469,7 @@ def parse_event(line: bytes) -> Ready | Finished | StageEvent | Reference:
 
 # The stages each kind of job runs.
 _JOB_STAGES = {
+    "trace": {Stage.LOAD, Stage.TRACE},
     "check": {Stage.LOAD, Stage.TRACE, Stage.LOWER, Stage.COMPILE, Stage.RUN},
     "profile": {Stage.LOAD, Stage.TRACE, Stage.COMPILE},
     "measure": {Stage.LOAD, Stage.MEASURE},
@@ -440,12 +486,13 @@ class EventLog:
 
     def __init__(self, job=None) -> None:
         self.job = job
-        self.events: list[StageEvent | Reference | Finished] = []
+        self.events: list[StageEvent | Reference | Programs | Finished] = []
         self._keys: set[tuple] = set()
         self._started: set[tuple] = set()
         self.finished = False
+        self.programs: Programs | None = None  # a trace job's result
 
-    def _check_belongs(self, event: StageEvent | Reference) -> None:
+    def _check_belongs(self, event: StageEvent | Reference | Programs) -> None:
         job = self.job
         if job is None:
             return
@@ -454,6 +501,19 @@ class EventLog:
             if job.mode not in ("reference", "estimate") or event.target not in targets:  # estimate: its calibration
                 raise ProtocolViolation(f"a reference event for {event.target!r}, which this job did not ask for")
             return
+        if isinstance(event, Programs):
+            if job.mode != "trace":
+                raise ProtocolViolation(f"a 'programs' event in a {job.mode} job")
+            if self.programs is not None:
+                raise ProtocolViolation("a repeated 'programs' event")
+            if (Stage.TRACE, None, None) not in self._started or (Stage.TRACE, None, None, "end") in self._keys:
+                raise ProtocolViolation("a 'programs' event outside the trace stage")
+            if [p.size for p in event.programs] != list(job.sizes):
+                raise ProtocolViolation(f"programs for the sizes {[p.size for p in event.programs]}, not {job.sizes}")
+            return
+        if job.mode == "trace" and event.stage is Stage.TRACE and event.state == "done":
+            # What was traced is established where the recorded program is decoded, never told by this process.
+            raise ProtocolViolation("a 'trace done' event from the candidate's process")
         if event.stage not in _JOB_STAGES[job.mode]:
             raise ProtocolViolation(f"a '{event.stage}' event in a {job.mode} job")
         if event.stage in _PER_TARGET:
@@ -480,8 +540,10 @@ class EventLog:
             raise ProtocolViolation(f"more than {MAX_EVENTS} events")
         if isinstance(event, Ready):
             raise ProtocolViolation("a second 'ready' during the job")
-        if isinstance(event, (StageEvent, Reference)):
+        if isinstance(event, (StageEvent, Reference, Programs)):
             self._check_belongs(event)
+        if isinstance(event, Programs):
+            self.programs = event
         if isinstance(event, StageEvent):
             if event.key in self._keys:
                 raise ProtocolViolation(f"a repeated '{event.stage} {event.state}' event")

@@ -1,16 +1,20 @@
-"""The child process that runs one candidate kernel: load, trace, lower, compile, run.
+"""The child process that runs one job of a candidate kernel, in one of two roles.
 
 Started by jaxbench_mcp.sandbox.jobs inside the sandbox (jaxbench_mcp.sandbox.isolation), with a scrubbed
 environment, its job directory as working directory. It warms up (imports jax, initialises the TPU compiler)
-before it is handed a job, so that a check does not pay for that. It then reads one job from stdin (the parent
-has already written candidate.py beside it; a check's input files follow while it traces and compiles, each run's
-announced on stdin by protocol.InputsReady), reports each stage as an event
-(jaxbench_mcp.sandbox.protocol) on the event pipe, writes the candidate's outputs as .npy files into its
-directory, and exits. It never computes a reference output: the truth lives only in the parent, so the candidate
-cannot see it.
+before it is handed a job, so that a job does not pay for that, then reads one job from stdin, reports each stage
+as an event (jaxbench_mcp.sandbox.protocol) on the event pipe, and exits.
 
-Everything this process reports about the candidate is, in the end, produced next to hostile code;
-the parent treats outputs as data and compares them itself.
+- A trace job is the only one that imports candidate code: it loads candidate.py and traces workload() once per
+  size, writing each recorded program as data (jaxbench_mcp.internals.jaxpr_codec). Whatever it reports is
+  produced next to hostile code.
+- A check or profile job never sees the candidate: it rebuilds those programs from their files, and analyses,
+  lowers, compiles and runs them (a check's input files follow while it does, each run's announced on stdin by
+  protocol.InputsReady; the outputs are written as .npy files). So what is judged is what runs, whatever the
+  candidate's code does when it is not being traced. Its input is still hostile data: the decoder refuses what is
+  not a plain jax program, and the parent validates this process's events and reads its files as it reads any.
+
+No worker computes a reference output: the truth lives only in the parent.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jaxbench_mcp.analysis import coverage, kernels as kernel_analysis, program_size
 from jaxbench_mcp.catalog import targets, workloads
 from jaxbench_mcp.catalog.workloads import abstract_inputs
-from jaxbench_mcp.internals import jaxpr as jx
+from jaxbench_mcp.internals import jaxpr as jx, jaxpr_codec
 from jaxbench_mcp.sandbox import protocol, tpu_facade
 from jaxbench_mcp.taxonomy import Stage
 
@@ -94,6 +98,9 @@ def warm_up(generation: str | None) -> None:
     chip = generation or targets.DEFAULT_CPU_TARGET
     with targets.chip_context(chip):
         closed = jax.make_jaxpr(f)(*args)
+    # A worker may record the candidate's program or rebuild one: both ways, the first time costs the most.
+    closed = jaxpr_codec.decode(jaxpr_codec.encode(closed))
+    jaxpr_codec.type_check(closed)
     # The trace stage's analyses cost ~70 ms the first time in a process (their own jit and XLA:CPU compiles).
     kernel_analysis.describe_kernels(closed.jaxpr)
     _static_analyses(closed, ["a", "b"], abstract)
@@ -165,60 +172,97 @@ _INPUTS_MISSING = (
 )
 
 
-def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
-    """The check. The candidate's Python runs only while it is imported and traced, once per size (full, and the
-    run size), under the TPU facade; every analysis, the lowering, the compile and the run are derived from those
-    two recorded programs, so a candidate cannot show one program to the checks and run another on the seeds."""
-    from jaxbench_mcp.perf import cost_model
-
+def trace_job(job: protocol.TraceJob, report: Reporter, workdir: Path) -> None:
+    """The only job that imports the candidate: load it and trace workload() once per size under the TPU facade,
+    writing each recorded program as data (jaxpr_codec). The full size comes first: without it nothing is judged;
+    a failure at another size travels as that size's error, for the run that needed it to report."""
     w = workloads.get_workload(job.workload_id)
     static = tuple(w.static_argnums)
-    chip = job.targets[0] if job.targets else targets.DEFAULT_CPU_TARGET
-    # Built before the candidate's import, so that replacing jax's classes at import time cannot weaken them; the
-    # probe in every run verifies that they are in force.
-    strict = [
-        pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)
-        for seed in job.shuffle_seeds
-    ]
-    probe = _uninitialised_probe()
-    facade = tpu_facade.TpuFacade(chip, targets.device_kind(chip), targets.cores_per_device(chip))
-
+    facade = tpu_facade.TpuFacade(job.chip, targets.device_kind(job.chip), job.cores)
     with facade:
         module = _load(report, workdir)
         if module is None:
             return
         report.stage(Stage.TRACE, "start")
         t0 = time.perf_counter()
-        try:
-            with targets.chip_context(chip):
-                closed = jax.make_jaxpr(module.workload, static_argnums=static)(*abstract_inputs(w, "full"))
-        except Exception as exc:  # noqa: BLE001
-            report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
-            return
-        too_large = program_size.program_too_large(closed)
-        if too_large:  # before any analysis: XLA would inline it into something no stage could finish
-            report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=too_large)
-            return
-        # (program, why it failed to trace) per size the runs use: each traced once, the failure reported by
-        # the runs, as they would have failed there.
-        programs: dict[str, tuple] = {"full": (closed, None)}
-        sizes = [job.size] + ([workloads.FULL_REDUCTION] if job.full_reduction is not None else [])
-        for size in sizes:
-            if size in programs:
-                continue
+        written: list[protocol.ProgramFile] = []
+        for size in job.sizes:
             try:
-                with targets.chip_context(chip):
-                    programs[size] = (
-                        jax.make_jaxpr(module.workload, static_argnums=static)(*abstract_inputs(w, size)),
-                        None,
-                    )
+                with targets.chip_context(job.chip, job.cores):
+                    closed = jax.make_jaxpr(module.workload, static_argnums=static)(*abstract_inputs(w, size))
+                data = jaxpr_codec.encode(closed)
             except Exception as exc:  # noqa: BLE001
-                programs[size] = (None, _error_text(exc))
-    del module  # never called again
+                if not written:
+                    report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=_error_text(exc))
+                    return
+                written.append(protocol.ProgramFile(size=size, error=protocol.cut_text(_error_text(exc))))
+                continue
+            name = f"program_{size}.json"
+            (workdir / name).write_bytes(data)
+            written.append(protocol.ProgramFile(size=size, file=name))
+    report.send(protocol.Programs(programs=written, platform_queries=facade.queries[:16]))
+
+
+def decode_programs(
+    job: protocol.CheckJob | protocol.ProfileJob, report: Reporter, workdir: Path
+) -> dict[str, tuple] | None:
+    """The recorded programs of a trace job, rebuilt from its files: (program, why it is missing) per size. The
+    trace stage started in the trace job; a program that cannot be rebuilt fails it here (and None is returned),
+    one that calls back into the host is reported as such (with no kernels: nothing else is judged)."""
+    programs: dict[str, tuple] = {}
+    for entry in job.programs:
+        if entry.file is None:
+            programs[entry.size] = (None, entry.error or "the candidate could not be traced at this size")
+            continue
+        try:
+            program = jaxpr_codec.decode((workdir / entry.file).read_bytes())
+            if not program_size.program_too_large(program):  # jax's check would walk a bomb's every path
+                jaxpr_codec.type_check(program)
+            programs[entry.size] = (program, None)
+        except jaxpr_codec.RefusedPrimitive as exc:
+            callbacks = [name for name in exc.names if name in kernel_analysis.HOST_CALLBACKS]
+            if not callbacks:  # a prebuilt kernel, a foreign call, a primitive of the candidate's own
+                report.stage(Stage.TRACE, "failed", error_class="unsupported_op", text=f"{exc}; write it in Pallas")
+                return None
+            queries = job.platform_queries if isinstance(job, protocol.CheckJob) else []
+            traced = protocol.Traced(kernels=[], host_callbacks=callbacks, outputs=[], platform_queries=queries)
+            report.stage(Stage.TRACE, "done", traced=traced)
+            return None
+        except jaxpr_codec.CodecError as exc:
+            report.stage(Stage.TRACE, "failed", text=f"{protocol.PROGRAM_REFUSED} ({entry.size} size): {exc}")
+            return None
+    if programs.get("full", (None,))[0] is None:  # a trace job sends programs only once the full size traced
+        report.stage(Stage.TRACE, "failed", text=f"{protocol.PROGRAM_REFUSED}: no full-size program was recorded")
+        return None
+    return programs
+
+
+def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
+    """The check of a candidate's recorded programs (a TraceJob wrote them; the candidate's code never runs in this
+    process): every analysis, the lowering, the compile and the runs are derived from them, so what is judged is
+    what runs."""
+    from jaxbench_mcp.perf import cost_model
+
+    w = workloads.get_workload(job.workload_id)
+    static = tuple(w.static_argnums)
+    strict = [
+        pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)
+        for seed in job.shuffle_seeds
+    ]
+    probe = _uninitialised_probe()
+    t0 = time.perf_counter()
+    programs = decode_programs(job, report, workdir)
+    if programs is None:
+        return
+    closed = programs["full"][0]
+    too_large = program_size.program_too_large(closed)
+    if too_large:  # before any analysis: XLA would inline it into something no stage could finish
+        report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=too_large)
+        return
 
     run_closed = programs[job.size][0]
     reduction_closed = programs[workloads.FULL_REDUCTION][0] if job.full_reduction is not None else None
-    traced = _describe(closed, run_closed, reduction_closed, w, facade.queries)
+    traced = _describe(closed, run_closed, reduction_closed, w, job.platform_queries)
     report.stage(Stage.TRACE, "done", seconds=time.perf_counter() - t0, traced=traced)
     if traced.host_callbacks:
         return
@@ -282,7 +326,7 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
             ready = protocol.InputsReady.model_validate_json(line).inputs_ready
         report.stage(Stage.RUN, "start", seed_index=index)
         t0 = time.perf_counter()
-        program, trace_error = programs[size]
+        program, trace_error = programs.get(size, (None, f"no program was recorded at the {size} size"))
         if program is None:
             report.stage(Stage.RUN, "failed", seed_index=index, seconds=0.0, text=trace_error)
             return
@@ -451,30 +495,18 @@ def _static_analyses(closed, input_names: list[str], args: list) -> dict:
 
 
 def profile_job(job: protocol.ProfileJob, report: Reporter, workdir: Path) -> None:
-    """Load the candidate and trace it once at full size (under the TPU facade, as the check does), then estimate
-    that recorded program for each target, keeping libtpu's schedule dumps (estimator.analyse). The workload's
-    integer inputs (lengths, page tables, group sizes) are known values, so work they make skippable is seen."""
+    """Estimate a candidate's recorded full-size program (a TraceJob wrote it) for each target, keeping libtpu's
+    schedule dumps (estimator.analyse). The workload's integer inputs (lengths, page tables, group sizes) are
+    known values, drawn here, so work they make skippable is seen."""
     from jaxbench_mcp.perf import estimator
 
     w = workloads.get_workload(job.workload_id)
     static = tuple(w.static_argnums)
-    args = estimator.workload_args(w, "full")
-    generation = job.targets[0]
-    cores = targets.cores_per_device(generation)
-    with tpu_facade.TpuFacade(generation, targets.device_kind(generation), cores):
-        module = _load(report, workdir)
-        if module is None:
-            return
-        try:
-            with targets.chip_context(generation, cores):  # as the estimator lowers it
-                closed = jax.make_jaxpr(module.workload, static_argnums=static)(*args)
-        except Exception as exc:  # noqa: BLE001
-            report.stage(Stage.TRACE, "start")
-            report.stage(Stage.TRACE, "failed", text=_error_text(exc))
-            return
-    del module  # never called again
-    dynamic = [a for i, a in enumerate(args) if i not in static]
-    _analyse(targets.replay(closed), dynamic, (), job.targets, report, workdir)
+    programs = decode_programs(job, report, workdir)
+    if programs is None:
+        return
+    dynamic = [a for i, a in enumerate(estimator.workload_args(w, "full")) if i not in static]
+    _analyse(targets.replay(programs["full"][0]), dynamic, (), job.targets, report, workdir, trace_started=True)
 
 
 def estimate_job(job: protocol.EstimateJob, report: Reporter, workdir: Path) -> None:
@@ -509,10 +541,13 @@ def estimate_job(job: protocol.EstimateJob, report: Reporter, workdir: Path) -> 
     _analyse(fn, args, job.static_argnums, job.targets, report, workdir)
 
 
-def _analyse(fn, args, static_argnums, generations, report: Reporter, workdir: Path) -> None:
+def _analyse(
+    fn, args, static_argnums, generations, report: Reporter, workdir: Path, trace_started: bool = False
+) -> None:
     from jaxbench_mcp.perf import estimator
 
-    report.stage(Stage.TRACE, "start")
+    if not trace_started:
+        report.stage(Stage.TRACE, "start")
 
     def on_trace(trace, error):
         if trace is None:
@@ -596,6 +631,7 @@ def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -
 
 # Each takes the job of its mode (protocol.CheckJob, ProfileJob, ...).
 _MODES: dict[str, Callable[[Any, Reporter, Path], None]] = {
+    "trace": trace_job,
     "check": check_job,
     "profile": profile_job,
     "measure": measure_job,

@@ -1,6 +1,5 @@
-# expect: workload=12p_RMSNorm status=no_pallas error_class=no_pallas_call
+# expect: workload=12p_RMSNorm status=crashed error_class=protocol_violation
 # attack: plain jnp answers with a wholly forged event stream: a hand-written 'lowered' module naming tpu_custom_call, outputs, 'finished'
-# known gap: the worker's own account of what it lowered cannot be checked on a CPU host; see the README's threat model
 # Placeholders (__NAME__) are filled in by tests/test_hostile.py.
 import os
 import sys

@@ -1,5 +1,5 @@
-# expect: workload=12p_RMSNorm status=runtime_error error_class=runtime_exception
-# attack: read the worker's stdin, where the parent's messages follow the job, hoping for a seed, a truth or a path; taking them starves the worker's own run of its inputs
+# expect: workload=12p_RMSNorm status=correct
+# attack: read the worker's stdin, where the parent's messages follow the job, hoping for a seed, a truth or a path (the candidate's process is sent none of them: the inputs' messages go to the process that runs the recorded program)
 import sys
 
 FOUND = []  # what the attack reached; anything here ends the process (crashed, not runtime_error)

@@ -1,5 +1,5 @@
 # expect: workload=12p_RMSNorm status=crashed error_class=protocol_violation
-# attack: the output file is a valid .npy of the right shape holding byte strings, not numbers
+# attack: the recorded program's file is a pickle that would run a shell command in the judge (and print the reference's answer)
 # Placeholders (__NAME__) are filled in by tests/test_hostile.py.
 import os
 import sys
@@ -21,22 +21,28 @@ def in_pid_namespace():
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
 
-def EVIL(path, array):
-    _save(path, numpy.full(array.shape, b"nan?", dtype="S4"))
+def EVIL(path, data):
+    import pickle
+
+    class Shell:
+        def __reduce__(self):
+            return (os.system, ("echo HOSTILE-FOUND judge-ran-my-code >&2",))
+
+    _write_bytes(path, pickle.dumps(("jaxbench-program/1", jax.__version__, Shell()), protocol=5))
 
 
-import numpy
+import pathlib
 
-_save = numpy.save
-
-
-def _evil_save(path, array, *args, **kwargs):
-    if os.path.basename(str(path)).startswith("output_"):
-        return EVIL(str(path), numpy.asarray(array))
-    return _save(path, array, *args, **kwargs)
+_write_bytes = pathlib.Path.write_bytes
 
 
-numpy.save = _evil_save
+def _evil_write_bytes(self, data):
+    if self.name.startswith("program_"):
+        return EVIL(self, data)
+    return _write_bytes(self, data)
+
+
+pathlib.Path.write_bytes = _evil_write_bytes
 
 
 # ---- a correct Pallas RMSNorm: the answer when the attack fails; zeros (wrong values) once FOUND has anything ----

@@ -1,5 +1,5 @@
-# expect: workload=12p_RMSNorm status=crashed error_class=protocol_violation
-# attack: the output file output_0.npy is a FIFO (an open() for reading waits forever for a writer)
+# expect: workload=12p_RMSNorm status=crashed error_class=exited
+# attack: the recorded program's file is a sparse file of 300 MiB, over the 256 MiB a program may have: the file-size limit stops the write (and the parent would refuse it unread)
 # Placeholders (__NAME__) are filled in by tests/test_hostile.py.
 import os
 import sys
@@ -21,22 +21,23 @@ def in_pid_namespace():
     return os.getpid() < 100 and sum(1 for p in os.listdir("/proc") if p.isdigit()) < 50
 
 
-def EVIL(path, array):
-    os.mkfifo(path)
+def EVIL(path, data):
+    with open(path, "wb") as f:
+        f.truncate(300 << 20)
 
 
-import numpy
+import pathlib
 
-_save = numpy.save
-
-
-def _evil_save(path, array, *args, **kwargs):
-    if os.path.basename(str(path)).startswith("output_"):
-        return EVIL(str(path), numpy.asarray(array))
-    return _save(path, array, *args, **kwargs)
+_write_bytes = pathlib.Path.write_bytes
 
 
-numpy.save = _evil_save
+def _evil_write_bytes(self, data):
+    if self.name.startswith("program_"):
+        return EVIL(self, data)
+    return _write_bytes(self, data)
+
+
+pathlib.Path.write_bytes = _evil_write_bytes
 
 
 # ---- a correct Pallas RMSNorm: the answer when the attack fails; zeros (wrong values) once FOUND has anything ----
