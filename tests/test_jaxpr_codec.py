@@ -227,3 +227,29 @@ def test_every_corpus_program_round_trips_into_a_fresh_process(tmp_path):
     assert len(decoded) == len(expected)
     mismatched = [p for p, want, got in zip(paths, expected, decoded, strict=True) if want != got]
     assert not mismatched, mismatched
+
+
+def test_a_scoped_body_that_closes_over_the_kernels_refs_keeps_its_constant_inputs():
+    # run_scoped traces its body with the kernel's refs as constants, which the equation then passes as operands:
+    # the body's recorded constants are dead tracers, and its constant inputs must stay constant inputs (jax's
+    # lowering allocates a buffer for every other input).
+    def kernel(x_ref, o_ref):
+        def body(scratch):
+            scratch[...] = x_ref[...] * 2.0
+            o_ref[...] = scratch[...]
+
+        pl.run_scoped(body, pltpu.VMEM((8, 128), jnp.float32))
+
+    def f(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    closed = jax.make_jaxpr(f)(jax.ShapeDtypeStruct((8, 128), jnp.float32))
+    decoded = jaxpr_codec.decode(jaxpr_codec.encode(closed))
+
+    def scoped(kernel_jaxpr):
+        return next(e.params["jaxpr"] for e in kernel_jaxpr.eqns if e.primitive.name == "run_scoped")
+
+    want, got = scoped(closed.eqns[0].params["jaxpr"]), scoped(decoded.eqns[0].params["jaxpr"])
+    assert want.constvars, "the body no longer closes over the kernel's refs: update the test"
+    assert len(got.constvars) == len(want.constvars) and len(got.invars) == len(want.invars)
+    assert str(decoded) == str(closed)

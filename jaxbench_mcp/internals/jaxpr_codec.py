@@ -344,8 +344,9 @@ class _Pickler(pickle.Pickler):
             consts = obj._consts if obj._consts is None else list(obj._consts)
             if consts and any(isinstance(c, core.Tracer) for c in consts):
                 # An inner body traced with values of the enclosing trace (run_scoped's): the equation that holds it
-                # passes them as operands, and the tracers themselves are dead.
-                consts = None
+                # passes them as operands, and the tracers themselves are dead. Stand-ins keep the count (without
+                # consts, jax's constructor would take the constvars for inputs).
+                consts = [None] * len(consts)
             return _jaxpr, (
                 list(obj.constvars),
                 list(obj.invars),
