@@ -71,6 +71,15 @@ def plain_number(value: float | None, spec: str = ".3g") -> str:
     return format(value, spec)
 
 
+def _vmem_phrase(compiled: int | None, estimated: int | None) -> str:
+    """A compile line's VMEM: the compiler's figure when it gave one, with the estimate beside it."""
+    mib = 2**20
+    if compiled:
+        beside = f", estimated ~{estimated / mib:.1f} MiB before compiling" if estimated else ""
+        return f", VMEM {compiled / mib:.1f} MiB as compiled{beside}"
+    return f", VMEM ~{estimated / mib:.1f} MiB (estimated)" if estimated else ""
+
+
 def text_of(model: BaseModel) -> str:
     """The plain-text rendering of a result model (docs pages carry theirs as `text`)."""
     summary = getattr(model, "summary", None)
@@ -328,6 +337,11 @@ class CompileReport(BaseModel):
         description="The largest kernel's VMEM estimated from its BlockSpecs before compiling: blocks at their padded "
         "sizes (double-buffered where their index changes over the grid), scratch, and the body's large values",
     )
+    vmem_compiled_bytes: int | None = Field(
+        None,
+        description="The largest kernel's scoped VMEM as the compiler allocated it for this target (under the limit "
+        "it compiled with); the figure to trust where it differs from vmem_estimate_bytes",
+    )
     error: str | None = Field(None, description="Why this target's compile failed (its last decisive line)")
 
 
@@ -442,7 +456,7 @@ class Verdict(BaseModel):
             lines.append("read: " + ", ".join(self.docs))
         for compiled in self.compiles:
             size = f", code {compiled.code_size_bytes:,} B" if compiled.code_size_bytes else ""
-            vmem = f", VMEM ~{compiled.vmem_estimate_bytes / 2**20:.1f} MiB" if compiled.vmem_estimate_bytes else ""
+            vmem = _vmem_phrase(compiled.vmem_compiled_bytes, compiled.vmem_estimate_bytes)
             lines.append(
                 f"compile {compiled.target}: {'ok' if compiled.ok else 'FAILED'} in {compiled.seconds:.2f}s{size}{vmem}"
                 + (f": {compiled.error}" if compiled.error else "")

@@ -177,8 +177,8 @@ ERROR_CLASSES: dict[ErrorClass, ClassInfo] = {
     ),
     E.EXITED: ClassInfo(
         S.CRASHED,
-        "The candidate's process ended early: remove sys.exit/os._exit and top-level scripts, "
-        "and fix the exception the message names.",
+        "A process ended early; the message says which. The candidate's: remove sys.exit/os._exit and top-level "
+        "scripts, fix the exception named. The judging one: simplify what jax or libtpu stopped on.",
         ("errors#exited",),
     ),
     E.MEMORY_LIMIT: ClassInfo(

@@ -96,6 +96,19 @@ def test_corpus_kernel_gets_its_expected_verdict(verdicts, name, workload_id, st
         assert [s.size for s in verdict.seeds] == [None] * 3 + [workloads.FULL_REDUCTION] * longer
         assert all(s.passed for s in verdict.seeds)
         assert verdict.pallas_calls >= 1 and verdict.compiles and all(c.ok for c in verdict.compiles)
+        # the compiler's own VMEM figure beside the estimate; the blocks and scratch alone are a floor for it
+        assert all(c.vmem_compiled_bytes for c in verdict.compiles), verdict.compiles
+        assert " MiB as compiled" in verdict.summary()
+
+
+def test_the_verdict_shows_the_compilers_vmem_beside_the_estimate(verdicts):
+    """A tiled GEMM's VMEM is its double-buffered blocks and its accumulator: the estimate and the compiler agree
+    within 2%, and the compile line shows both."""
+    verdict = verdicts["good_gemm_tiled.py"]
+    for compiled in verdict.compiles:
+        assert compiled.vmem_compiled_bytes and compiled.vmem_estimate_bytes, compiled
+        assert abs(compiled.vmem_compiled_bytes / compiled.vmem_estimate_bytes - 1) <= 0.02, compiled
+    assert "as compiled, estimated ~" in verdict.summary()
 
 
 def test_a_k_axis_labelled_parallel_fails_when_a_megacore_chip_is_targeted():
@@ -129,6 +142,7 @@ def test_a_gemm_with_4096_wide_blocks_is_refused_as_vmem_overflow_in_seconds():
     assert compiles and all(s.seconds < 10 for s in compiles), compiles
     assert "refused before compiling" in verdict.message and "vmem capacity of" in verdict.message
     assert all(140 * 2**20 <= (c.vmem_estimate_bytes or 0) <= 150 * 2**20 for c in verdict.compiles), verdict.compiles
+    assert not any(c.vmem_compiled_bytes for c in verdict.compiles)  # nothing compiled, so only the estimate
 
 
 def test_inputs_are_written_while_the_worker_compiles_and_a_failure_to_write_them_is_the_servers(monkeypatch):

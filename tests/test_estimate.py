@@ -786,3 +786,110 @@ def test_body_values_stream_unless_a_reduction_or_the_mxu_holds_them():
     kernel = protocol.KernelInfo(**_described(gemm, ((4096, 4096), "bfloat16"), ((4096, 4096), "bfloat16")))
     assert cost_model.vmem_bytes(kernel, "v6e") == 12 * 2**20
     assert cost_model.vmem_bytes(kernel, "v5e") == 13 * 2**20 - held  # + the 1 MiB LHS block, relaid for the MXU
+
+
+def test_a_value_read_by_jnp_floor_divide_and_remainder_streams():
+    """jnp's // and % are jitted elementwise functions: an iota read by both streams like one read by two adds (6p's
+    key index r, read as r % heads and r // heads: 5.14 MiB compiled on v6e, 5.97 modelled when each call held it)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def masked(x_ref, o_ref):
+        r = jax.lax.broadcasted_iota(jnp.int32, x_ref.shape, 1)
+        o_ref[...] = jnp.where((r % 8 == 0) & (r // 8 < 100), x_ref[...], 0.0)
+
+    def call(x):
+        spec = pl.BlockSpec((64, 4096), lambda i: (i, 0))
+        return pl.pallas_call(masked, grid=(4,), in_specs=[spec], out_specs=spec, out_shape=x)(x)
+
+    assert _described(call, ((256, 4096), "float32"))["body_values_bytes"] == 0
+
+
+def test_a_sum_over_rows_of_a_computed_block_stages_a_strip_of_it():
+    """sum(x.astype(f32), axis=0) over a (512, 2048) bf16 block: the compiler converts and keeps a (512, 512) f32
+    strip at a time (21k's column sums: 4.81 MiB compiled on v6e, 4.02 modelled before this rule), whatever the
+    block's width. An f32 block summed straight from its ref, or a mean over a leading axis, stages nothing."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def column_sums(body, rows, cols, dtype, shape=None):
+        block = shape or (rows, cols)
+
+        def call(w):
+            out = (1, *block[1:])
+            return pl.pallas_call(
+                body,
+                grid=(4,),
+                in_specs=[pl.BlockSpec(block, lambda i: (i,) + (0,) * (len(block) - 1))],
+                out_specs=pl.BlockSpec(out, lambda i: (0,) * len(block)),
+                out_shape=jax.ShapeDtypeStruct(out, jnp.float32),
+            )(w)
+
+        return _described(call, ((4 * block[0], *block[1:]), dtype))["body_values_bytes"]
+
+    def converted(w_ref, o_ref):
+        o_ref[...] = jnp.sum(w_ref[...].astype(jnp.float32), axis=0, keepdims=True)
+
+    def straight(w_ref, o_ref):
+        o_ref[...] = jnp.sum(w_ref[...], axis=0, keepdims=True)
+
+    def squares_over_leading_axis(w_ref, o_ref):
+        x = w_ref[...].astype(jnp.float32)
+        o_ref[...] = jnp.mean(x * x, axis=0, keepdims=True)
+
+    strip = 512 * kernel_analysis.COLUMN_STRIP_LANES * 4 - kernel_analysis.REGISTER_HELD_BYTES
+    assert column_sums(converted, 512, 2048, "bfloat16") == strip
+    assert column_sums(converted, 512, 4096, "bfloat16") == strip
+    assert column_sums(straight, 512, 2048, "float32") == 0
+    assert column_sums(squares_over_leading_axis, 0, 0, "bfloat16", shape=(64, 16, 256)) == 0
+
+
+def test_scores_read_by_a_reduction_and_a_matmul_are_kept_unless_recomputed_from_kept_ones():
+    """Retention's decayed scores a = (q @ k.T) * decay feed |a|.sum() and a @ v: kept whole (15p: 9.82 MiB
+    compiled on v6e, 6.31 modelled without this rule). Flash attention's p = exp(s - max), read the same way, is
+    recomputed from s, which the row max keeps anyway: one (1024, 1024) f32 tile, not two (1p: 7.81 MiB compiled)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def attention(body):
+        def call(q, k, v):
+            spec = pl.BlockSpec((1024, 128), lambda i: (i, 0))
+            whole = pl.BlockSpec((1024, 128), lambda i: (0, 0))
+            return pl.pallas_call(
+                body,
+                grid=(4,),
+                in_specs=[spec, whole, whole],
+                out_specs=spec,
+                out_shape=jax.ShapeDtypeStruct(q.shape, jnp.float32),
+            )(q, k, v)
+
+        shapes = [((4096, 128), "bfloat16"), ((1024, 128), "bfloat16"), ((1024, 128), "bfloat16")]
+        return _described(call, *shapes)["body_values_bytes"]
+
+    def scores(q_ref, k_ref):
+        return jax.lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+
+    def decayed(q_ref, k_ref, v_ref, o_ref):
+        a = scores(q_ref, k_ref) * jnp.exp(-jax.lax.broadcasted_iota(jnp.float32, (1, 1024), 1))
+        o_ref[...] = jnp.dot(a.astype(jnp.bfloat16), v_ref[...], preferred_element_type=jnp.float32) / jnp.abs(a).sum(
+            axis=-1, keepdims=True
+        )
+
+    def softmax(q_ref, k_ref, v_ref, o_ref):
+        s = scores(q_ref, k_ref)
+        p = jnp.exp(s - s.max(axis=-1, keepdims=True))
+        o_ref[...] = jnp.dot(p.astype(jnp.bfloat16), v_ref[...], preferred_element_type=jnp.float32) / p.sum(
+            axis=-1, keepdims=True
+        )
+
+    def decayed_streamed(q_ref, k_ref, v_ref, o_ref):  # one reader: nothing to keep
+        a = scores(q_ref, k_ref) * jnp.exp(-jax.lax.broadcasted_iota(jnp.float32, (1, 1024), 1))
+        o_ref[...] = jnp.dot(a.astype(jnp.bfloat16), v_ref[...], preferred_element_type=jnp.float32)
+
+    tile = 1024 * 1024 * 4
+    kept, recomputed, streamed = attention(decayed), attention(softmax), attention(decayed_streamed)
+    assert kept - streamed == tile, (kept, streamed)
+    assert tile <= recomputed + kernel_analysis.REGISTER_HELD_BYTES < 2 * tile, recomputed

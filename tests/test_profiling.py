@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -354,6 +355,21 @@ def test_a_failing_kernel_is_not_profiled(tmp_path):
         bench.close()
     assert result.verdict.status == "invalid_kernel" and result.targets == []
     assert result.summary().startswith("NOT PROFILED")
+
+
+@pytest.mark.slow
+def test_a_program_too_large_to_compile_is_refused_by_the_profile_too():
+    """The profile compiles the recorded program in a worker of its own: a compile bomb is refused there before
+    jax's type check or XLA walk it, with the reason, in seconds."""
+    checker = Checker(spares=0, slots=1)
+    started = time.monotonic()
+    try:
+        source = (Path(__file__).parent / "hostile" / "compile_bomb.py").read_text()
+        results = profiling.Profiler(checker).estimate_source("12p_RMSNorm", source, ["v6e"], {"v6e": 1.0})
+    finally:
+        checker.close()
+    assert results["v6e"].startswith("no estimate: the trace stage failed: program too large"), results
+    assert time.monotonic() - started < 60
 
 
 @pytest.mark.slow

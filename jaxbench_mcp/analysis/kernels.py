@@ -7,6 +7,7 @@ Everything here reads a jaxpr; nothing runs the kernel.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -137,6 +138,24 @@ _ELEMENTWISE = frozenset(
 )
 
 
+def _is_elementwise(eqn) -> bool:
+    """An elementwise primitive, or a plain call of elementwise ones only (jnp's floor_divide and remainder are
+    jitted functions)."""
+    if eqn.primitive.name in _ELEMENTWISE:
+        return True
+    body = jx.call_body(eqn)
+    return body is not None and _elementwise_body(body.jaxpr)
+
+
+@functools.lru_cache(maxsize=256)
+def _elementwise_body(jaxpr) -> bool:
+    return all(_is_elementwise(inner) for inner in jaxpr.eqns)
+
+
+# What the scheduler recomputes per vreg from a value in VMEM (kept, or a ref's) rather than keep a second one.
+_RECOMPUTABLE = _ELEMENTWISE | {"broadcast_in_dim", "reshape"}
+
+
 def _is_region(eqn) -> bool:
     """A region of control flow (a pl.when, a loop): the scheduler does not move work across it."""
     return eqn.primitive.name in ("cond", "while", "scan")
@@ -201,6 +220,29 @@ def _dot_staging(eqn, loaded: set, mxu: int) -> int:
     return tile + (_value_vmem_bytes(a.aval) if reread else 0)
 
 
+# How wide a strip of its operand a reduction over rows converts and keeps at once (lanes): benchmarks/vmem_fidelity.py
+COLUMN_STRIP_LANES = 512
+
+
+def _column_reduction_staging(eqn, loaded: set, whole: set) -> int:
+    """The VMEM a reduction over the rows of tiles (the second-minor axis, not the lanes) takes while it runs when its
+    operand is computed and not kept whole anyway: the operand is made whole a strip of COLUMN_STRIP_LANES lanes at a
+    time, all its rows. Measured on column sums over (R, C) blocks (v6e, v5e), the compiler's VMEM beyond the
+    blocks: sum(x.astype(f32), axis=0) of bf16 blocks 0.81 MiB for R = 512 and 1.81 for 1024, whatever C from 1024
+    to 4096 (a (R, 512) f32 strip less what the registers hold); the same sum of an f32 block read from its ref: 0;
+    a mean over a leading axis (17p's (C, bi, bj) slab) adds whole vregs and stages nothing."""
+    if eqn.primitive.name not in _REDUCTIONS or not eqn.invars:
+        return 0
+    operand = eqn.invars[0]
+    if _among(operand, loaded) or _among(operand, whole):
+        return 0
+    shape: tuple = getattr(operand.aval, "shape", ())
+    axes = eqn.params.get("axes", ())
+    if len(shape) < 2 or len(shape) - 2 not in axes or len(shape) - 1 in axes:
+        return 0
+    return _value_vmem_bytes(operand.aval.update(shape=(*shape[:-1], min(shape[-1], COLUMN_STRIP_LANES))))
+
+
 def _is_view(eqn, loaded: set) -> bool:
     """A reshape of a value read from a ref that keeps its (8, 128) tiles whole (it merges or splits leading
     dimensions only): Mosaic reads the ref again rather than keeping it."""
@@ -232,11 +274,15 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
           again after their row max; RMSNorm's f32 copy of its block, read after the row mean (4 MiB for (128, 8192)
           bf16, as compiled); a matmul result computed before a pl.when and accumulated after it;
         - it is read more than once, once by an operation that is neither elementwise nor a reduction (a slice, a
-          roll, a concatenate: a convolution's matmul result cut into taps). Read only elementwise, however often, it
-          streams (26k's (y + b) * y, 31k's GELU: their blocks alone compiled);
+          roll, a concatenate: a convolution's matmul result cut into taps). Read only elementwise (jnp's jitted //
+          and % included), however often, it streams (26k's (y + b) * y, 31k's GELU: their blocks alone compiled);
+        - its readers lead through elementwise chains to a matmul and to something else (_forks_into_a_matmul:
+          15p's decayed scores, read by |a|.sum() and a @ v), unless it is recomputed vreg by vreg from a value
+          kept anyway (flash attention's exp(s - max), from the s its row max keeps);
         - it is a loop's carry (while the loop runs).
     A value read straight from a ref (or a reshape of one that keeps its tiles) is read again instead of kept. A
-    dot_general takes its staging while it runs (_dot_staging). A nested body's (pl.when branch, loop) own peak
+    dot_general takes its staging while it runs (_dot_staging), and so does a sum over the rows of a computed value
+    (_column_reduction_staging). A nested body's (pl.when branch, loop) own peak
     counts on top of what is live around it."""
     from_refs: set = set(loaded)  # values read straight from a ref, and views of them
     last: dict = {}
@@ -252,10 +298,14 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
     for v in jaxpr.outvars:
         if not isinstance(v, Literal):
             last[v] = len(jaxpr.eqns)
+    sinks = _sinks(jaxpr)
+    whole: set = set()  # values kept whole in VMEM (while live)
+    kept: set = set()  # those, and values recomputable vreg by vreg from them or from refs
     live: dict = {}
     peak = 0
     for i, eqn in enumerate(jaxpr.eqns):
         staging = _dot_staging(eqn, from_refs, mxu) if eqn.primitive.name == "dot_general" else 0
+        staging += _column_reduction_staging(eqn, from_refs, whole)
         inner = 0
         if eqn.primitive.name == "cond":  # a branch sees the values the cond passes it (after its index)
             for branch in jx.cond_branches(eqn):
@@ -269,17 +319,61 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
         # A value read for the last time here leaves its room to the results (an elementwise op works in place).
         for v in [v for v in live if last.get(v, -1) <= i]:
             del live[v]
+        recomputable = (eqn.primitive.name in _RECOMPUTABLE or _is_elementwise(eqn)) and any(
+            _among(u, kept) or _among(u, from_refs) for u in eqn.invars
+        )
         for v in eqn.outvars:
             if not hasattr(v.aval, "shape") or v in from_refs:
                 continue
             read = readers.get(v, [])
-            names = [jaxpr.eqns[j].primitive.name for j in read]
-            reshaped = len(read) > 1 and any(name not in _ELEMENTWISE | _REDUCTIONS for name in names)
+            reshaped = len(read) > 1 and any(
+                not _is_elementwise(jaxpr.eqns[j]) and jaxpr.eqns[j].primitive.name not in _REDUCTIONS for j in read
+            )
             held = any(waits[j] > i for j in read)
-            if reshaped or held:
+            if reshaped or held or (not recomputable and _forks_into_a_matmul(v, read, jaxpr, sinks)):
                 live[v] = _value_vmem_bytes(v.aval)
+            if v in live:
+                whole.add(v)
+            if v in live or recomputable:
+                kept.add(v)
         peak = max(peak, sum(live.values()))
     return peak
+
+
+def _sinks(jaxpr) -> dict:
+    """For each value, where the elementwise chains reading it end (equation indices; len(eqns) for the body's
+    results), as much as _forks_into_a_matmul asks: at most two of them, a matmul among them when there is one (a
+    hostile body can be long, and whole sets would grow with it)."""
+    end = len(jaxpr.eqns)
+
+    def merge(found: tuple, more: tuple) -> tuple:
+        both = list(dict.fromkeys(found + more))
+        dots = [j for j in both if j < end and jaxpr.eqns[j].primitive.name == "dot_general"][:1]
+        return tuple(dots + [j for j in both if j not in dots][: 2 - len(dots)])
+
+    found: dict = {v: (end,) for v in jaxpr.outvars if not isinstance(v, Literal)}
+    for j in range(end - 1, -1, -1):
+        eqn = jaxpr.eqns[j]
+        reached: tuple = (j,)
+        if _is_elementwise(eqn):
+            reached = ()
+            for o in eqn.outvars:
+                reached = merge(reached, found.get(o, ()))
+        for v in eqn.invars:
+            if not isinstance(v, Literal):
+                found[v] = merge(found.get(v, ()), reached)
+    return found
+
+
+def _forks_into_a_matmul(v, read: list, jaxpr, sinks: dict) -> bool:
+    """A value whose readers lead, through elementwise chains, to a matmul and to something else (a row reduction,
+    a store): the matmul reads its operand in its own order, so the value is kept whole rather than recomputed
+    (15p's decayed scores, read by |a|.sum() and by a @ v)."""
+    ends = sinks.get(v, ())
+    end = len(jaxpr.eqns)
+    return (
+        len(read) > 1 and len(ends) > 1 and any(j < end and jaxpr.eqns[j].primitive.name == "dot_general" for j in ends)
+    )
 
 
 def kernel_values_bytes(jaxpr, mxu: int = 256) -> int:

@@ -197,6 +197,7 @@ def collect(
                     seconds=round(e.seconds, 3),
                     code_size_bytes=e.compiled.code_size_bytes if e.compiled else None,
                     vmem_estimate_bytes=vmem or None,
+                    vmem_compiled_bytes=e.compiled.scoped_vmem_bytes if e.compiled else None,
                     error=None if ok else compile_error_line(e.text or ""),
                 )
             )

@@ -1,6 +1,7 @@
 """libtpu's own files and messages, read in one place: the dump flag, the layout and formats of its
 --xla_jf_dump_to folder (final bundle schedules and per-bundle slot use of each Mosaic kernel, and the kernel's
-own name in the custom call it compiled), and the sizes in its VMEM overflow messages. Formats checked against
+own name in the custom call it compiled), the scoped VMEM each compiled kernel was given and used, and the sizes
+in its VMEM overflow messages. Formats checked against
 libtpu 0.0.52 (tests/test_estimate.py compiles kernels and reads the dumps they leave)."""
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ _VMEM_SIZES = re.compile(
     r"|Used [\d.]+\w? of [\d.]+\w? vmem"
     r"|Allocation \(size=\d+\) would exceed memory \(size=\d+\)(?= :: #allocation\d+ \[shape = '[^']*', space=vmem))"
 )
+# A compiled Mosaic kernel's backend config: the scoped VMEM limit it compiled under and what it used (memory
+# space 1 is VMEM; each used config is one allocation of the kernel).
+_SCOPED_LIMIT = re.compile(r'"scoped_memory_configs":\[\{"memory_space":"1","offset":"0","size":"(\d+)"')
+_SCOPED_USED = re.compile(r'"used_scoped_memory_configs":\[(.*?)\]')
+_VMEM_ALLOCATION = re.compile(r'"memory_space":"1","offset":"\d+","size":"(\d+)"')
 
 
 @dataclass(frozen=True)
@@ -167,3 +173,23 @@ def vmem_overflow_sizes(message: str) -> str | None:
     """The sizes in a VMEM overflow message (the rest of those lines is a whole HLO instruction)."""
     found = _VMEM_SIZES.search(message)
     return found.group(0) if found else None
+
+
+@dataclass(frozen=True)
+class ScopedVmem:
+    limit: int | None  # the scoped VMEM limit the kernel compiled under; None when the config does not say
+    used: int  # the scoped VMEM the compiled kernel allocated
+
+
+def scoped_vmem(compiled_hlo: str) -> list[ScopedVmem]:
+    """The scoped VMEM of each Mosaic kernel in a compiled program's HLO text (compiled.as_text()), in the order
+    its custom calls appear: what the compiler itself allocated, to set beside the estimate made before compiling.
+    A kernel name inside a config is JSON-escaped, so it cannot spell these keys."""
+    found = []
+    for line in compiled_hlo.splitlines():
+        if 'custom_call_target="tpu_custom_call"' not in line or not (used := _SCOPED_USED.search(line)):
+            continue
+        limit = _SCOPED_LIMIT.search(line)
+        sizes = _VMEM_ALLOCATION.findall(used.group(1))
+        found.append(ScopedVmem(int(limit.group(1)) if limit else None, sum(int(x) for x in sizes)))
+    return found

@@ -147,6 +147,10 @@ def stopped_reason(checker, outcome, events, generation: str) -> str:
         if compiling
         else (f"its {last.stage} stage" if last is not None else "starting (before the trace)")
     )
+    failed = next((e for e in events if e.state == "failed" and e.stage is not Stage.COMPILE), None)
+    if failed is not None:  # the worker said why it stopped: a program refused before compiling
+        why = (failed.text or "").strip().splitlines()
+        return f"no estimate: the {failed.stage} stage failed: {why[0] if why else 'no reason given'}"
     killed = outcome.killed_for or ""
     if killed.startswith("timeout"):
         limits = getattr(checker, "limits", None)

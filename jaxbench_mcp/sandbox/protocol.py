@@ -296,6 +296,9 @@ class Lowered(_Strict):
 class Compiled(_Strict):
     code_size_bytes: int | None = None
     temp_bytes: int | None = None
+    scoped_vmem_bytes: int | None = Field(
+        None, ge=0, description="The scoped VMEM the compiler allocated for the largest Mosaic kernel"
+    )
 
 
 class KernelTraffic(_Strict):

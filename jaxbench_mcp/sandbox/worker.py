@@ -37,7 +37,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jaxbench_mcp.analysis import coverage, kernels as kernel_analysis, program_size
 from jaxbench_mcp.catalog import targets, workloads
 from jaxbench_mcp.catalog.workloads import abstract_inputs
-from jaxbench_mcp.internals import jaxpr as jx, jaxpr_codec
+from jaxbench_mcp.internals import jaxpr as jx, jaxpr_codec, libtpu
 from jaxbench_mcp.sandbox import protocol, tpu_facade
 from jaxbench_mcp.taxonomy import Stage
 
@@ -207,8 +207,9 @@ def decode_programs(
     job: protocol.CheckJob | protocol.ProfileJob, report: Reporter, workdir: Path
 ) -> dict[str, tuple] | None:
     """The recorded programs of a trace job, rebuilt from its files: (program, why it is missing) per size. The
-    trace stage started in the trace job; a program that cannot be rebuilt fails it here (and None is returned),
-    one that calls back into the host is reported as such (with no kernels: nothing else is judged)."""
+    trace stage started in the trace job; a program that cannot be rebuilt, or one too large to judge, fails it here
+    (and None is returned), one that calls back into the host is reported as such (with no kernels: nothing else is
+    judged)."""
     programs: dict[str, tuple] = {}
     for entry in job.programs:
         if entry.file is None:
@@ -216,8 +217,13 @@ def decode_programs(
             continue
         try:
             program = jaxpr_codec.decode((workdir / entry.file).read_bytes())
-            if not program_size.program_too_large(program):  # jax's check would walk a bomb's every path
-                jaxpr_codec.type_check(program)
+            # Before jax's type check, which would walk a bomb's every path, and before any analysis or lowering:
+            # XLA would inline it into something no stage could finish.
+            too_large = program_size.program_too_large(program)
+            if too_large:
+                report.stage(Stage.TRACE, "failed", text=too_large)
+                return None
+            jaxpr_codec.type_check(program)
             programs[entry.size] = (program, None)
         except jaxpr_codec.RefusedPrimitive as exc:
             callbacks = [name for name in exc.names if name in kernel_analysis.HOST_CALLBACKS]
@@ -255,11 +261,6 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     if programs is None:
         return
     closed = programs["full"][0]
-    too_large = program_size.program_too_large(closed)
-    if too_large:  # before any analysis: XLA would inline it into something no stage could finish
-        report.stage(Stage.TRACE, "failed", seconds=time.perf_counter() - t0, text=too_large)
-        return
-
     run_closed = programs[job.size][0]
     reduction_closed = programs[workloads.FULL_REDUCTION][0] if job.full_reduction is not None else None
     traced = _describe(closed, run_closed, reduction_closed, w, job.platform_queries)
@@ -295,7 +296,9 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
             hopeless = cost_model.vmem_overflow(traced.kernels, generation, HOPELESS_VMEM, HOPELESS_PIPELINE_VMEM)
             if hopeless:  # refused in seconds: such a compile takes minutes to fail
                 raise VmemOverflow(f"{protocol.EARLY_VMEM_REFUSAL}: {hopeless}")
-            memory = lowered.compile().memory_analysis()
+            executable = lowered.compile()
+            memory = executable.memory_analysis()
+            scoped = libtpu.scoped_vmem(executable.as_text())
             report.stage(
                 Stage.COMPILE,
                 "done",
@@ -304,6 +307,7 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
                 compiled=protocol.Compiled(
                     code_size_bytes=getattr(memory, "generated_code_size_in_bytes", None),
                     temp_bytes=getattr(memory, "temp_size_in_bytes", None),
+                    scoped_vmem_bytes=max((k.used for k in scoped), default=None),
                 ),
             )
         except Exception as exc:  # noqa: BLE001
