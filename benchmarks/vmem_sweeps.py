@@ -1,0 +1,147 @@
+"""Controlled kernels for the body-value rules of kernel_analysis.body_values_bytes: for each, the VMEM the compiler
+gives it beyond its blocks and scratch, beside what the model says, side by side in one run.
+
+Each case is one small pallas_call whose blocks are known, so the compiler's scoped VMEM (libtpu.scoped_vmem on the
+compiled program, with the default limit) less cost_model.pipeline_vmem_bytes is what the scheduler keeps of the
+body's values; the model's figure is vmem_bytes less the same blocks. Groups:
+  rows      a (64, 8192) bf16 block converted to f32, then a row max and an elementwise epilogue (42k's row kernel)
+  scores    a (512, 2048) f32 block read from its ref: exp(z - max) read by a reduction, a matmul, or elementwise
+  columns   sums over the rows of (R, C) blocks (21k's column sums), bf16 converted and f32 read straight
+These are the measurements behind the column-strip rule and the notes on what is still unmodelled
+(benchmarks/vmem_fidelity.py measures the whole corpus). Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.experimental import pallas as pl  # noqa: E402
+
+
+def _row_max(z):
+    return jnp.max(z, axis=-1, keepdims=True)
+
+
+def _rows(epilogue):
+    """(64, 8192) bf16 blocks of a (512, 8192) array, converted to f32 and passed through `epilogue`."""
+
+    def body(z_ref, o_ref):
+        o_ref[...] = epilogue(z_ref[...].astype(jnp.float32)).astype(o_ref.dtype)
+
+    def call(x):
+        spec = pl.BlockSpec((64, 8192), lambda i: (i, 0))
+        return pl.pallas_call(body, grid=(8,), in_specs=[spec], out_specs=spec, out_shape=x)(x)
+
+    return call, [jax.ShapeDtypeStruct((512, 8192), jnp.bfloat16)]
+
+
+def _scores(reader):
+    """(512, 2048) f32 blocks read from their ref, p = exp(z - max z), and `reader(p, v_ref)` -> (512, 128)."""
+
+    def body(z_ref, v_ref, o_ref):
+        z = z_ref[...]
+        o_ref[...] = reader(jnp.exp(z - _row_max(z)), v_ref)
+
+    def call(x, v):
+        return pl.pallas_call(
+            body,
+            grid=(8,),
+            in_specs=[pl.BlockSpec((512, 2048), lambda i: (i, 0)), pl.BlockSpec((2048, 128), lambda i: (0, 0))],
+            out_specs=pl.BlockSpec((512, 128), lambda i: (i, 0)),
+            out_shape=jax.ShapeDtypeStruct((4096, 128), jnp.float32),
+        )(x, v)
+
+    return call, [jax.ShapeDtypeStruct((4096, 2048), jnp.float32), jax.ShapeDtypeStruct((2048, 128), jnp.bfloat16)]
+
+
+def _columns(rows: int, cols: int, dtype, convert: bool):
+    """Sums over the rows of (rows, cols) blocks of an (8192, 8192) array, each block converted to f32 or not."""
+
+    def body(w_ref, o_ref):
+        w = w_ref[...]
+        o_ref[...] = jnp.sum(w.astype(jnp.float32) if convert else w, axis=0, keepdims=True)
+
+    def call(w):
+        return pl.pallas_call(
+            body,
+            grid=(8192 // cols, 8192 // rows),
+            in_specs=[pl.BlockSpec((rows, cols), lambda j, i: (i, j))],
+            out_specs=pl.BlockSpec((1, cols), lambda j, i: (0, j)),
+            out_shape=jax.ShapeDtypeStruct((1, 8192), jnp.float32),
+        )(w)
+
+    return call, [jax.ShapeDtypeStruct((8192, 8192), dtype)]
+
+
+def _dot(p, v_ref):
+    return jnp.dot(p.astype(jnp.bfloat16), v_ref[...], preferred_element_type=jnp.float32)
+
+
+def _row_sum(p):
+    return jnp.broadcast_to(p.sum(axis=-1, keepdims=True), (p.shape[0], 128))
+
+
+CASES = {
+    "rows": [
+        ("gelu(z - max)", _rows(lambda z: jax.nn.gelu(z - _row_max(z), approximate=True))),
+        ("tanh(z - max)", _rows(lambda z: jnp.tanh(z - _row_max(z)))),
+        ("(z - max) * 2", _rows(lambda z: (z - _row_max(z)) * 2)),
+        ("d * d + d, d = z - max", _rows(lambda z: (lambda d: d * d + d)(z - _row_max(z)))),
+        ("exp(z - max) * z", _rows(lambda z: jnp.exp(z - _row_max(z)) * z)),
+        ("gelu(z)", _rows(lambda z: jax.nn.gelu(z, approximate=True))),
+        ("z * z + z", _rows(lambda z: z * z + z)),
+    ],
+    "scores": [
+        ("sum(p) + p @ v", _scores(lambda p, v_ref: _row_sum(p) + _dot(p, v_ref))),
+        ("sum(p) + sum(p * p)", _scores(lambda p, v_ref: _row_sum(p) + _row_sum(p * p))),
+        ("(p * p + p) @ v", _scores(lambda p, v_ref: _dot(p * p + p, v_ref))),
+        ("p @ v", _scores(lambda p, v_ref: _dot(p, v_ref))),
+    ],
+    "columns": [
+        (f"sum over rows, {r} x {c} {name}", _columns(r, c, dtype, convert))
+        for name, dtype, convert in [("bf16 -> f32", jnp.bfloat16, True), ("f32 from its ref", jnp.float32, False)]
+        for r, c in [(256, 2048), (512, 2048), (1024, 2048), (512, 1024), (512, 4096)]
+    ],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--targets", default="v6e,v5e", help="comma-separated TPU generations")
+    args = parser.parse_args()
+
+    from jaxbench_mcp.analysis import kernels as kernel_analysis
+    from jaxbench_mcp.catalog import targets
+    from jaxbench_mcp.internals import libtpu
+    from jaxbench_mcp.perf import cost_model
+    from jaxbench_mcp.sandbox import protocol
+
+    mib = 2**20
+    print(f"{'gen':<4} {'group':<8} {'case':<44} {'compiler':>9} {'model':>9}   (MiB beyond blocks and scratch)")
+    for generation in args.targets.split(","):
+        for group, cases in CASES.items():
+            for name, (call, abstract) in cases:
+                (kernel,), _ = kernel_analysis.describe_kernels(jax.make_jaxpr(call)(*abstract).jaxpr)
+                info = protocol.KernelInfo(**kernel)
+                fixed = cost_model.pipeline_vmem_bytes(info)
+                try:
+                    text = targets.lower_for_tpu(call, abstract, (), generation).compile().as_text()
+                except Exception as exc:  # noqa: BLE001 -- a case over the default limit is reported, not fatal
+                    print(f"{generation:<4} {group:<8} {name:<44} {'-':>9}   does not compile: {str(exc)[:60]}")
+                    continue
+                used = max(k.used for k in libtpu.scoped_vmem(text))
+                model = cost_model.vmem_bytes(info, generation) - fixed
+                print(f"{generation:<4} {group:<8} {name:<44} {(used - fixed) / mib:>9.3f} {model / mib:>9.3f}")
+
+
+if __name__ == "__main__":
+    main()
