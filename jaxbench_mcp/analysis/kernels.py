@@ -152,8 +152,9 @@ def _elementwise_body(jaxpr) -> bool:
     return all(_is_elementwise(inner) for inner in jaxpr.eqns)
 
 
-# What the scheduler recomputes per vreg from a value in VMEM (kept, or a ref's) rather than keep a second one.
-_RECOMPUTABLE = _ELEMENTWISE | {"broadcast_in_dim", "reshape"}
+# Besides elementwise work, what the scheduler recomputes per vreg from a value in VMEM (kept, or a ref's) rather
+# than keep a second one.
+_BROADCASTS = frozenset({"broadcast_in_dim", "reshape"})
 
 
 def _is_region(eqn) -> bool:
@@ -319,7 +320,7 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
         # A value read for the last time here leaves its room to the results (an elementwise op works in place).
         for v in [v for v in live if last.get(v, -1) <= i]:
             del live[v]
-        recomputable = (eqn.primitive.name in _RECOMPUTABLE or _is_elementwise(eqn)) and any(
+        recomputable = (_is_elementwise(eqn) or eqn.primitive.name in _BROADCASTS) and any(
             _among(u, kept) or _among(u, from_refs) for u in eqn.invars
         )
         for v in eqn.outvars:
