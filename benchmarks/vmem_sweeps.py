@@ -4,7 +4,8 @@ gives it beyond its blocks and scratch, beside what the model says, side by side
 Each case is one small pallas_call whose blocks are known, so the compiler's scoped VMEM (libtpu.scoped_vmem on the
 compiled program, with the default limit) less cost_model.pipeline_vmem_bytes is what the scheduler keeps of the
 body's values; the model's figure is vmem_bytes less the same blocks. Groups:
-  rows      a (64, 8192) bf16 block converted to f32, then a row max and an elementwise epilogue (42k's row kernel)
+  rows      a (64, C) bf16 block converted to f32, then a row max and an elementwise epilogue (42k's row kernel, C =
+            8192; narrower blocks for the width at which the scheduler stops keeping the epilogue whole)
   scores    a (512, 2048) f32 block read from its ref: exp(z - max) read by a reduction, a matmul, or elementwise
   columns   sums over the rows of (R, C) blocks (21k's column sums), bf16 converted and f32 read straight
 These are the measurements behind the column-strip rule and the notes on what is still unmodelled
@@ -31,17 +32,17 @@ def _row_max(z):
     return jnp.max(z, axis=-1, keepdims=True)
 
 
-def _rows(epilogue):
-    """(64, 8192) bf16 blocks of a (512, 8192) array, converted to f32 and passed through `epilogue`."""
+def _rows(epilogue, cols: int = 8192):
+    """(64, cols) bf16 blocks of a (512, cols) array, converted to f32 and passed through `epilogue`."""
 
     def body(z_ref, o_ref):
         o_ref[...] = epilogue(z_ref[...].astype(jnp.float32)).astype(o_ref.dtype)
 
     def call(x):
-        spec = pl.BlockSpec((64, 8192), lambda i: (i, 0))
+        spec = pl.BlockSpec((64, cols), lambda i: (i, 0))
         return pl.pallas_call(body, grid=(8,), in_specs=[spec], out_specs=spec, out_shape=x)(x)
 
-    return call, [jax.ShapeDtypeStruct((512, 8192), jnp.bfloat16)]
+    return call, [jax.ShapeDtypeStruct((512, cols), jnp.bfloat16)]
 
 
 def _scores(reader):
@@ -99,6 +100,14 @@ CASES = {
         ("exp(z - max) * z", _rows(lambda z: jnp.exp(z - _row_max(z)) * z)),
         ("gelu(z)", _rows(lambda z: jax.nn.gelu(z, approximate=True))),
         ("z * z + z", _rows(lambda z: z * z + z)),
+        *(
+            (f"{name}, 64 x {cols}", _rows(epilogue, cols))
+            for name, epilogue in [
+                ("d * d + d", lambda z: (lambda d: d * d + d)(z - _row_max(z))),
+                ("exp(z - max) * z", lambda z: jnp.exp(z - _row_max(z)) * z),
+            ]
+            for cols in (4096, 2048, 1024)
+        ),
     ],
     "scores": [
         ("sum(p) + p @ v", _scores(lambda p, v_ref: _row_sum(p) + _dot(p, v_ref))),

@@ -806,6 +806,30 @@ def test_a_value_read_by_jnp_floor_divide_and_remainder_streams():
     assert _described(call, ((256, 4096), "float32"))["body_values_bytes"] == 0
 
 
+def test_a_wide_epilogue_of_a_row_max_is_kept_beside_its_operand():
+    """d = z - max(z) over a (64, 8192) f32 block, read by d * d + d: the scheduler keeps d whole as well as z (42k's
+    gelu(z - max(z)): 4.00 MiB beyond the blocks compiled on v6e, 1.81 modelled before this rule). At 2048 lanes it
+    works a tile of rows at a time (0.17 MiB compiled) and only z, held for the max, is kept."""
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def epilogue(x_ref, o_ref):
+        z = x_ref[...].astype(jnp.float32)
+        d = z - z.max(axis=-1, keepdims=True)
+        o_ref[...] = (d * d + d).astype(o_ref.dtype)
+
+    def body_values(cols):
+        def call(x):
+            spec = pl.BlockSpec((64, cols), lambda i: (i, 0))
+            return pl.pallas_call(epilogue, grid=(4,), in_specs=[spec], out_specs=spec, out_shape=x)(x)
+
+        return _described(call, ((256, cols), "bfloat16"))["body_values_bytes"]
+
+    held = kernel_analysis.REGISTER_HELD_BYTES
+    assert body_values(8192) == 2 * 64 * 8192 * 4 - held
+    assert body_values(2048) == 64 * 2048 * 4 - held
+
+
 def test_a_sum_over_rows_of_a_computed_block_stages_a_strip_of_it():
     """sum(x.astype(f32), axis=0) over a (512, 2048) bf16 block: the compiler converts and keeps a (512, 512) f32
     strip at a time (21k's column sums: 4.81 MiB compiled on v6e, 4.02 modelled before this rule), whatever the

@@ -244,6 +244,18 @@ def _column_reduction_staging(eqn, loaded: set, whole: set) -> int:
     return _value_vmem_bytes(operand.aval.update(shape=(*shape[:-1], min(shape[-1], COLUMN_STRIP_LANES))))
 
 
+# How many vregs one tile of rows of an epilogue's value must span before the scheduler keeps the epilogue's values
+# whole rather than working through them a tile of rows at a time: benchmarks/vmem_sweeps.py's rows group (8192 and
+# 4096 lanes kept, 2048 and fewer streamed).
+EPILOGUE_ROW_TILE_VREGS = 32
+
+
+def _row_tile_vregs(aval) -> int:
+    """The vregs one tile of rows of a value spans: one per 128 lanes (a packed dtype's tile is taller, not wider)."""
+    shape: tuple = getattr(aval, "shape", ())
+    return -(-shape[-1] // 128) if len(shape) >= 2 else 0
+
+
 def _is_view(eqn, loaded: set) -> bool:
     """A reshape of a value read from a ref that keeps its (8, 128) tiles whole (it merges or splits leading
     dimensions only): Mosaic reads the ref again rather than keeping it."""
@@ -280,6 +292,12 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
         - its readers lead through elementwise chains to a matmul and to something else (_forks_into_a_matmul:
           15p's decayed scores, read by |a|.sum() and a @ v), unless it is recomputed vreg by vreg from a value
           kept anyway (flash attention's exp(s - max), from the s its row max keeps);
+        - it is an epilogue of a reduction: computed elementwise from the reduction's result and a value of its own
+          shape that is kept whole, read by something other than a matmul, and wide (a tile of its rows spans at
+          least EPILOGUE_ROW_TILE_VREGS vregs). 42k's gelu(z - max(z)) over (64, 8192) f32 keeps z - max(z) as
+          well as z (4.00 MiB beyond the blocks, as compiled; 3.81 modelled); at 2048 lanes or fewer the
+          scheduler works a tile of rows at a time and keeps nothing more (flash attention's exp(s - max) and
+          its (bq, 128) row statistics stream);
         - it is a loop's carry (while the loop runs).
     A value read straight from a ref (or a reshape of one that keeps its tiles) is read again instead of kept. A
     dot_general takes its staging while it runs (_dot_staging), and so does a sum over the rows of a computed value
@@ -302,6 +320,7 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
     sinks = _sinks(jaxpr)
     whole: set = set()  # values kept whole in VMEM (while live)
     kept: set = set()  # those, and values recomputable vreg by vreg from them or from refs
+    reduced: set = set()  # values computed from a reduction's result
     live: dict = {}
     peak = 0
     for i, eqn in enumerate(jaxpr.eqns):
@@ -323,6 +342,9 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
         recomputable = (_is_elementwise(eqn) or eqn.primitive.name in _BROADCASTS) and any(
             _among(u, kept) or _among(u, from_refs) for u in eqn.invars
         )
+        after_reduction = any(_among(u, reduced) for u in eqn.invars)
+        if after_reduction or eqn.primitive.name in _REDUCTIONS:
+            reduced.update(eqn.outvars)
         for v in eqn.outvars:
             if not hasattr(v.aval, "shape") or v in from_refs:
                 continue
@@ -331,7 +353,14 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
                 not _is_elementwise(jaxpr.eqns[j]) and jaxpr.eqns[j].primitive.name not in _REDUCTIONS for j in read
             )
             held = any(waits[j] > i for j in read)
-            if reshaped or held or (not recomputable and _forks_into_a_matmul(v, read, jaxpr, sinks)):
+            epilogue = (
+                after_reduction
+                and _is_elementwise(eqn)
+                and any(_among(u, whole) and u.aval.shape == v.aval.shape for u in eqn.invars)
+                and _row_tile_vregs(v.aval) >= EPILOGUE_ROW_TILE_VREGS
+                and any(jaxpr.eqns[j].primitive.name != "dot_general" for j in read)
+            )
+            if epilogue or reshaped or held or (not recomputable and _forks_into_a_matmul(v, read, jaxpr, sinks)):
                 live[v] = _value_vmem_bytes(v.aval)
             if v in live:
                 whole.add(v)
