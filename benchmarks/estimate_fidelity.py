@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -468,7 +469,7 @@ def main() -> None:
     by_group: dict[tuple, list[Config]] = {}
     for c in configs:
         by_group.setdefault((c.op, c.generation), []).append(c)
-    order = [c for batch in itertools_zip_longest(*by_group.values()) for c in batch if c is not None]
+    order = [c for batch in itertools.zip_longest(*by_group.values()) for c in batch if c is not None]
     compiled = cached = failed = 0
     for c in order:
         c.roofline_us = roofline_us(c)
@@ -519,12 +520,6 @@ def main() -> None:
         report(
             "as the model stands, VALIDATION half only (not used by any fit)", validate_half, cost_model.calibration_for
         )
-
-
-def itertools_zip_longest(*lists):
-    import itertools
-
-    return itertools.zip_longest(*lists)
 
 
 if __name__ == "__main__":

@@ -20,15 +20,18 @@ generation, the figure and the jax and libtpu versions): a rerun after a change 
 Usage: python benchmarks/vmem_fidelity.py [--targets v6e,v5e] [--only SUBSTRING] [--budget SECONDS]
 [--figure used|need] [--cached-only]
 
-Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 70, v5e 69, v5p 69, 7x 69
-(277 of 320, median 1.00x, 0.49x-1.35x); 263 before the three changes named below (15p, 21k/23k, 6p). An
+Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 71, v5e 70, v5p 70, 7x 70
+(281 of 320, median 1.00x, 0.49x-1.35x); 277 before the epilogue rule (42k) and 263 before the three changes
+named below it (15p, 21k/23k, 6p). An
 80-tile GEMM sweep (M 256-2048, K 256-2048, N 512-1024) 80 of 80, 0.98x-1.07x. The blocks and scratch
 (cost_model.pipeline_vmem_bytes) are exact on every kernel (at most 2% over the compiler: 23k's matvec); every
 kernel outside 10% misses in the body's values, what the LLO scheduler keeps in VMEM besides them, which vmem_bytes
 models from the jaxpr (kernel_analysis.body_values_bytes):
-- 42k's row kernel (gelu(z - max(z)) over (64, 8192) f32): 4.00 MiB over its blocks, 1.81 modelled (z held for
-  the row max); the scheduler keeps a second f32 copy before the GELU. 28k's LayerNorm + GELU, 34k's norm
-  kernel (v6e) and 32k's sigmoid + logsumexp epilogue: 1-4 MiB more of the same kind.
+- 42k's row kernel (gelu(z - max(z)) over (64, 8192) f32): 4.00 MiB over its blocks, 1.81 modelled with z
+  held for the row max alone; the scheduler keeps a second f32 copy before the GELU when a tile of rows spans
+  32 vregs or more (the epilogue rule, from benchmarks/vmem_sweeps.py's rows group: within 10% on all four
+  generations now). 28k's LayerNorm + GELU (a 5-D block reshaped to rows), 34k's norm kernel (v6e,
+  7x) and 32k's sigmoid + logsumexp epilogue (v6e, v5e, v5p): 0.82x-0.86x, 1-4 MiB more, not modelled.
 - 21k / 23k's column sums (a (512, 2048) bf16 block converted and summed over its rows) were 0.83x: the compiler
   stages a (512, 512) f32 strip of the converted block (modelled now: 1.00x on all four generations).
 - 5p, 7p (flex masks over unrolled heads, ragged pages): 2.4-5.6 MiB over, 1-2.3 modelled. 15p's decayed
