@@ -34,7 +34,9 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   7x) and 32k's sigmoid + logsumexp epilogue (v6e, v5e, v5p): 0.82x-0.86x, 1-4 MiB more, not modelled.
 - 21k / 23k's column sums (a (512, 2048) bf16 block converted and summed over its rows) were 0.83x: the compiler
   stages a (512, 512) f32 strip of the converted block (modelled now: 1.00x on all four generations).
-- 5p, 7p (flex masks over unrolled heads, ragged pages): 2.4-5.6 MiB over, 1-2.3 modelled. 15p's decayed
+- 5p, 7p (flex masks over unrolled heads, ragged pages): 2.4-5.6 MiB over, 1-2.3 modelled: the scheduler
+  overlaps the unrolled heads, whose values the model frees head by head (benchmarks/vmem_sweeps.py's heads
+  group; 7p cut to 1, 2, 4 and 8 KV heads needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks on v6e). 15p's decayed
   scores, read by a row reduction and by the second matmul, are kept whole on v6e, v5e and v5p (the fork rule:
   0.64x before, 0.95x now on v6e) but not on 7x (6.90 MiB compiled, 9.31 modelled: 1.35x).
 - Convolutions that build im2col patches in registers (25k, 28k's conv on v5e, 33k on v5e, 18k, 46k): the

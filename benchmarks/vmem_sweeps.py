@@ -9,11 +9,17 @@ body's values; the model's figure is vmem_bytes less the same blocks. Groups:
   widths    the same epilogue over f32 values of 2 MiB (and one of 4), from 128 rows of 4096 lanes to 4096 of 128:
             how much the scheduler keeps depends on the width of a tile of rows, not on the value's size
   scores    a (512, 2048) f32 block read from its ref: exp(z - max) read by a reduction, a matmul, or elementwise
+  heads     softmax attention unrolled over 1-8 heads of one block (7p's and 5p's loops over heads)
   columns   sums over the rows of (R, C) blocks (21k's column sums), bf16 converted and f32 read straight
 These are the measurements behind the column-strip and epilogue rules and the notes on what is still unmodelled.
 Open (v6e): the widths group shows the hold rule (a value read after its row max is kept whole) over-modelling
 narrow values: for 2 MiB of f32 the compiler keeps 0.92 MiB at 2048 lanes, 0.59 at 512 and nothing at 128, where
-the model keeps 1.81 (the whole value less what the registers hold); it holds at 4096 lanes and wider.
+the model keeps 1.81 (the whole value less what the registers hold); it holds at 4096 lanes and wider. And the
+heads group shows the scheduler overlapping the unrolled heads, which the model prices one at a time: 0.31 MiB
+for one head (modelled 0.31), then about 0.21 MiB more per head with (256, 512) scores (1.80 MiB for eight), 0.71
+more per head with (512, 512) ones -- about each head's two (rows, 128) f32 results (p @ v and its row sum) kept
+until the division. 7p's misses are this: with 1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38
+and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69.
 benchmarks/vmem_fidelity.py measures the whole corpus. Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e]
 """
 
@@ -88,6 +94,27 @@ def _columns(rows: int, cols: int, dtype, convert: bool):
     return call, [jax.ShapeDtypeStruct((8192, 8192), dtype)]
 
 
+def _heads(heads: int):
+    """Softmax attention of (256, 128) bf16 queries against (512, 128) keys and values, unrolled over `heads` heads
+    of one block (7p's loop over its KV heads): each head's scores are (256, 512) f32."""
+
+    def body(q_ref, k_ref, v_ref, o_ref):
+        for h in range(heads):
+            s = jax.lax.dot_general(q_ref[h], k_ref[h], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+            p = jnp.exp(s - _row_max(s))
+            o_ref[h] = _dot(p, v_ref.at[h]) / _row_sum(p)
+
+    def call(q, k, v):
+        spec = pl.BlockSpec((heads, 256, 128), lambda i: (i, 0, 0))
+        kv = pl.BlockSpec((heads, 512, 128), lambda i: (0, 0, 0))
+        out = jax.ShapeDtypeStruct((4 * heads, 256, 128), jnp.float32)
+        return pl.pallas_call(body, grid=(4,), in_specs=[spec, kv, kv], out_specs=spec, out_shape=out)(q, k, v)
+
+    q = jax.ShapeDtypeStruct((4 * heads, 256, 128), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((heads, 512, 128), jnp.bfloat16)
+    return call, [q, kv, kv]
+
+
 def _dot(p, v_ref):
     return jnp.dot(p.astype(jnp.bfloat16), v_ref[...], preferred_element_type=jnp.float32)
 
@@ -124,6 +151,7 @@ CASES = {
         ("(p * p + p) @ v", _scores(lambda p, v_ref: _dot(p * p + p, v_ref))),
         ("p @ v", _scores(lambda p, v_ref: _dot(p, v_ref))),
     ],
+    "heads": [(f"softmax attention, {h} heads unrolled", _heads(h)) for h in (1, 2, 4, 8)],
     "columns": [
         (f"sum over rows, {r} x {c} {name}", _columns(r, c, dtype, convert))
         for name, dtype, convert in [("bf16 -> f32", jnp.bfloat16, True), ("f32 from its ref", jnp.float32, False)]
