@@ -30,8 +30,13 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
 - 42k's row kernel (gelu(z - max(z)) over (64, 8192) f32): 4.00 MiB over its blocks, 1.81 modelled with z
   held for the row max alone; the scheduler keeps a second f32 copy before the GELU when a tile of rows spans
   32 vregs or more (the epilogue rule, from benchmarks/vmem_sweeps.py's rows group: within 10% on all four
-  generations now). 28k's LayerNorm + GELU (a 5-D block reshaped to rows), 34k's norm kernel (v6e,
-  7x) and 32k's sigmoid + logsumexp epilogue (v6e, v5e, v5p): 0.82x-0.86x, 1-4 MiB more, not modelled.
+  generations now). 28k's LayerNorm + GELU (a 5-D block reshaped to rows) and 34k's norm kernel (v6e,
+  7x): 0.82x-0.86x, 1-2 MiB more, not modelled. 32k's logsumexp epilogue (v6e, v5e, v5p: 0.83x-0.86x, 3.8 MiB
+  more) is another thing: its last-step branch reads the (1024, 1024) f32 accumulator that the same body has just
+  added to, and holds it for the row max. Moving the accumulation into a branch of its own, or reading anything
+  but the accumulator in the epilogue, takes the 3.8 MiB away (v6e, measured); 7x never spends it. Counting the
+  written value again whenever a later branch reads the ref and holds something fixed 32k but put ten GEMM
+  epilogue kernels (19k, 20k, 24k, 27k, ...) at 1.09x-1.11x on v5p: reverted.
 - 21k / 23k's column sums (a (512, 2048) bf16 block converted and summed over its rows) were 0.83x: the compiler
   stages a (512, 512) f32 strip of the converted block (modelled now: 1.00x on all four generations).
 - 5p, 7p (flex masks over unrolled heads, ragged pages): 2.4-5.6 MiB over, 1-2.3 modelled: the scheduler
