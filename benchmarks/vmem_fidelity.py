@@ -20,9 +20,9 @@ generation, the figure and the jax and libtpu versions): a rerun after a change 
 Usage: python benchmarks/vmem_fidelity.py [--targets v6e,v5e] [--only SUBSTRING] [--budget SECONDS]
 [--figure used|need] [--cached-only]
 
-Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 71, v5e 70, v5p 70, 7x 70
-(281 of 320, median 1.00x, 0.49x-1.35x); 277 before the epilogue rule (42k) and 263 before the three changes
-named below it (15p, 21k/23k, 6p). An
+Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 72, v5e 71, v5p 71, 7x 69
+(283 of 320, median 1.00x, 0.49x-1.35x); 281 before the branch-room rule (32k), 277 before the epilogue rule (42k)
+and 263 before the three changes named below them (15p, 21k/23k, 6p). An
 80-tile GEMM sweep (M 256-2048, K 256-2048, N 512-1024) 80 of 80, 0.98x-1.07x. The blocks and scratch
 (cost_model.pipeline_vmem_bytes) are exact on every kernel (at most 2% over the compiler: 23k's matvec); every
 kernel outside 10% misses in the body's values, what the LLO scheduler keeps in VMEM besides them, which vmem_bytes
@@ -31,12 +31,13 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   held for the row max alone; the scheduler keeps a second f32 copy before the GELU when a tile of rows spans
   32 vregs or more (the epilogue rule, from benchmarks/vmem_sweeps.py's rows group: within 10% on all four
   generations now). 28k's LayerNorm + GELU (a 5-D block reshaped to rows) and 34k's norm kernel (v6e,
-  7x): 0.82x-0.86x, 1-2 MiB more, not modelled. 32k's logsumexp epilogue (v6e, v5e, v5p: 0.83x-0.86x, 3.8 MiB
-  more) is another thing: its last-step branch reads the (1024, 1024) f32 accumulator that the same body has just
-  added to, and holds it for the row max. Moving the accumulation into a branch of its own, or reading anything
-  but the accumulator in the epilogue, takes the 3.8 MiB away (v6e, measured); 7x never spends it. Counting the
-  written value again whenever a later branch reads the ref and holds something fixed 32k but put ten GEMM
-  epilogue kernels (19k, 20k, 24k, 27k, ...) at 1.09x-1.11x on v5p: reverted.
+  7x): 0.82x-0.86x, 1-2 MiB more, not modelled.
+- 32k's last-step logsumexp holds its (1024, 1024) f32 accumulator plus a bias for the row max: 3.8 MiB more than
+  modelled on v6e, v5e and v5p (0.83x-0.86x) until a pl.when branch got room of its own beside the unconditional
+  code before it (benchmarks/vmem_sweeps.py's branches group: 4.0 MiB more with the two matmuls before the
+  epilogue than with them in a branch of their own; 1.00x-1.03x now). On 7x the same rule holds in the sweep,
+  but there the two matmuls before the branch take 0.9 MiB compiled against 4.8 modelled: 32k goes 1.00x to
+  1.19x: on 7x the room of the matmuls themselves is over-modelled, which the branch had hidden.
 - 21k / 23k's column sums (a (512, 2048) bf16 block converted and summed over its rows) were 0.83x: the compiler
   stages a (512, 512) f32 strip of the converted block (modelled now: 1.00x on all four generations).
 - 5p, 7p (flex masks over unrolled heads, ragged pages): 2.4-5.6 MiB over, 1-2.3 modelled: the scheduler

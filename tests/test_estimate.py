@@ -830,6 +830,63 @@ def test_a_wide_epilogue_of_a_row_max_is_kept_beside_its_operand():
     assert body_values(2048) == 64 * 2048 * 4 - held
 
 
+def test_a_branch_gets_room_of_its_own_beside_the_code_before_it():
+    """32k's step: h = sigmoid(x @ w1), acc += h @ w2, then on the last step a logsumexp that holds acc + b (4 MiB of
+    f32, and its (1024, 1) row max padded to 128 lanes). The compiler gives that branch room beside what the two
+    matmuls before it took (v6e: 8.65 MiB beyond the blocks), not over it; with the accumulation in a pl.when of its
+    own the two branches share their room (4.65 MiB): benchmarks/vmem_sweeps.py's branches group."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def body_values(accumulate_in_a_branch: bool) -> int:
+        def body(x_ref, w1_ref, w2_ref, b_ref, o_ref, acc_ref):
+            t, last = pl.program_id(1), pl.num_programs(1) - 1
+
+            def accumulate():
+                h = jax.nn.sigmoid(jnp.dot(x_ref[...], w1_ref[...], preferred_element_type=jnp.float32))
+                acc_ref[...] += jnp.dot(h.astype(jnp.bfloat16), w2_ref[...], preferred_element_type=jnp.float32)
+
+            if accumulate_in_a_branch:
+                pl.when(t < last)(accumulate)
+            else:
+                accumulate()
+
+            @pl.when(t == last)
+            def _logsumexp():
+                z = acc_ref[...] + b_ref[...]
+                m = z.max(axis=1, keepdims=True)
+                o_ref[...] = m + jnp.log(jnp.exp(z - m).sum(axis=1, keepdims=True))
+
+        def call(x, w1, w2, b):
+            return pl.pallas_call(
+                body,
+                grid=(2, 4),
+                in_specs=[
+                    pl.BlockSpec((1024, 2048), lambda i, t: (i, 0)),
+                    pl.BlockSpec((2048, 512), lambda i, t: (0, t)),
+                    pl.BlockSpec((512, 1024), lambda i, t: (t, 0)),
+                    pl.BlockSpec((1, 1024), lambda i, t: (0, 0)),
+                ],
+                out_specs=pl.BlockSpec((1024, 1), lambda i, t: (i, 0)),
+                out_shape=jax.ShapeDtypeStruct((2048, 1), jnp.float32),
+                scratch_shapes=[pltpu.VMEM((1024, 1024), jnp.float32)],
+            )(x, w1, w2, b)
+
+        shapes = [
+            ((2048, 2048), "bfloat16"),
+            ((2048, 2048), "bfloat16"),
+            ((2048, 1024), "bfloat16"),
+            ((1, 1024), "float32"),
+        ]
+        return _described(call, *shapes)["body_values_bytes"]
+
+    epilogue = 1024 * 1024 * 4 + 1024 * 128 * 4  # acc + b and its row max
+    # (less the first branch's predicate, a scalar live around it when the accumulation is a branch)
+    assert body_values(False) - body_values(True) == pytest.approx(epilogue, abs=4096)
+
+
 def test_a_sum_over_rows_of_a_computed_block_stages_a_strip_of_it():
     """sum(x.astype(f32), axis=0) over a (512, 2048) bf16 block: the compiler converts and keeps a (512, 512) f32
     strip at a time (21k's column sums: 4.81 MiB compiled on v6e, 4.02 modelled before this rule), whatever the

@@ -302,7 +302,11 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
     A value read straight from a ref (or a reshape of one that keeps its tiles) is read again instead of kept. A
     dot_general takes its staging while it runs (_dot_staging), and so does a sum over the rows of a computed value
     (_column_reduction_staging). A nested body's (pl.when branch, loop) own peak
-    counts on top of what is live around it."""
+    counts on top of what is live around it; a pl.when branch's own peak counts on top of the peak of all the
+    unconditional code before it, whose room the compiler does not give the branch: 32k's last-step logsumexp over
+    its accumulator (4 MiB of f32 held for the row max) after a step's two matmuls (v6e: 27.11 MiB compiled, 23.32
+    modelled without this rule), benchmarks/vmem_sweeps.py's branches group (4.0 MiB more with the accumulation
+    before the epilogue than with it in a branch of its own). Two branches share their room."""
     from_refs: set = set(loaded)  # values read straight from a ref, and views of them
     last: dict = {}
     readers: dict = {}
@@ -323,6 +327,7 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
     reduced: set = set()  # values computed from a reduction's result
     live: dict = {}
     peak = 0
+    before = 0  # the peak of the unconditional code so far (pl.when branches aside)
     for i, eqn in enumerate(jaxpr.eqns):
         staging = _dot_staging(eqn, from_refs, mxu) if eqn.primitive.name == "dot_general" else 0
         staging += _column_reduction_staging(eqn, from_refs, whole)
@@ -335,7 +340,11 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
         else:
             inner = max((body_values_bytes(sub, mxu) for sub in jx.sub_jaxprs(eqn)), default=0)
             inner += _loop_carry_bytes(eqn)
+        if eqn.primitive.name == "cond":
+            peak = max(peak, before + inner)  # a branch's room comes after all the room the code before it took
         peak = max(peak, sum(live.values()) + inner + staging)
+        if eqn.primitive.name != "cond":
+            before = max(before, sum(live.values()) + inner + staging)
         # A value read for the last time here leaves its room to the results (an elementwise op works in place).
         for v in [v for v in live if last.get(v, -1) <= i]:
             del live[v]
