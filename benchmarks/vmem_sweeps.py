@@ -13,16 +13,22 @@ keeps of the body's values; the model's figure is vmem_bytes less the same block
   heads     softmax attention unrolled over 1-8 heads of one block (7p's and 5p's loops over heads)
   branches  32k's two matmuls and last-step logsumexp over the accumulator, the accumulation unconditional or in a
             pl.when of its own (a branch's values get room of their own beside the code before it)
+  dots      a plain bf16 matmul into its output block, M 1024-2048, K 1024-2048, N 512-1024 (_dot_staging's rules)
   columns   sums over the rows of (R, C) blocks (21k's column sums), bf16 converted and f32 read straight
 These are the measurements behind the column-strip and epilogue rules and the notes on what is still unmodelled.
-Open (v6e): the widths group shows the hold rule (a value read after its row max is kept whole) over-modelling
+Open: the widths group (v6e) shows the hold rule (a value read after its row max is kept whole) over-modelling
 narrow values: for 2 MiB of f32 the compiler keeps 0.92 MiB at 2048 lanes, 0.59 at 512 and nothing at 128, where
 the model keeps 1.81 (the whole value less what the registers hold); it holds at 4096 lanes and wider. And the
 heads group shows the scheduler overlapping the unrolled heads, which the model prices one at a time: 0.31 MiB
 for one head (modelled 0.31), then about 0.21 MiB more per head with (256, 512) scores (1.80 MiB for eight), 0.71
 more per head with (512, 512) ones -- about each head's two (rows, 128) f32 results (p @ v and its row sum) kept
 until the division. 7p's misses are this: with 1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38
-and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69.
+and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69. The dots group: on v6e the model holds at N = 1024
+and is 0.5-1.5 MiB over at N = 512 (two MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at
+N = 512 and only the LHS at N = 1024 (no f32 partial tile); with M = 2048 about 4 MiB at N = 512 whatever K, and
+1.2 MiB more than v6e at N = 1024. The model's 7x over-estimates (15p, 32k, 49k's GEMM) are likely this: taking
+the partial tile away on 7x fixed 32k and 49k but put twenty GEMMs with 2048-row blocks at 0.89x-0.91x, so the
+rule needs M.
 benchmarks/vmem_fidelity.py measures the whole corpus. Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e]
 """
 
@@ -168,6 +174,24 @@ def _branches(in_a_branch: bool, computed: bool):
     return call, [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in shapes]
 
 
+def _plain_dot(m: int, k: int, n: int):
+    """(m, k) @ (k, n) bf16 blocks, the f32 product stored straight to the output block."""
+
+    def body(x_ref, w_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)
+
+    def call(x, w):
+        return pl.pallas_call(
+            body,
+            grid=(2,),
+            in_specs=[pl.BlockSpec((m, k), lambda i: (i, 0)), pl.BlockSpec((k, n), lambda i: (0, 0))],
+            out_specs=pl.BlockSpec((m, n), lambda i: (i, 0)),
+            out_shape=jax.ShapeDtypeStruct((2 * m, n), jnp.float32),
+        )(x, w)
+
+    return call, [jax.ShapeDtypeStruct((2 * m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16)]
+
+
 def _dot(p, v_ref):
     return jnp.dot(p.astype(jnp.bfloat16), v_ref[...], preferred_element_type=jnp.float32)
 
@@ -209,6 +233,9 @@ CASES = {
         (f"logsumexp of acc{' + b' if bias else ''}, accumulation {where}", _branches(where != "before it", bias))
         for bias in (True, False)
         for where in ("before it", "in a branch")
+    ],
+    "dots": [
+        (f"{m} x {k} @ {k} x {n}", _plain_dot(m, k, n)) for m in (1024, 2048) for k in (1024, 2048) for n in (512, 1024)
     ],
     "columns": [
         (f"sum over rows, {r} x {c} {name}", _columns(r, c, dtype, convert))
