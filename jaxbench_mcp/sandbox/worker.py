@@ -374,9 +374,9 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
 # buffers and scratch alone (cost_model.pipeline_vmem_bytes) take more than HOPELESS_PIPELINE_VMEM times it or
 # times the scoped limit it compiles under, is refused without compiling: such a compile fails, after minutes
 # (7p's 4x-block variant: 21 s). The margins are the largest excess measured on the corpus
-# (benchmarks/vmem_fidelity.py on v6e, v5e, v5p and 7x) with room to spare: the whole estimate is at most 1.24x the
-# compiler's figure (49k's GEMM on 7x; 1.16x on v6e and v5e), the blocks and scratch at most 1.02x (23k's matvec).
-HOPELESS_VMEM = 1.3
+# (benchmarks/vmem_fidelity.py on v6e, v5e, v5p and 7x) with room to spare: the whole estimate is at most 1.35x the
+# compiler's figure (15p on 7x; 1.08x on v6e, 1.06x on v5e), the blocks and scratch at most 1.02x (23k's matvec).
+HOPELESS_VMEM = 1.45
 HOPELESS_PIPELINE_VMEM = 1.05
 
 
