@@ -15,7 +15,7 @@ import numpy as np
 from jax.extend.core import Literal
 
 from jaxbench_mcp.analysis import replay as kr
-from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS
+from jaxbench_mcp.catalog.targets import LANES, MXU_PUSH_MACS as _MXU_PUSH_MACS
 from jaxbench_mcp.internals import jaxpr as jx
 from jaxbench_mcp.internals.jaxpr import walk_eqns as _walk_eqns
 from jaxbench_mcp.internals.libtpu import mosaic_kernel_name
@@ -251,9 +251,9 @@ EPILOGUE_ROW_TILE_VREGS = 32
 
 
 def _row_tile_vregs(aval) -> int:
-    """The vregs one tile of rows of a value spans: one per 128 lanes (a packed dtype's tile is taller, not wider)."""
+    """The vregs one tile of rows of a value spans: one per LANES lanes (a packed dtype's tile is taller, not wider)."""
     shape: tuple = getattr(aval, "shape", ())
-    return -(-shape[-1] // 128) if len(shape) >= 2 else 0
+    return -(-shape[-1] // LANES) if len(shape) >= 2 else 0
 
 
 def _is_view(eqn, loaded: set) -> bool:
@@ -340,11 +340,12 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
         else:
             inner = max((body_values_bytes(sub, mxu) for sub in jx.sub_jaxprs(eqn)), default=0)
             inner += _loop_carry_bytes(eqn)
+        here = sum(live.values()) + inner + staging
         if eqn.primitive.name == "cond":
-            peak = max(peak, before + inner)  # a branch's room comes after all the room the code before it took
-        peak = max(peak, sum(live.values()) + inner + staging)
-        if eqn.primitive.name != "cond":
-            before = max(before, sum(live.values()) + inner + staging)
+            here = max(here, before + inner)  # a branch's room comes after all the room the code before it took
+        else:
+            before = max(before, here)
+        peak = max(peak, here)
         # A value read for the last time here leaves its room to the results (an elementwise op works in place).
         for v in [v for v in live if last.get(v, -1) <= i]:
             del live[v]
