@@ -4,14 +4,17 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxbench_mcp.catalog import workloads
 from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.checking.comparison import compare
-from jaxbench_mcp.checking.truth import Truth, truth_for
+from jaxbench_mcp.checking.truth import Truth, truth_for, truth_of
 from jaxbench_mcp.requests import CheckRequest
 from jaxbench_mcp.sandbox.jobs import Limits
 from jaxbench_mcp.taxonomy import ERROR_CLASSES, ErrorClass, Stage, Status
@@ -208,6 +211,28 @@ def test_compare_accepts_a_kernel_closer_to_the_truth_than_the_baseline_and_reje
     assert compare(nan.astype(np.float32), "bfloat16", t, 0)[1] is ErrorClass.NAN_OUTPUT
     assert compare(better[:, :64].astype(np.float32), "bfloat16", t, 0)[1] is ErrorClass.SHAPE_MISMATCH
     assert compare(better.astype(np.float32), "float32", t, 0)[1] is ErrorClass.DTYPE_MISMATCH
+
+
+def test_a_baseline_that_lands_on_the_truth_still_allows_a_correct_kernel_its_own_rounding():
+    # A float32 sum of small integers is exact, so the baseline's error is 0, as a scalar loss's can be by luck.
+    def reference(x):
+        return jnp.sum(x)
+
+    w = SimpleNamespace(jitted_reference=lambda: jax.jit(reference), module=SimpleNamespace(reference=reference))
+    w.static_argnums = ()
+    t = truth_of(w, (np.arange(1, 33, dtype=np.float32),))
+    assert t.baseline_error == 0.0 and float(t.truth) == 528.0
+
+    def ulps_off(n):
+        x = np.float32(528.0)
+        for _ in range(n):
+            x = np.nextafter(x, np.float32(np.inf))
+        return np.asarray(x)
+
+    # The floor is (1 + 2) x eps x 528 = 1.9e-4, and one ulp at 528 is 6.1e-5: three ulps pass, four do not.
+    assert compare(ulps_off(3), "float32", t, 0)[1] is None
+    report, cls, message = compare(ulps_off(4), "float32", t, 0)
+    assert cls is ErrorClass.WRONG_VALUES and "the floor of a correct kernel's own rounding" in message
 
 
 def test_truth_is_computed_above_the_output_precision_and_the_tolerance_is_calibrated():

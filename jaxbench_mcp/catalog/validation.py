@@ -268,7 +268,8 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
                 "truth",
                 None,
                 f"the {t.dtype} reference equals the {wide} truth exactly: it may compute in a "
-                "fixed precision whatever its inputs; the tolerance is then one ulp of the output's magnitude "
+                "fixed precision whatever its inputs; the tolerance is then a correct kernel's own rounding at the "
+                "output's magnitude "
                 f"({t.tolerance:.3g})",
             )
         )
@@ -345,7 +346,8 @@ def _checks(w: workloads.Workload, steps: list[Step]) -> None:
                 "tolerances",
                 None,
                 f"theirs ({tol.get('source')}): {theirs}; ours: max |error| <= {t.tolerance:.3g} "
-                "(2x the native reference's own error against the truth, at this seed)",
+                "(2x the native reference's own error against the truth at this seed, or a correct kernel's own "
+                "rounding if larger)",
             )
         )
 

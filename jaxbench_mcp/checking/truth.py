@@ -3,7 +3,11 @@
 The truth is the workload's reference evaluated one precision level above its output dtype (float32 for bf16
 outputs, float64 for float32 ones) on the very inputs the worker gets. The tolerance is calibrated per workload
 and seed: a candidate passes when its worst error is within TOLERANCE_FACTOR times the worst error of the
-workload's own native-dtype baseline (never tighter than one ulp of the output's largest magnitude).
+workload's own native-dtype baseline, and never tighter than a correct kernel's own rounding at the output's largest
+magnitude: one ulp of the output's dtype for the final cast, plus ACCUMULATION_ULPS float32 ulps for accumulating in
+an order other than the truth's (that part shows only in float32 outputs). The floor matters where the output has
+few elements (a scalar loss): the baseline's error is then one signed sample that can land arbitrarily near the
+truth (13p's baseline: 9 to 1160 x eps(float32) x |loss| over six seeds here; 0.19 once in CI).
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import numpy as np
 from jaxbench_mcp.catalog import workloads
 
 TOLERANCE_FACTOR = 2.0
+# 13p's correct fused kernel (128256-term logsumexps in float32) was off its scalar loss by up to 1.24 x eps(float32)
+# x |loss| over 100 seeds, and by 1.17 in the CI run that failed it under a floor of one ulp.
+ACCUMULATION_ULPS = 2.0
 
 
 @dataclass(frozen=True)
@@ -55,8 +62,10 @@ def truth_of(w, inputs: tuple) -> Truth:
     finite = np.isfinite(truth)
     baseline_error = float(np.max(np.abs(base32[finite] - truth[finite]), initial=0.0))
     scale = float(np.max(np.abs(truth[finite]), initial=0.0))
-    ulp = float(jnp.finfo(baseline.dtype).eps) if jnp.issubdtype(baseline.dtype, jnp.floating) else 0.0
-    tolerance = max(TOLERANCE_FACTOR * baseline_error, ulp * scale)
+    floor = 0.0
+    if jnp.issubdtype(baseline.dtype, jnp.floating):
+        floor = (float(jnp.finfo(baseline.dtype).eps) + ACCUMULATION_ULPS * float(jnp.finfo(jnp.float32).eps)) * scale
+    tolerance = max(TOLERANCE_FACTOR * baseline_error, floor)
     return Truth(
         truth=truth, baseline=base32, dtype=str(baseline.dtype), tolerance=tolerance, baseline_error=baseline_error
     )
