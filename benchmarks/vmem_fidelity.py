@@ -20,9 +20,10 @@ generation, the figure and the jax and libtpu versions): a rerun after a change 
 Usage: python benchmarks/vmem_fidelity.py [--targets v6e,v5e] [--only SUBSTRING] [--budget SECONDS]
 [--figure used|need] [--cached-only]
 
-Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 72, v5e 71, v5p 71, 7x 69
-(283 of 320, median 1.00x, 0.49x-1.35x); 281 before the branch-room rule (32k), 277 before the epilogue rule (42k)
-and 263 before the three changes named below them (15p, 21k/23k, 6p). An
+Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 72, v5e 71, v5p 71, 7x 71
+(285 of 320, median 1.00x, 0.49x-1.35x); 283 before 7x's own matmul staging (32k, 49k), 281 before the
+branch-room rule (32k), 277 before the epilogue rule (42k) and 263 before the three changes named below them (15p,
+21k/23k, 6p). An
 80-tile GEMM sweep (M 256-2048, K 256-2048, N 512-1024) 80 of 80, 0.98x-1.07x. The blocks and scratch
 (cost_model.pipeline_vmem_bytes) are exact on every kernel (at most 2% over the compiler: 23k's matvec); every
 kernel outside 10% misses in the body's values, what the LLO scheduler keeps in VMEM besides them, which vmem_bytes
@@ -36,8 +37,10 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   modelled on v6e, v5e and v5p (0.83x-0.86x) until a pl.when branch got room of its own beside the unconditional
   code before it (benchmarks/vmem_sweeps.py's branches group: 4.0 MiB more with the two matmuls before the
   epilogue than with them in a branch of their own; 1.00x-1.03x now). On 7x the same rule holds in the sweep,
-  but there the two matmuls before the branch take 0.9 MiB compiled against 4.8 modelled: 32k goes 1.00x to
-  1.19x: on 7x the room of the matmuls themselves is over-modelled, which the branch had hidden.
+  but there the two matmuls before the branch took 0.9 MiB compiled against 4.8 modelled (1.19x): 7x stages a
+  matmul of up to 1024 rows with no f32 partial tile, and its bf16 LHS only when more than two MXU-wide column
+  tiles read it (benchmarks/vmem_sweeps.py's dots group; KernelInfo.body_values_bytes_7x): 32k 1.02x and 49k's
+  GEMM 0.99x on 7x now (1.24x before), the 7x GEMMs of 1024 rows 1.04x to 1.00x.
 - 21k / 23k's column sums (a (512, 2048) bf16 block converted and summed over its rows) were 0.83x: the compiler
   stages a (512, 512) f32 strip of the converted block (modelled now: 1.00x on all four generations).
 - 5p, 7p (flex masks over unrolled heads, ragged pages): 2.4-5.6 MiB over, 1-2.3 modelled: the scheduler
@@ -45,12 +48,13 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   group; 7p cut to 1, 2, 4 and 8 KV heads needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks on v6e). 15p's decayed
   scores, read by a row reduction and by the second matmul, are kept whole on v6e, v5e and v5p (the fork rule:
   0.64x before, 0.95x now on v6e) but not on 7x (6.90 MiB compiled, 9.31 modelled: 1.35x).
-- Convolutions that build im2col patches in registers (25k, 28k's conv on v5e, 33k on v5e, 18k, 46k): the
-  computed right-hand side of their matmuls is staged (0.5-3.7 MiB over), not modelled.
+- Convolutions that build im2col patches in registers (25k, 28k's conv on v5e, 33k on v5e, 18k, 46k): 0.4-2.4
+  MiB over, not modelled. It is not the patch matrix itself: one im2col step alone (benchmarks/vmem_sweeps.py's
+  patches group) keeps 0-0.61 MiB (v6e, v5e) where its f32 patches are up to 3.4 MiB.
 - 6p (paged attention) was 1.16x: its key index iota, read by jnp's // and %, was held because those are jitted
   calls; a call of elementwise primitives now streams like one (0.97x on all four generations).
 - Off v6e also: jax's own flash kernel (tests/kernels/good_flash_attention_jax.py: 0.85x v5e/v5p, 0.67x 7x), a
-  3p kernel on v5e/v5p (0.81x), 49k's GEMM on 7x (1.24x), 18k on 7x (0.90x).
+  3p kernel on v5e/v5p (0.81x), 18k on 7x (0.90x).
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ keeps of the body's values; the model's figure is vmem_bytes less the same block
   branches  32k's two matmuls and last-step logsumexp over the accumulator, the accumulation unconditional or in a
             pl.when of its own (a branch's values get room of their own beside the code before it)
   dots      a plain bf16 matmul into its output block, M 1024-2048, K 1024-2048, N 512-1024 (_dot_staging's rules)
+  patches   one im2col convolution step: lane-shifted copies of a block stacked into a patch matrix, cast to bf16
+            and multiplied (18k, 25k, 33k and 46k's convolutions)
   columns   sums over the rows of (R, C) blocks (21k's column sums), bf16 converted and f32 read straight
 These are the measurements behind the column-strip and epilogue rules and the notes on what is still unmodelled.
 Open: the widths group (v6e) shows the hold rule (a value read after its row max is kept whole) over-modelling
@@ -25,11 +27,13 @@ more per head with (512, 512) ones -- about each head's two (rows, 128) f32 resu
 until the division. 7p's misses are this: with 1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38
 and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69. The dots group: on v6e the model holds at N = 1024
 and is 0.5-1.5 MiB over at N = 512 (two MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at
-N = 512 and only the LHS at N = 1024 (no f32 partial tile); with M = 2048 about 4 MiB at N = 512 whatever K, and
-1.2 MiB more than v6e at N = 1024. The model's 7x over-estimates (15p, 32k, 49k's GEMM) are likely this: taking
-the partial tile away on 7x fixed 32k and 49k but put twenty GEMMs with 2048-row blocks at 0.89x-0.91x, so the
-rule needs M.
-benchmarks/vmem_fidelity.py measures the whole corpus. Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e]
+N = 512 and only the LHS at N = 1024 (no f32 partial tile), which the model now follows (_dot_staging's small
+rows); with M = 2048 about 4 MiB at N = 512 whatever K, and 1.2 MiB more than v6e at N = 1024, still modelled as
+on v6e (5.81 MiB for both K = 1024 cases: over at N = 512, under at N = 1024). The patches group: one im2col step
+keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes, whose f32
+patch matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in them.
+benchmarks/vmem_fidelity.py measures the whole corpus.
+Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e] [--groups rows,dots]
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import vmem_fidelity  # noqa: E402 -- the same measurement: every kernel may use the chip's whole VMEM
 from jax.experimental import pallas as pl  # noqa: E402
+from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 
 
 def _row_max(z):
@@ -192,6 +197,39 @@ def _plain_dot(m: int, k: int, n: int):
     return call, [jax.ShapeDtypeStruct((2 * m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16)]
 
 
+def _patches(channels: int, taps: int, lanes: int, dtype):
+    """An im2col convolution step (18k, 25k, 33k, 46k): `taps` lane-shifted copies of a (channels, lanes + ...)
+    block (an aligned slice per group of three taps, a lane roll within it), stacked into a (taps * channels, lanes)
+    patch matrix, cast to bf16 when the block is f32, and one (64, taps * channels) @ patches matmul."""
+    extra = 128 * ((taps + 2) // 3)
+
+    def body(x_ref, w_ref, o_ref):
+        slab = x_ref[...]
+        rows = []
+        for t in range(taps):
+            row = slab[:, 128 * (t // 3) : 128 * (t // 3) + lanes]
+            rows.append(pltpu.roll(row, lanes - t % 3, 1) if t % 3 else row)
+        patches = jnp.concatenate(rows, axis=0).astype(jnp.bfloat16)
+        o_ref[...] = jnp.dot(w_ref[...], patches, preferred_element_type=jnp.float32)
+
+    def call(x, w):
+        return pl.pallas_call(
+            body,
+            grid=(8,),
+            in_specs=[
+                pl.BlockSpec((None, channels, lanes + extra), lambda i: (i, 0, 0)),
+                pl.BlockSpec((64, taps * channels), lambda i: (0, 0)),
+            ],
+            out_specs=pl.BlockSpec((None, 64, lanes), lambda i: (i, 0, 0)),
+            out_shape=jax.ShapeDtypeStruct((8, 64, lanes), jnp.float32),
+        )(x, w)
+
+    return call, [
+        jax.ShapeDtypeStruct((8, channels, lanes + extra), dtype),
+        jax.ShapeDtypeStruct((64, taps * channels), jnp.bfloat16),
+    ]
+
+
 def _dot(p, v_ref):
     return jnp.dot(p.astype(jnp.bfloat16), v_ref[...], preferred_element_type=jnp.float32)
 
@@ -237,6 +275,19 @@ CASES = {
     "dots": [
         (f"{m} x {k} @ {k} x {n}", _plain_dot(m, k, n)) for m in (1024, 2048) for k in (1024, 2048) for n in (512, 1024)
     ],
+    "patches": [
+        (f"{c} ch x {t} taps, {n} lanes, {jnp.dtype(d).name}", _patches(c, t, n, d))
+        for c, t, n, d in [
+            (8, 9, 2048, jnp.float32),
+            (8, 9, 1024, jnp.float32),
+            (8, 27, 2048, jnp.float32),
+            (32, 27, 1024, jnp.float32),
+            (32, 9, 2048, jnp.float32),
+            (8, 9, 2048, jnp.bfloat16),
+            (64, 3, 2048, jnp.bfloat16),
+            (64, 9, 2048, jnp.bfloat16),
+        ]
+    ],
     "columns": [
         (f"sum over rows, {r} x {c} {name}", _columns(r, c, dtype, convert))
         for name, dtype, convert in [("bf16 -> f32", jnp.bfloat16, True), ("f32 from its ref", jnp.float32, False)]
@@ -248,6 +299,7 @@ CASES = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", default="v6e,v5e", help="comma-separated TPU generations")
+    parser.add_argument("--groups", default=",".join(CASES), help="comma-separated groups of cases")
     args = parser.parse_args()
 
     from jaxbench_mcp.analysis import kernels as kernel_analysis
@@ -259,7 +311,8 @@ def main() -> None:
     mib = 2**20
     print(f"{'gen':<4} {'group':<8} {'case':<44} {'compiler':>9} {'model':>9}   (MiB beyond blocks and scratch)")
     for generation in args.targets.split(","):
-        for group, cases in CASES.items():
+        for group in args.groups.split(","):
+            cases = CASES[group]
             for name, (call, abstract) in cases:
                 (kernel,), _ = kernel_analysis.describe_kernels(jax.make_jaxpr(call)(*abstract).jaxpr)
                 info = protocol.KernelInfo(**kernel)

@@ -788,6 +788,40 @@ def test_body_values_stream_unless_a_reduction_or_the_mxu_holds_them():
     assert cost_model.vmem_bytes(kernel, "v5e") == 13 * 2**20 - held  # + the 1 MiB LHS block, relaid for the MXU
 
 
+def test_7x_stages_a_matmul_of_up_to_1024_rows_less_than_v6e():
+    """benchmarks/vmem_sweeps.py's dots group: 7x stages nothing for a 1024 x 1024 @ 1024 x 512 product (v6e: 2.30
+    MiB, an f32 partial tile and the bf16 LHS) and only the LHS when N = 1024 (1.82 MiB; v6e 2.82)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    from jaxbench_mcp.sandbox import protocol
+
+    def beyond_blocks(n: int, rows: int, generation: str) -> int:
+        def call(x, w):
+            def body(x_ref, w_ref, o_ref):
+                o_ref[...] = jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)
+
+            return pl.pallas_call(
+                body,
+                grid=(4,),
+                in_specs=[pl.BlockSpec((rows, 1024), lambda i: (i, 0)), pl.BlockSpec((1024, n), lambda i: (0, 0))],
+                out_specs=pl.BlockSpec((rows, n), lambda i: (i, 0)),
+                out_shape=jax.ShapeDtypeStruct((4 * rows, n), jnp.float32),
+            )(x, w)
+
+        kernel = protocol.KernelInfo(**_described(call, ((4 * rows, 1024), "bfloat16"), ((1024, n), "bfloat16")))
+        return cost_model.vmem_bytes(kernel, generation) - cost_model.pipeline_vmem_bytes(kernel)
+
+    held = kernel_analysis.REGISTER_HELD_BYTES
+    lhs, tile = 1024 * 1024 * 2, 1024 * 256 * 4
+    assert beyond_blocks(512, 1024, "7x") == 0
+    assert beyond_blocks(1024, 1024, "7x") == lhs - held
+    assert beyond_blocks(512, 1024, "v6e") == beyond_blocks(1024, 1024, "v6e") == lhs + tile - held
+    # From 2048 rows the model stages as on v6e (7x compiled 3.84 MiB at N = 512 and 7.06 at N = 1024, modelled 5.81).
+    assert beyond_blocks(512, 2048, "7x") == beyond_blocks(512, 2048, "v6e") == 2 * (lhs + tile) - held
+
+
 def test_a_value_read_by_jnp_floor_divide_and_remainder_streams():
     """jnp's // and % are jitted elementwise functions: an iota read by both streams like one read by two adds (6p's
     key index r, read as r % heads and r // heads: 5.14 MiB compiled on v6e, 5.97 modelled when each call held it)."""

@@ -194,7 +194,11 @@ def _among(v, values: set | frozenset) -> bool:
     return not isinstance(v, Literal) and v in values
 
 
-def _dot_staging(eqn, loaded: set, mxu: int) -> int:
+# Rows up to which 7x stages a matmul the small way (_dot_staging): benchmarks/vmem_sweeps.py's dots group.
+SMALL_DOT_ROWS_7X = 1024
+
+
+def _dot_staging(eqn, loaded: set, mxu: int, small_rows: int = 0) -> int:
     """The VMEM a 2-D dot_general takes while it runs (its result streams into its consumer, the acc += dot of a
     GEMM, and is kept only when something holds it: body_values_bytes), for a chip whose MXU is `mxu` wide.
     Measured on a sweep of GEMM tiles (M 128-2048, K 256-2048, N 128-1024; NN and NT, bf16 and f32) with
@@ -205,7 +209,10 @@ def _dot_staging(eqn, loaded: set, mxu: int) -> int:
       MXU-wide column tiles of the result read it: on a 128-wide MXU (v4, v5e, v5p) always (8p's 1024 x 512 x 1024
       on v5e: 0.84 MiB, modelled 1.0); on a 256-wide one (v6e, 7x) only from K = 1024 (1024 x 1024 x 1024: 2.83
       MiB over, modelled 3.0; K = 512: 0 with the LHS read straight from its ref, about its size computed).
-    An f32 LHS is never staged; N of one MXU tile reads it once."""
+    An f32 LHS is never staged; N of one MXU tile reads it once. A chip that stages matmuls of up to `small_rows`
+    rows the small way (7x: SMALL_DOT_ROWS_7X) stages no partial tile for them, and their LHS only when more than
+    two MXU-wide column tiles read it: 7x's 1024 x 1024 x 512 and 1024 x 2048 x 512 stage nothing (v6e: 2.30 and
+    4.35 MiB), its 1024 x 1024 x 1024 and 1024 x 2048 x 1024 the LHS alone (1.82 and 3.82 MiB; v6e 2.82, 4.86)."""
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
     a, b = eqn.invars[:2]
     if lhs_batch or rhs_batch or len(getattr(a.aval, "shape", ())) != 2 or len(getattr(b.aval, "shape", ())) != 2:
@@ -214,8 +221,9 @@ def _dot_staging(eqn, loaded: set, mxu: int) -> int:
     rows, columns = a.aval.shape[1 - lhs_contract[0]], b.aval.shape[1 - rhs_contract[0]]
     from jaxbench_mcp.perf import cost_model
 
-    tile = cost_model.padded_block_bytes([rows, min(columns, mxu)], "float32") if depth > 512 else 0
-    reread = columns > mxu and a.aval.dtype.itemsize == 2
+    small = rows <= small_rows
+    tile = cost_model.padded_block_bytes([rows, min(columns, mxu)], "float32") if depth > 512 and not small else 0
+    reread = columns > (2 * mxu if small else mxu) and a.aval.dtype.itemsize == 2
     if mxu >= 256:
         reread = reread and (depth >= 1024 or (depth <= 512 and not _among(a, loaded)))
     return tile + (_value_vmem_bytes(a.aval) if reread else 0)
@@ -278,8 +286,9 @@ def _loop_carry_bytes(eqn) -> int:
     return sum(_value_vmem_bytes(v.aval) for v in carry if hasattr(v.aval, "shape"))
 
 
-def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) -> int:
-    """VMEM the intermediate values of a kernel body take at their peak, for a chip whose MXU is `mxu` wide (before
+def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), small_dot_rows: int = 0) -> int:
+    """VMEM the intermediate values of a kernel body take at their peak, for a chip whose MXU is `mxu` wide and which
+    stages matmuls of up to `small_dot_rows` rows the small way (_dot_staging; 0: none, 7x: SMALL_DOT_ROWS_7X) (before
     what the registers hold: kernel_values_bytes): a model of what Mosaic and the LLO scheduler keep in VMEM,
     compared with the compiler by benchmarks/vmem_fidelity.py. A value streams through the registers vreg by vreg
     unless
@@ -329,16 +338,18 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset()) ->
     peak = 0
     before = 0  # the peak of the unconditional code so far (pl.when branches aside)
     for i, eqn in enumerate(jaxpr.eqns):
-        staging = _dot_staging(eqn, from_refs, mxu) if eqn.primitive.name == "dot_general" else 0
+        staging = _dot_staging(eqn, from_refs, mxu, small_dot_rows) if eqn.primitive.name == "dot_general" else 0
         staging += _column_reduction_staging(eqn, from_refs, whole)
         inner = 0
         if eqn.primitive.name == "cond":  # a branch sees the values the cond passes it (after its index)
             for branch in jx.cond_branches(eqn):
                 operands = zip(branch.jaxpr.invars, eqn.invars[1:], strict=True)  # the index is not passed
                 passed = frozenset(b for b, v in operands if _among(v, from_refs))
-                inner = max(inner, body_values_bytes(branch.jaxpr, mxu, passed))
+                inner = max(inner, body_values_bytes(branch.jaxpr, mxu, passed, small_dot_rows))
         else:
-            inner = max((body_values_bytes(sub, mxu) for sub in jx.sub_jaxprs(eqn)), default=0)
+            inner = max(
+                (body_values_bytes(sub, mxu, small_dot_rows=small_dot_rows) for sub in jx.sub_jaxprs(eqn)), default=0
+            )
             inner += _loop_carry_bytes(eqn)
         here = sum(live.values()) + inner + staging
         if eqn.primitive.name == "cond":
@@ -416,10 +427,10 @@ def _forks_into_a_matmul(v, read: list, jaxpr, sinks: dict) -> bool:
     )
 
 
-def kernel_values_bytes(jaxpr, mxu: int = 256) -> int:
+def kernel_values_bytes(jaxpr, mxu: int = 256, small_dot_rows: int = 0) -> int:
     """VMEM a kernel body's values take beyond what the vector registers hold (body_values_bytes, less
     REGISTER_HELD_BYTES)."""
-    return max(0, body_values_bytes(jaxpr, mxu) - REGISTER_HELD_BYTES)
+    return max(0, body_values_bytes(jaxpr, mxu, small_dot_rows=small_dot_rows) - REGISTER_HELD_BYTES)
 
 
 def _block_buffers(block, grid) -> int:
@@ -487,6 +498,7 @@ def describe_kernels(jaxpr) -> tuple[list[dict], list[str]]:
                 "vmem_limit_bytes": info.vmem_limit_bytes,
                 "body_values_bytes": kernel_values_bytes(kernel_jaxpr, 256),
                 "body_values_bytes_mxu128": kernel_values_bytes(kernel_jaxpr, 128),
+                "body_values_bytes_7x": kernel_values_bytes(kernel_jaxpr, 256, SMALL_DOT_ROWS_7X),
                 "scratch": [
                     {
                         "shape": [int(d) for d in a.shape],

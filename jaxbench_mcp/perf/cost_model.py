@@ -355,6 +355,13 @@ def padded_block_bytes(block_shape, dtype: str) -> int:
     return int(np.prod(lead, dtype=np.int64)) * rows * cols * itemsize
 
 
+def _is_7x(generation: str | None) -> bool:
+    try:
+        return generation is not None and targets.check_generation(generation) == "7x"
+    except targets.UnknownTarget:
+        return False
+
+
 def _mxu_size(generation: str | None) -> int:
     """The MXU width of `generation`; 256 (v6e's) when it names none we know."""
     if generation is None:
@@ -388,13 +395,18 @@ def vmem_bytes(kernel, generation: str | None = None) -> int:
     (protocol.KernelInfo) alone, before any compile: every pipelined block (not in HBM) at its padded size times
     its buffers (two when its index changes over the grid, one when it stays: BlockInfo.buffers), plus its VMEM
     scratch at its padded size (SMEM scratch and semaphores live elsewhere), plus the large intermediate values of
-    its body for the chip's MXU width (kernel_analysis.body_values_bytes). A description without scratch shapes
-    counts its scratch_bytes unpadded. This is the kernel's own need with its operands in HBM: the compiler's
-    "used_scoped_memory_configs" when every kernel may use the chip's whole VMEM (benchmarks/vmem_fidelity.py
+    its body for the chip's MXU width and matmul staging (kernel_analysis.body_values_bytes). A description without
+    scratch shapes counts its scratch_bytes unpadded. This is the kernel's own need with its operands in HBM: the
+    compiler's "used_scoped_memory_configs" when every kernel may use the chip's whole VMEM (benchmarks/vmem_fidelity.py
     compares the two on the corpus). Under a smaller limit XLA may place a small operand in VMEM itself, outside
     the kernel's scoped allocation, and the kernel then compiles under less."""
     narrow = getattr(kernel, "body_values_bytes_mxu128", None)
-    body = narrow if narrow is not None and _mxu_size(generation) < 256 else getattr(kernel, "body_values_bytes", 0)
+    seven = getattr(kernel, "body_values_bytes_7x", None)
+    body = getattr(kernel, "body_values_bytes", 0)
+    if narrow is not None and _mxu_size(generation) < 256:
+        body = narrow
+    elif seven is not None and _is_7x(generation):
+        body = seven
     return pipeline_vmem_bytes(kernel) + int(body or 0)
 
 

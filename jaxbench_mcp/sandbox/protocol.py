@@ -228,10 +228,13 @@ class KernelInfo(_Strict):
     )
     scratch: list[ScratchInfo] = Field(default_factory=list, description="Each scratch buffer's shape and space")
     body_values_bytes: int = Field(
-        0, description="VMEM the body's large intermediate values take at their peak on a 256-wide MXU (v6e, 7x)"
+        0, description="VMEM the body's large intermediate values take at their peak on a 256-wide MXU (v6e)"
     )
     body_values_bytes_mxu128: int | None = Field(
         None, description="The same on a 128-wide MXU (v4, v5e, v5p); None: as on a 256-wide one"
+    )
+    body_values_bytes_7x: int | None = Field(
+        None, description="The same as 7x stages its matmuls (less than v6e below 2048 rows); None: as on v6e"
     )
 
 
