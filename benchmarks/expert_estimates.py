@@ -33,6 +33,9 @@ def main() -> None:
         if not ref.get("calibration_bundles"):
             print(f"{w.id:<28} {roof:>8,.0f}us  no reference estimate")
             continue
+        if ref.get("xla_error"):
+            print(f"{w.id:<28} {roof:>8,.0f}us  XLA's baseline does not compile: {ref['xla_error']}"[:200])
+            continue
         xla = cost_model.xla_baseline_s(ref, g) * 1e6
         spb = {g: cost_model.seconds_per_bundle(g, ref["calibration_bundles"])}
         estimate = profiler.estimate_source(w.id, Path(module.__file__).read_text(), [g], spb)[g]

@@ -14,7 +14,13 @@ The work ratio is counted here from the data (blocks the variant computes / bloc
 from the estimator. Goal: the skipping kernel is estimated faster by at least half of that ratio, i.e.
 estimate(no skip) / estimate(skip) - 1 >= (work ratio - 1) / 2.
 The last column is the skipping kernel estimated with every input abstract, as profiles traced it before.
-Usage: python benchmarks/skip_pairs.py [--target v6e]
+With --measure (a TPU host) each pair is timed instead, on the attached chip with perf/measuring (fresh float data
+every run, the same integer inputs as the estimate), and the measured ratio printed beside the work ratio: what the
+estimate's ratio should come near. Measured on one TPU v5e (2026-12-05, jax 0.10.2, median of 10 runs each):
+  1p_Flash_Attention         work 1.60x  skip 10,505 us  no skip 16,873 us  measured 1.61x
+  6p_Paged_Attention         work 1.78x  skip    950 us  no skip  1,538 us  measured 1.62x
+  7p_Ragged_Paged_Attention  work 1.69x  skip  7,689 us  no skip 12,256 us  measured 1.59x
+Usage: python benchmarks/skip_pairs.py [--target v6e] [--only IDS] [--measure]
 """
 
 import argparse
@@ -26,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "--measure" not in sys.argv:  # the estimates compile deviceless; the timed runs need the chip
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,17 +112,8 @@ def ragged_work(module, args) -> float:
     return len(kv_end) * blocks / needed
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--target", default="v6e")
-    parser.add_argument("--only", default="", help="comma-separated workload ids")
-    args = parser.parse_args()
-
-    from jaxbench_mcp.catalog import workloads
-    from jaxbench_mcp.perf import estimator
-
-    root = estimator._process_dump_root()  # before anything in this process loads libtpu
-    pairs = [
+def pairs():
+    return [
         ("1p_Flash_Attention", flash_pair(), None, flash_work),
         (
             "6p_Paged_Attention",
@@ -130,6 +128,50 @@ def main() -> int:
             ragged_work,
         ),
     ]
+
+
+def measure(only: str) -> int:
+    """Each pair timed on the attached TPU (perf/measuring: the profiler's device time, fresh float data per run),
+    on the integer inputs the estimate uses."""
+    sys.path.insert(0, str(ROOT))
+    from jaxbench_mcp.catalog import workloads
+    from jaxbench_mcp.perf import measuring
+
+    iterations = 10
+    print(f"measured on {measuring.jax.devices()[0].device_kind}, jax {measuring.jax.__version__}, {iterations} runs")
+    print(f"{'workload':28} {'work ratio':>10} {'skip us':>10} {'no-skip us':>11} {'measured ratio':>14}")
+    for wid, (skip_src, no_skip_src), adjust, work in pairs():
+        if only and wid not in only.split(","):
+            continue
+        w = workloads.get_workload(wid)
+
+        def inputs_for(i, w=w, adjust=adjust):
+            inputs = w.create_inputs("full", 7_000 + i)
+            return tuple(adjust(w, inputs)) if adjust is not None else inputs
+
+        skip_mod, no_skip_mod = load(skip_src, f"skip_{w.number}"), load(no_skip_src, f"noskip_{w.number}")
+        ratio = work(skip_mod, inputs_for(0))
+        times = [
+            measuring.time_on_device(m.workload, w.static_argnums, inputs_for, iterations).median_us
+            for m in (skip_mod, no_skip_mod)
+        ]
+        print(f"{wid:28} {ratio:10.2f} {times[0]:10,.0f} {times[1]:11,.0f} {times[1] / times[0]:14.2f}", flush=True)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target", default="v6e")
+    parser.add_argument("--only", default="", help="comma-separated workload ids")
+    parser.add_argument("--measure", action="store_true", help="time the pairs on the attached TPU instead")
+    args = parser.parse_args()
+    if args.measure:
+        return measure(args.only)
+
+    from jaxbench_mcp.catalog import workloads
+    from jaxbench_mcp.perf import estimator
+
+    root = estimator._process_dump_root()  # before anything in this process loads libtpu
     only = {s for s in args.only.split(",") if s}
     print(f"target {args.target}: static estimates at full size, the same kernel with and without block skipping")
     print(
@@ -137,7 +179,7 @@ def main() -> int:
         f"{'skip us, inputs abstract':>24}"
     )
     met_all = True
-    for wid, (skip_src, no_skip_src), adjust, work in pairs:
+    for wid, (skip_src, no_skip_src), adjust, work in pairs():
         if only and wid not in only:
             continue
         w = workloads.get_workload(wid)

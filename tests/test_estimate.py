@@ -450,28 +450,48 @@ def test_a_tensorcore_mesh_kernel_is_replayed_per_core_and_the_busiest_core_coun
     assert compute_us(alone) == pytest.approx(compute_us({**one_core, "loop_ratio": 1.0}), rel=0.1)
 
 
-def _schedule(name, kernel, bundles):
+def _schedule(name, kernel, bundles, call_shapes=None):
     from jaxbench_mcp.sandbox import protocol
 
-    return protocol.Schedule(name=name, bundles=bundles, slot_use={}, kernel=kernel)
+    return protocol.Schedule(name=name, bundles=bundles, slot_use={}, kernel=kernel, call_shapes=call_shapes)
 
 
-def _flow(kernel, steps):
+def _flow(kernel, steps, call_shapes=None):
     from jaxbench_mcp.sandbox import protocol
 
     return protocol.KernelTraffic(
-        steps=steps, steps_exact=True, hbm_bytes=0, exact=True, run_ratio=1.0, run_ratio_exact=True, kernel=kernel
+        steps=steps,
+        steps_exact=True,
+        hbm_bytes=0,
+        exact=True,
+        run_ratio=1.0,
+        run_ratio_exact=True,
+        kernel=kernel,
+        call_shapes=call_shapes,
     )
 
 
 def test_kernel_schedules_pair_with_traced_kernels_by_name_not_by_position():
     from jaxbench_mcp.perf.estimator import pair_kernels
 
-    # libtpu dumps in compile order: here the second traced kernel first, and two kernels sharing a name.
-    schedules = [_schedule("f.4", "_norm", 10), _schedule("f.2", "_gemm", 20), _schedule("f.3", "_gemm", 30)]
-    traffic = [_flow("_gemm", 1), _flow("_gemm", 2), _flow("_norm", 3)]
+    # libtpu dumps in compile order: here the second traced kernel first, and the same body called twice.
+    schedules = [_schedule("f.4", "_norm", 10), _schedule("f.2", "_gemm", 20), _schedule("f.3", "_gemm", 20)]
+    traffic = [_flow("_gemm", 2), _flow("_gemm", 2), _flow("_norm", 3)]
     pairs = pair_kernels(schedules, traffic)
-    assert [(s.bundles, f.steps) for s, f in pairs] == [(20, 1), (30, 2), (10, 3)]
+    assert [(s.bundles, f.steps) for s, f in pairs] == [(20, 2), (20, 2), (10, 3)]
+    # Two kernels of one name that do different work pair by the shapes of their calls, and where those do not tell
+    # them apart, none is guessed.
+    shaped = [
+        _schedule("f.4", "_norm", 10),
+        _schedule("f.2", "_gemm", 20, "8->8"),
+        _schedule("f.3", "_gemm", 30, "4->4"),
+    ]
+    flows = [_flow("_gemm", 1, "4->4"), _flow("_gemm", 2, "8->8"), _flow("_norm", 3)]
+    assert [(s.bundles, f.steps) for s, f in pair_kernels(shaped, flows)] == [(30, 1), (20, 2), (10, 3)]
+    shared = pair_kernels(schedules, [_flow("_gemm", 1), _flow("_gemm", 2), _flow("_norm", 3)])
+    assert isinstance(shared, str) and "2 kernels share the name _gemm" in shared and "name=" in shared
+    alike = pair_kernels(shaped, [_flow("_gemm", 1, "4->4"), _flow("_gemm", 2, "4->4"), _flow("_norm", 3)])
+    assert isinstance(alike, str) and "share the name _gemm" in alike
     # A kernel the dump does not name, or names differently, is reported rather than paired by position.
     unnamed = pair_kernels(
         [_schedule("f.2", None, 20), _schedule("f.3", "_norm", 10)], [_flow("_gemm", 1), _flow("_norm", 3)]
@@ -522,6 +542,16 @@ def test_the_dump_and_the_trace_name_a_kernel_alike():
     ]
     assert dumped == traced
     assert libtpu._kernel_name('custom_call_target="tpu_custom_call", {"custom_call_config":{"body":"AAAA"}}') is None
+    # Kernels that share a name are told apart by their calls' shapes, read alike from the trace and the dump.
+    line = (
+        "\t5670.00 scheduled bundles (100.00%): %workload.7 = bf16[8192,576]{1,0:T(8,128)(2,1)S(1)} "
+        'custom-call(%bitcast.11, %copy.47.b_ref), custom_call_target="tpu_custom_call", '
+        "operand_layout_constraints={bf16[8192,7168]{1,0}, s32[]{:T(128)}}, frontend_attributes={kernel_metadata={}}"
+    )
+    assert libtpu.call_shapes(line) == "8192x7168,->8192x576"
+    assert libtpu.call_shapes('%k = f32[8] custom-call(%x), custom_call_target="tpu_custom_call"') is None
+    traced_shapes = [k["call_shapes"] for k in kernel_analysis.kernel_traffic(jax.make_jaxpr(fn)(x).jaxpr)]
+    assert traced_shapes == ["512x128->512x128"] * 3
 
 
 @pytest.mark.slow
@@ -558,6 +588,39 @@ def test_kernels_compiled_out_of_trace_order_are_estimated_with_their_own_schedu
         ("0:_matmul_kernel", 1, bundles["_matmul_kernel"]),
         ("1:_scale_kernel", 8, bundles["_scale_kernel"]),
     ]
+
+
+@pytest.mark.slow
+def test_one_kernel_function_on_two_shapes_is_paired_by_the_shapes_of_its_calls():
+    # The same body on a big and a small matmul (3p's solution does this thrice): the schedules share the body's name,
+    # and the custom calls' shapes say which is whose, whatever order libtpu compiles them in.
+    code = (
+        "import jax, jax.numpy as jnp, jaxbench_mcp\n"
+        "from jax.experimental import pallas as pl\n"
+        "from jaxbench_mcp.perf import estimator\n"
+        "def _matmul_kernel(a_ref, b_ref, o_ref):\n"
+        "    o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)\n"
+        "def mm(a, b):\n"
+        "    return pl.pallas_call(_matmul_kernel, out_shape=jax.ShapeDtypeStruct((a.shape[0], b.shape[1]),\n"
+        "                          jnp.float32))(a, b)\n"
+        "def fn(a, b, c, d):\n"
+        "    return mm(a, b), mm(c, d)\n"
+        "big = jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16)\n"
+        "small = jax.ShapeDtypeStruct((128, 128), jnp.bfloat16)\n"
+        "est = jaxbench_mcp.estimate(fn, big, big, small, small, target='v6e')\n"
+        "root = estimator._process_dump_root()\n"
+        "compiled = estimator.compile_kernels(fn, [big, big, small, small], (), 'v6e', root)\n"
+        "dumped = [(s.kernel, s.call_shapes, s.bundles) for s in compiled.schedules]\n"
+        "print('RESULT', (dumped, [(k.name, k.bundles_per_step) for k in est.kernels]))\n"
+    )
+    out = _in_fresh_process(code)
+    assert "RESULT" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+    dumped, estimated = ast.literal_eval(out.stdout.split("RESULT ", 1)[1].strip())
+    bundles = {shapes: n for _, shapes, n in dumped}
+    assert {name for name, _, _ in dumped} == {"_matmul_kernel"}
+    big, small = bundles["1024x1024,1024x1024->1024x1024"], bundles["128x128,128x128->128x128"]
+    assert big > 10 * small
+    assert estimated == [("0:_matmul_kernel", big), ("1:_matmul_kernel", small)]
 
 
 def test_workload_integer_inputs_are_known_so_skipped_blocks_cost_nothing():

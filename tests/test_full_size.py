@@ -17,7 +17,7 @@ from jaxbench_mcp.sandbox.jobs import Limits
 
 def _profiler_measuring(median_us: float) -> profiling.Profiler:
     profiler = profiling.Profiler(SimpleNamespace(tier=None))
-    profiler.measure_source = lambda workload_id, source, iterations=20: DeviceTiming(
+    profiler.measure_source = lambda workload_id, source, generation, checked=None, iterations=20: DeviceTiming(
         median_us=median_us, min_us=median_us, spread_pct=1.0, iterations=20
     )
     return profiler

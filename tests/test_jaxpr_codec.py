@@ -74,6 +74,26 @@ def test_a_program_comes_back_as_it_was_recorded(name):
             np.testing.assert_array_equal(np.asarray(w), np.asarray(g))
 
 
+def test_a_kernel_keeps_its_name_so_its_schedule_finds_it():
+    from jaxbench_mcp.analysis import kernels
+
+    # jax names a kernel's Mosaic module after its body, and the estimate pairs each compiled schedule with its traced
+    # kernel by that name: with every body called "program", two kernels were paired crosswise.
+    def two_kernels(a, b):
+        def _scale(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 2
+
+        scaled = pl.pallas_call(_scale, out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype))(a)
+        return _gemm(scaled, b)
+
+    bf16 = [jax.ShapeDtypeStruct((256, 256), jnp.bfloat16), jax.ShapeDtypeStruct((256, 128), jnp.bfloat16)]
+    closed = jax.make_jaxpr(two_kernels)(*bf16)
+    decoded = jaxpr_codec.decode(jaxpr_codec.encode(closed))
+    names = [kernels._mosaic_name(e) for e in decoded.jaxpr.eqns if e.primitive.name == "pallas_call"]
+    assert names == ["_scale", "kernel"]
+    assert names == [kernels._mosaic_name(e) for e in closed.jaxpr.eqns if e.primitive.name == "pallas_call"]
+
+
 def test_custom_derivative_rules_do_not_travel_only_the_forward_body():
     @jax.custom_jvp
     def f(x):
@@ -135,6 +155,11 @@ def _hostile_payloads():
         ill_typed.jaxpr.constvars, ill_typed.jaxpr.invars, [wrong_out], [ill_typed_eqn], consts=[]
     )
     object_array = pickle.dumps(("jaxbench-program/1", jax.__version__, np.array([None], dtype=object)))
+    original, jaxpr_codec._func_name = jaxpr_codec._func_name, lambda _jaxpr: "x" * 10_000
+    try:
+        long_name = jaxpr_codec.encode(_programs()["elementwise"])
+    finally:
+        jaxpr_codec._func_name = original
     return {
         "a reduce that runs a shell": _raw_pickle(("jaxbench-program/1", jax.__version__, _RunsCode())),
         "builtins.eval by name": b"\x80\x05cbuiltins\neval\n\x8c\x0b__import__()\x85R.",
@@ -148,6 +173,7 @@ def _hostile_payloads():
         "a persistent id that is not a primitive": b"\x80\x05\x8c\x03abc\x94Q.",
         "an array of objects": object_array,
         "an ill-typed program": jaxpr_codec.encode(ill),
+        "a jaxpr name far too long": long_name,
         "nesting far too deep": b"\x80\x05" + b"]" * 200_000 + b"a" * 199_999 + b".",
     }
 
@@ -165,6 +191,7 @@ _HOSTILE = [
     "a persistent id that is not a primitive",
     "an array of objects",
     "an ill-typed program",
+    "a jaxpr name far too long",
     "nesting far too deep",
 ]
 

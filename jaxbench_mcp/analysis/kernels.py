@@ -534,6 +534,7 @@ def kernel_traffic(jaxpr, known: dict[int, list] | None = None) -> list[dict]:
                     **_kernel_traffic(eqn, (known or {}).get(id(eqn))),
                     **operand_floor(eqn),
                     "kernel": _mosaic_name(eqn),
+                    "call_shapes": call_shapes(eqn),
                     "runs": runs,
                     "runs_exact": runs_exact,
                 }
@@ -620,6 +621,16 @@ def _while_trips(eqn) -> int | None:
     if not any(v is b_carry[k] for v in (a, b)) or not any(isinstance(v, Literal) and v.val == 1 for v in (a, b)):
         return None
     return max(0, stop - start)
+
+
+def call_shapes(eqn) -> str:
+    """The kernel call's operand and result shapes, "8192x7168,7168x576->8192x576": as libtpu's dump shows the custom
+    call (internals/libtpu.call_shapes), so that kernels sharing a name still find their schedules."""
+
+    def dims(variables) -> str:
+        return ",".join("x".join(str(d) for d in v.aval.shape) for v in variables)
+
+    return f"{dims(eqn.invars)}->{dims(eqn.outvars)}"
 
 
 def _mosaic_name(eqn) -> str | None:

@@ -51,6 +51,7 @@ from jax.experimental import pallas as _pallas  # noqa: F401 - the kernel primit
 from jax.experimental.pallas import tpu as _pltpu  # noqa: F401
 
 MAX_BYTES = 256 << 20  # a program file larger than this is refused unread
+MAX_NAME_CHARS = 200  # a traced function's name, as it travels with its jaxpr
 _MAX_EQNS = 2_000_000  # equations at all depths (the largest corpus program has ~30,000)
 _MAX_DEPTH = 64  # jaxprs nested in jaxprs (the corpus goes 6 deep)
 _FORMAT = "jaxbench-program/1"
@@ -243,8 +244,13 @@ def _eqn(invars, outvars, primitive, params, effects, ctx):
     return core.new_jaxpr_eqn(invars, outvars, primitive, params, effects, source_info_util.new_source_info(), ctx)
 
 
-def _jaxpr(constvars, invars, outvars, eqns, effects, is_high, consts):
-    debug = lu.DebugInfo("recorded", "program", None, None)
+def _jaxpr(constvars, invars, outvars, eqns, effects, is_high, consts, name):
+    # The traced function's name travels: jax names a kernel's Mosaic module after its body's, and the estimate pairs
+    # each compiled schedule with its traced kernel by that name (two kernels both called "program" were paired
+    # crosswise: 50k's row kernel priced with its GEMM's matmuls).
+    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
+        raise CodecError(f"a jaxpr's name must be a string of at most {MAX_NAME_CHARS} characters")
+    debug = lu.DebugInfo("recorded", name or "program", None, None)
     return core.Jaxpr(constvars, invars, outvars, eqns, effects, debug, is_high, consts)
 
 
@@ -355,8 +361,14 @@ class _Pickler(pickle.Pickler):
                 obj.effects,
                 obj.is_high,
                 consts,
+                _func_name(obj),
             )
         return _reduce_value(obj)
+
+
+def _func_name(jaxpr) -> str:
+    name = getattr(getattr(jaxpr, "debug_info", None), "func_name", None)
+    return name[:MAX_NAME_CHARS] if isinstance(name, str) else ""
 
 
 def _reduce_value(obj):  # noqa: PLR0911 - one branch per kind of value a program's avals and parameters hold

@@ -26,6 +26,8 @@ _BUNDLE_LINE = re.compile(r"^\s*(?:0x[0-9a-f]+|\d+)\s+(?:LH|LB|LE|PB|PF|CT)?:\s*
 _MOSAIC_BODY = re.compile(r'custom_call_target="tpu_custom_call".*?"custom_call_config":\{"body":"([A-Za-z0-9+/=]+)"')
 # Characters jax replaces by "_" when it names a Mosaic module after the kernel function (mlir.sanitize_name).
 _UNSAFE_IN_NAME = re.compile(r"[^\w.-]")
+# An array type in HLO text, "bf16[8192,576]": its dimensions (a scalar's are empty).
+_HLO_SHAPE = re.compile(r"\b[a-z][a-z0-9]*\[([\d,]*)\]")
 # Programs of XLA's own in a dump, as opposed to Mosaic kernels.
 _XLA_PROGRAMS = re.compile(r"^\d+-(TLP|<late-[a-z]+>)-")
 # The sizes in libtpu's VMEM overflow messages (the rest of those lines is the whole HLO instruction).
@@ -52,6 +54,9 @@ class KernelSchedule:
     # The kernel's own name (its Mosaic module's: pallas_call's name=, else the kernel function's): what pairs
     # the schedule with the traced kernel. None when the dump does not show it.
     kernel: str | None = None
+    # The custom call's operand and result shapes ("8192x7168,7168x576->8192x576"): what tells apart kernels that
+    # share a name (one kernel function called on several shapes). None when the dump does not show them.
+    call_shapes: str | None = None
 
 
 def mosaic_kernel_name(func_name: str) -> str:
@@ -73,6 +78,27 @@ def _kernel_name(schedule_text: str) -> str | None:
     except (binascii.Error, ValueError, KeyError, ir.MLIRError):
         return None
     return ir.StringAttr(name).value
+
+
+def call_shapes(schedule_text: str) -> str | None:
+    """A kernel's custom call in its schedule file's HLO text, as "operand shapes->result shapes" (dims only: the
+    form analysis/kernels.call_shapes gives a traced kernel); None if the line or its operand list is not there."""
+    line = next((ln for ln in schedule_text.splitlines() if 'custom_call_target="tpu_custom_call"' in ln), None)
+    if line is None or " custom-call(" not in line or "operand_layout_constraints={" not in line:
+        return None
+    result = line.split(" custom-call(", 1)[0].split("=", 1)[-1]
+    start = line.index("operand_layout_constraints={") + len("operand_layout_constraints=")
+    depth = 0
+    for end in range(start, len(line)):
+        depth += {"{": 1, "}": -1}.get(line[end], 0)
+        if depth == 0:
+            break
+    operands = line[start : end + 1]
+
+    def dims(text: str) -> str:
+        return ",".join(shape.replace(",", "x") for shape in _HLO_SHAPE.findall(text))
+
+    return f"{dims(operands)}->{dims(result)}"
 
 
 def loop_depth_bundles(path: Path) -> tuple[int, ...]:
@@ -131,6 +157,7 @@ def parse_dump(directory: Path) -> list[KernelSchedule]:
                 slot_use=_parse_utilization(utilization) if utilization else {},
                 depth_bundles=loop_depth_bundles(bundles) if bundles else (),
                 kernel=_kernel_name(text),
+                call_shapes=call_shapes(text),
             )
         )
     return schedules

@@ -294,15 +294,19 @@ def workload_must_move_bytes(w) -> int:
     return dense + sum(t.nbytes for t in w.output_specs("full"))
 
 
-# The share of the MXUs' peak XLA's own matmuls reach. XLA's cost analysis prices a large GEMM at the roofline
-# (optimal_seconds sits on it), which no real run reaches. Fit on the one public measurement of an XLA baseline
-# we have: JAXBench's README times 8p_GEMM (8192x8192 @ 8192x28672 bf16) with XLA on a v6e at 5.32 ms, where
-# the roofline is 4.18 ms: 4.18 / 5.32 = 0.79 (its Pallas tutorial matmul: 5.41 ms). That measurement is on v6e,
-# the generation whose tokamax data is held out from the kernel calibration; it is a different source (JAXBench's
-# own timing of XLA, not tokamax's of its kernels), and nothing of tokamax's v6e data is used. No public XLA
-# timing exists here for the other generations: the same share is applied to them, an assumption, not a fit.
-# benchmarks/xla_baseline_calibration.py prints the estimate beside the measurement.
-XLA_MXU_EFFICIENCY = 0.79
+# The share of the MXUs' peak XLA's own matmuls reach, per generation. XLA's cost analysis prices a large GEMM at the
+# roofline (optimal_seconds sits on it), which no real run reaches.
+# v6e: JAXBench's README times 8p_GEMM (8192x8192 @ 8192x28672 bf16) with XLA at 5.32 ms, where the roofline is
+# 4.18 ms: 0.79 (its Pallas tutorial matmul: 5.41 ms). A different source from tokamax's held-out v6e data.
+# v5e: our own timings on one chip (benchmarks/data/tpu_times_v5e.json) put XLA's GEMM baselines at ~0.95 of peak;
+# benchmarks/xla_baseline_calibration.py part 3 fits it on half the workloads. Not yet fit: v5e keeps 0.79 for now.
+# No XLA timing exists here for v4, v5p or 7x: they take v6e's share, an assumption, not a fit.
+XLA_MXU_EFFICIENCY = {"v6e": 0.79, "v5e": 0.79}
+XLA_MXU_EFFICIENCY_ASSUMED = 0.79
+
+
+def xla_mxu_efficiency(generation: str) -> float:
+    return XLA_MXU_EFFICIENCY.get(generation, XLA_MXU_EFFICIENCY_ASSUMED)
 
 
 # The share of the roofline tuned TPU kernels reach: what a profile says to aim for when the XLA baseline's
@@ -314,8 +318,9 @@ AIM_ROOFLINE_SHARE = 0.44
 def xla_baseline_s(reference: dict, generation: str) -> float:
     """XLA's own estimate of the baseline: its cost model's optimal_seconds, but never below the roofline of
     XLA's own FLOP and byte counts with the FLOPs at the share of the MXUs' peak XLA's matmuls reach
-    (XLA_MXU_EFFICIENCY; optimal_seconds is negative or missing for some programs)."""
-    bound = targets.roofline_seconds(reference["xla_flops"] / XLA_MXU_EFFICIENCY, reference["xla_bytes"], generation)[0]
+    (xla_mxu_efficiency; optimal_seconds is negative or missing for some programs)."""
+    efficiency = xla_mxu_efficiency(generation)
+    bound = targets.roofline_seconds(reference["xla_flops"] / efficiency, reference["xla_bytes"], generation)[0]
     return max(reference.get("xla_optimal_seconds") or 0.0, bound)
 
 

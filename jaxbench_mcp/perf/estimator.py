@@ -223,6 +223,7 @@ def compile_kernels(
                 slot_use=k.slot_use,
                 depth_bundles=list(k.depth_bundles),
                 kernel=k.kernel,
+                call_shapes=k.call_shapes if k.call_shapes is None or len(k.call_shapes) <= 2000 else None,
             )
             for k in schedules
         ],
@@ -352,8 +353,10 @@ def pair_kernels(
     """Each traced kernel (trace order) with its schedule, or a string saying why they cannot be paired.
 
     libtpu dumps schedules in compile order, which need not be the trace's (XLA schedules independent kernels
-    as it likes), so they pair by the kernel's name; kernels sharing a name pair in order. A lone kernel needs no
-    name."""
+    as it likes), so they pair by the kernel's name. Kernels sharing a name pair in order where they do the same
+    work (the same body called twice), else by the shapes of their calls (one kernel function on several shapes);
+    where neither tells them apart, none is paired: a crosswise pairing would price one kernel's code with the
+    other's work. A lone kernel needs no name."""
     if len(schedules) != len(traffic):
         return (
             f"no estimate: libtpu's dump holds {len(schedules)} kernel schedule(s) for the {len(traffic)} kernel(s) "
@@ -377,7 +380,27 @@ def pair_kernels(
             f"no estimate: the kernels libtpu compiled ({names(compiled)}) are not the kernels of the trace "
             f"({names(traced)}), so their schedules cannot be paired with them"
         )
+    for name, flows in traced.items():
+        if len({_work_of(flow) for flow in flows}) == 1:
+            continue  # the same body and work: any order pairs them alike
+        # One kernel function on several shapes: the custom call's shapes tell its schedules apart.
+        shapes = [flow.call_shapes for flow in flows]
+        if None in shapes or len(set(shapes)) != len(shapes) or sorted(shapes) != sorted(
+            str(s.call_shapes) for s in compiled[name]
+        ):
+            return (
+                f"no estimate: {len(flows)} kernels share the name {name}, but do different work, so libtpu's "
+                "schedules cannot be told apart; give each pallas_call a name of its own (pl.pallas_call(..., "
+                'name="gemm"))'
+            )
+        by_shapes = {s.call_shapes: s for s in compiled[name]}
+        compiled[name] = [by_shapes[shape] for shape in shapes]  # in trace order, for the pairing below
     return [(compiled[flow.kernel].pop(0), flow) for flow in traffic]
+
+
+def _work_of(flow: protocol.KernelTraffic) -> tuple:
+    """What a kernel's schedule is priced with: two kernels alike in all of it are interchangeable in a pairing."""
+    return (flow.steps, flow.hbm_bytes, flow.dma_bytes, flow.mxu_pushes, flow.floor_flops, flow.run_ratio, flow.runs)
 
 
 def kernel_estimate(

@@ -290,23 +290,61 @@ class Profiler:
                     self.cache.cache_put(self._key("expert", workload_id, g), estimate.estimate.model_dump(mode="json"))
         return results
 
-    def measure_source(self, workload_id: str, source: str | None, iterations: int = measuring.DEFAULT_ITERATIONS):
-        """TPU host: a DeviceTiming of a kernel file (None: the XLA baseline), or a string saying why there is none."""
-        outcome = self._run(
-            protocol.MeasureJob(workload_id=workload_id, first_seed=1_000, iterations=iterations),
+    def measure_source(
+        self,
+        workload_id: str,
+        source: str | None,
+        generation: str | None,
+        checked_program: str | None = None,
+        iterations: int = measuring.DEFAULT_ITERATIONS,
+    ):
+        """TPU host: a DeviceTiming of a kernel file (None: the XLA baseline), or a string saying why there is none.
+
+        The file is traced in a process of its own, as a check traces it, and the measuring process times the recorded
+        program, never the file. With `checked_program` (the check's lowered-module digest for `generation`), a
+        program whose lowering differs is not timed: a candidate must compute the same thing every time."""
+        job = protocol.MeasureJob(
+            workload_id=workload_id, targets=[generation] if generation else [], first_seed=1_000, iterations=iterations
+        )
+        trace = None
+        if source is not None:
+            trace = protocol.TraceJob(
+                workload_id=workload_id, sizes=["full"], chip=generation or targets.DEFAULT_CPU_TARGET
+            )
+        outcome = self.checker.run_job(
+            lambda _dir, recorded: job.model_copy(update={"programs": recorded.programs if recorded else []}),
             source,
             dump_schedules=False,
+            trace=trace,
         )
-        done = next((e for e in outcome.stage_events() if e.measured is not None), None)
-        failed = next((e for e in outcome.stage_events() if e.state == "failed"), None)
-        outcome.cleanup()
-        if done is None:
-            why = (
-                ((failed.text or "").strip().splitlines() or ["failed"])[-1][:300]
-                if failed
-                else (outcome.violation or outcome.killed_for or f"exit status {outcome.returncode}")
-            )
-            return f"not measured: {why}"
+        try:
+            events = outcome.stage_events()
+            failed = next((e for e in events if e.state == "failed"), None)
+            done = next((e for e in events if e.measured is not None), None)
+            if outcome.violation:
+                return f"not measured: the worker broke the protocol ({outcome.violation})"
+            lowered = next((e.lowered for e in events if e.lowered is not None), None)
+            if source is not None and lowered is not None:
+                try:
+                    _, digest = inspect_module(outcome.job_dir, lowered.module_file)
+                except protocol.ProtocolViolation as exc:
+                    return f"not measured: {exc}"
+                if checked_program is not None and digest != checked_program:
+                    return (
+                        "not measured: the program traced for the timed runs is not the one the check judged (its "
+                        "lowered module differs): a candidate must compute the same thing every time"
+                    )
+            if source is not None and done is not None and lowered is None:
+                return "not measured: the measuring worker timed a program it did not lower first"
+            if done is None:
+                why = (
+                    ((failed.text or "").strip().splitlines() or ["failed"])[-1][:300]
+                    if failed
+                    else (outcome.killed_for or f"exit status {outcome.returncode}")
+                )
+                return f"not measured: {why}"
+        finally:
+            outcome.cleanup()
         timing = measuring.Samples(tuple(done.measured.samples_us))
         return DeviceTiming(
             median_us=timing.median_us,
@@ -320,18 +358,27 @@ class Profiler:
         kept = self.cache.cache_get(key)
         if kept is not None:
             return DeviceTiming(**kept)
-        timing = self.measure_source(workload_id, expert_source)
+        timing = self.measure_source(workload_id, expert_source, generation)
         if not isinstance(timing, str):  # a failure (a timeout, say) is worth retrying next time
             self.cache.cache_put(key, timing.model_dump())
         return timing
 
-    def measured_target(self, w, source: str, generation: str, roofline_us: float, progress: Callable[[str], None]):
-        """The candidate, the XLA baseline and the expert kernel, each timed on the attached chip."""
+    def measured_target(
+        self,
+        w,
+        source: str,
+        generation: str,
+        roofline_us: float,
+        progress: Callable[[str], None],
+        checked_program: str | None = None,
+    ):
+        """The candidate, the XLA baseline and the expert kernel, each timed on the attached chip; the candidate only
+        where its recorded program is the checked one (`checked_program`, the check's digest for `generation`)."""
         entry = TargetEstimate(
             target=generation, kind="measured", candidate_us=None, xla_baseline_us=None, roofline_us=roofline_us
         )
         progress(f"measuring the candidate on {generation}")
-        candidate = self.measure_source(w.id, source)
+        candidate = self.measure_source(w.id, source, generation, checked_program)
         if isinstance(candidate, str):
             entry.error = candidate
             return entry
@@ -391,10 +438,7 @@ class Profiler:
                 candidate_us=None,
                 xla_baseline_us=None,
                 roofline_us=roofline_us[g],
-                error=(
-                    "no estimate: compiling the calibration kernel or the XLA baseline for this generation failed or "
-                    "timed out"
-                ),
+                error="no estimate: compiling the calibration kernel for this generation failed or timed out",
             )
             for g in missing
         ]
@@ -413,7 +457,8 @@ class Profiler:
             )
             expert = self.expert_estimates(w.id, expert_source, generations, spb, cancel)
         for g in generations:
-            xla_us = cost_model.xla_baseline_s(refs[g], g) * 1e6
+            xla_error = refs[g].get("xla_error")
+            xla_us = None if xla_error else cost_model.xla_baseline_s(refs[g], g) * 1e6
             entry = TargetEstimate(target=g, candidate_us=None, xla_baseline_us=xla_us, roofline_us=roofline_us[g])
             entries.append(entry)
             estimate = candidate[g]  # estimate_source answers for every generation asked
@@ -437,7 +482,13 @@ class Profiler:
                     "outside the Pallas kernels"
                 )
             bound, bound_text = memory_bound(w, g)
-            if xla_us < bound:
+            if xla_us is None:
+                # A fact of the chip, not of the model: on a v5e, XLA's 2p and 16p baselines ran out of HBM too.
+                entry.flags.append(
+                    f"XLA's baseline does not compile for {g} ({xla_error}): no speedup against it is claimed; "
+                    + aim_text(entry, bound)
+                )
+            elif xla_us < bound:
                 # XLA's cost analysis undercounts some programs (11p: a scan body counted once).
                 entry.flags.append(
                     f"XLA's own estimate of the baseline ({xla_us:,.1f} us) is below {bound_text}, "
@@ -446,7 +497,7 @@ class Profiler:
                 )
             else:
                 entry.speedup_vs_xla = xla_us / entry.candidate_us
-            if xla_us > FAR_FROM_ROOFLINE * entry.roofline_us:
+            if xla_us is not None and xla_us > FAR_FROM_ROOFLINE * entry.roofline_us:
                 entry.flags.append(
                     f"XLA's own estimate of the baseline ({xla_us:,.1f} us) is "
                     f"{xla_us / entry.roofline_us:.1f}x the roofline: treat 'vs XLA' with care; "
@@ -516,7 +567,8 @@ class Profiler:
             return result
         progress = on_progress or (lambda _message: None)
         if attached in generations:
-            result.targets.append(self.measured_target(w, source, attached, roofline_us[attached], progress))
+            checked = verdict.program_sha256.get(attached)
+            result.targets.append(self.measured_target(w, source, attached, roofline_us[attached], progress, checked))
         estimated = [g for g in generations if g != attached]
         if estimated:
             result.targets += self.estimated_targets(

@@ -90,7 +90,7 @@ class Limits:
                 + (len(job.inputs) + (job.full_reduction is not None)) * s[Stage.RUN]
             )
         if isinstance(job, protocol.MeasureJob):
-            return s[Stage.LOAD] + s[Stage.MEASURE]
+            return s[Stage.LOAD] + s[Stage.TRACE] + s[Stage.LOWER] + s[Stage.MEASURE]
         if isinstance(job, protocol.TraceJob):
             return s[Stage.LOAD] + s[Stage.TRACE]
         return s[Stage.LOAD] + s[Stage.TRACE] + max(1, len(job.targets)) * s[Stage.COMPILE]

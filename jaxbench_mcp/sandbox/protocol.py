@@ -126,12 +126,16 @@ class ProfileJob(_Strict):
 
 
 class MeasureJob(_Strict):
-    """TPU host: time candidate.py (or, without one, the XLA baseline) on fresh full-size inputs."""
+    """TPU host: time a candidate's recorded full-size program (from a TraceJob; the candidate's code is not here) on
+    fresh full-size inputs, after lowering it for the target so that the parent can check it is the program the check
+    judged. Without a program: the XLA baseline, the workload's own reference."""
 
     mode: Literal["measure"] = "measure"
     workload_id: str
+    targets: list[str] = Field(max_length=1, description="The attached generation the program is lowered for")
+    programs: list[ProgramFile] = Field(default_factory=list, max_length=1)
     first_seed: int
-    iterations: int
+    iterations: int = Field(ge=1, le=1000)
 
 
 class ReferenceJob(_Strict):
@@ -321,6 +325,7 @@ class KernelTraffic(_Strict):
     parallel_steps: int = 1  # grid steps along "parallel" dimensions (a megacore chip splits them across its cores)
     mxu_pushes: float = 0.0  # 8 x 128 x 128-MAC matmul pushes the whole run executes
     kernel: str | None = None  # the name jax gives its Mosaic module (pairs it with its schedule in the dump)
+    call_shapes: Annotated[str, Field(max_length=2000)] | None = None  # operand->result shapes: tells same names apart
     # A TensorCore mesh kernel: the cores that run its body at once (the ratios above are their average) and the
     # busiest one's share of the work (1 / cores when they split it evenly).
     cores: int = 1
@@ -339,6 +344,9 @@ class Schedule(_Strict):
     slot_use: dict[str, float]
     depth_bundles: list[int] = Field(default_factory=list, description="Bundles per loop depth in the final schedule")
     kernel: str | None = Field(None, description="The compiled Mosaic module's name (the kernel's own)")
+    call_shapes: Annotated[str, Field(max_length=2000)] | None = Field(
+        None, description="The custom call's operand->result shapes (libtpu.call_shapes)"
+    )
 
 
 class OutsideOp(_Strict):
@@ -449,6 +457,9 @@ class Reference(_Strict):
     xla_flops: float
     xla_bytes: float
     xla_optimal_seconds: float | None
+    # Why XLA's baseline did not compile for the target (its counts are then 0): 2p's and 16p's need more HBM than a
+    # v5e has, and a candidate is still estimated beside no baseline.
+    xla_error: Annotated[str, Field(max_length=1000)] | None = None
 
 
 Event = Annotated[Ready | Finished | StageEvent | Reference | Programs, Field(discriminator="event")]
@@ -478,7 +489,7 @@ _JOB_STAGES = {
     "trace": {Stage.LOAD, Stage.TRACE},
     "check": {Stage.LOAD, Stage.TRACE, Stage.LOWER, Stage.COMPILE, Stage.RUN},
     "profile": {Stage.LOAD, Stage.TRACE, Stage.COMPILE},
-    "measure": {Stage.LOAD, Stage.MEASURE},
+    "measure": {Stage.LOAD, Stage.TRACE, Stage.LOWER, Stage.MEASURE},
     "reference": {Stage.COMPILE},
     "estimate": {Stage.LOAD, Stage.TRACE, Stage.COMPILE},
 }

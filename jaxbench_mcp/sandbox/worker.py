@@ -8,11 +8,12 @@ as an event (jaxbench_mcp.sandbox.protocol) on the event pipe, and exits.
 - A trace job is the only one that imports candidate code: it loads candidate.py and traces workload() once per
   size, writing each recorded program as data (jaxbench_mcp.internals.jaxpr_codec). Whatever it reports is
   produced next to hostile code.
-- A check or profile job never sees the candidate: it rebuilds those programs from their files, and analyses,
-  lowers, compiles and runs them (a check's input files follow while it does, each run's announced on stdin by
-  protocol.InputsReady; the outputs are written as .npy files). So what is judged is what runs, whatever the
-  candidate's code does when it is not being traced. Its input is still hostile data: the decoder refuses what is
-  not a plain jax program, and the parent validates this process's events and reads its files as it reads any.
+- A check, profile or measure job never sees the candidate: it rebuilds those programs from their files, and
+  analyses, lowers, compiles, runs and times them (a check's input files follow while it does, each run's announced
+  on stdin by protocol.InputsReady; the outputs are written as .npy files). So what is judged, and timed, is what
+  runs, whatever the candidate's code does when it is not being traced. Its input is still hostile data: the decoder
+  refuses what is not a plain jax program, and the parent validates this process's events and reads its files as it
+  reads any.
 
 No worker computes a reference output: the truth lives only in the parent.
 """
@@ -204,7 +205,7 @@ def trace_job(job: protocol.TraceJob, report: Reporter, workdir: Path) -> None:
 
 
 def decode_programs(
-    job: protocol.CheckJob | protocol.ProfileJob, report: Reporter, workdir: Path
+    job: protocol.CheckJob | protocol.ProfileJob | protocol.MeasureJob, report: Reporter, workdir: Path
 ) -> dict[str, tuple] | None:
     """The recorded programs of a trace job, rebuilt from its files: (program, why it is missing) per size. The
     trace stage started in the trace job; a program that cannot be rebuilt, or one too large to judge, fails it here
@@ -578,22 +579,50 @@ def _analyse(
 
 
 def measure_job(job: protocol.MeasureJob, report: Reporter, workdir: Path) -> None:
-    """TPU host: device time of a kernel file (or, with no source, the XLA baseline) on fresh full-size inputs."""
+    """TPU host: device time of a candidate's recorded full-size program (a TraceJob wrote it; the candidate's code
+    never runs here, so it cannot tell the timed runs from the check) on fresh full-size inputs. The program is
+    lowered for the attached generation first and the module written for the parent, which times nothing it has not
+    matched to the checked program. With no program: the XLA baseline (the workload's own reference)."""
     from jaxbench_mcp.perf import measuring
 
     w = workloads.get_workload(job.workload_id)
-    fn = w.module.reference
-    if (workdir / "candidate.py").exists():
-        module = _load(report, workdir)
-        if module is None:
+    static = tuple(w.static_argnums)
+
+    def inputs_for(i: int) -> tuple:
+        inputs = w.create_inputs("full", job.first_seed + i)
+        return tuple(a for k, a in enumerate(inputs) if k not in static) if job.programs else inputs
+
+    fn, static_argnums = w.module.reference, static
+    if job.programs:
+        t0 = time.perf_counter()
+        programs = decode_programs(job, report, workdir)
+        if programs is None:
             return
-        fn = module.workload
+        report.stage(Stage.TRACE, "done", seconds=time.perf_counter() - t0)
+        fn, static_argnums = targets.replay(programs["full"][0]), ()
+        generation = job.targets[0] if job.targets else None
+        report.stage(Stage.LOWER, "start", target=generation)
+        t0 = time.perf_counter()
+        try:
+            full_args = [a for i, a in enumerate(abstract_inputs(w, "full")) if i not in static]
+            module_file = f"lowered_{generation or 'tpu'}.mlir"
+            (workdir / module_file).write_text(targets.lower_for_tpu(fn, full_args, (), generation).as_text())
+        except Exception as exc:  # noqa: BLE001
+            report.stage(
+                Stage.LOWER, "failed", target=generation, seconds=time.perf_counter() - t0, text=_error_text(exc)
+            )
+            return
+        report.stage(
+            Stage.LOWER,
+            "done",
+            target=generation,
+            seconds=time.perf_counter() - t0,
+            lowered=protocol.Lowered(module_file=module_file),
+        )
     report.stage(Stage.MEASURE, "start")
     t0 = time.perf_counter()
     try:
-        timing = measuring.time_on_device(
-            fn, w.static_argnums, lambda i: w.create_inputs("full", job.first_seed + i), job.iterations
-        )
+        timing = measuring.time_on_device(fn, static_argnums, inputs_for, job.iterations)
     except measuring.MeasurementError as exc:
         report.stage(Stage.MEASURE, "failed", seconds=time.perf_counter() - t0, text=str(exc))
         return
@@ -617,9 +646,24 @@ def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -
     for generation in job.targets:
         report.stage(Stage.COMPILE, "start", target=generation)
         bundles = estimator.calibration_bundles(generation, dump_root)
-        compiled = targets.deviceless_compile(
-            w.module.reference, abstract_inputs(w, "full"), generation, w.static_argnums
-        )
+        try:
+            compiled = targets.deviceless_compile(
+                w.module.reference, abstract_inputs(w, "full"), generation, w.static_argnums
+            )
+        except Exception as exc:  # noqa: BLE001 - the baseline does not fit this chip; the calibration still holds
+            reason = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:900]
+            report.stage(Stage.COMPILE, "failed", target=generation, text=_error_text(exc))
+            report.send(
+                protocol.Reference(
+                    target=generation,
+                    calibration_bundles=bundles,
+                    xla_flops=0.0,
+                    xla_bytes=0.0,
+                    xla_optimal_seconds=None,
+                    xla_error=reason,
+                )
+            )
+            continue
         cost = compiled.cost_analysis() or {}
         report.stage(Stage.COMPILE, "done", target=generation)
         report.send(

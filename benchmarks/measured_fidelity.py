@@ -1,0 +1,135 @@
+"""Our static estimates against device times measured on a real TPU, over the whole corpus, side by side.
+
+benchmarks/tpu_corpus_times.py timed, on an attached TPU, each workload's XLA baseline, our solution and the expert
+kernel (benchmarks/data/tpu_times_v5e.json: one v5e chip). This script estimates each solution for that generation the
+way profile_kernel does on a CPU host with libtpu once the check passed (the static estimates of the candidate, the
+XLA baseline and the expert; tests/test_solutions.py checks the solutions) and prints, per workload, each estimate
+over its measurement; then, per column: the share within 1.5x, the median ratio, and the Spearman rank correlation
+across workloads, with the plain roofline (the workload's FLOPs at the MXUs' peak or its input and output bytes at
+HBM bandwidth, whichever is longer) scored the same way beside it; and how often the estimate says the right thing
+about the candidate against XLA (faster or slower, among workloads measured more than 10% apart).
+
+The measurements are facts of the chip, read from the record; nothing here fits to them.
+Usage: python benchmarks/measured_fidelity.py [--record FILE] [--only SUBSTRINGS] [--budget SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEVICE_KINDS = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5p": "v5p", "TPU v5": "v5p", "TPU v4": "v4"}
+WITHIN = 1.5
+SPEEDUP_MARGIN = 1.10
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    def ranks(values: list[float]) -> list[float]:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        r = [0.0] * len(values)
+        for rank, i in enumerate(order):
+            r[i] = float(rank)
+        return r
+
+    rx, ry = ranks(xs), ranks(ys)
+    n = len(xs)
+    mx, my = sum(rx) / n, sum(ry) / n
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sx = sum((a - mx) ** 2 for a in rx) ** 0.5
+    sy = sum((b - my) ** 2 for b in ry) ** 0.5
+    return cov / (sx * sy) if sx and sy else float("nan")
+
+
+def summary(name: str, pairs: list[tuple[float, float]]) -> str:
+    if len(pairs) < 2:
+        return f"{name:<22} {len(pairs):>3} workloads"
+    ratios = [p / m for p, m in pairs]
+    within = sum(1 / WITHIN <= r <= WITHIN for r in ratios) / len(ratios)
+    rho = spearman([p for p, _ in pairs], [m for _, m in pairs])
+    return (
+        f"{name:<22} {len(pairs):>3} workloads  within {WITHIN}x {100 * within:5.1f}%  "
+        f"median {statistics.median(ratios):6.2f}x  spearman {rho:5.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--record", default=str(ROOT / "benchmarks" / "data" / "tpu_times_v5e.json"))
+    parser.add_argument("--only", default="", help="comma-separated substrings of the workload ids")
+    parser.add_argument("--budget", type=float, default=3600.0, help="stop starting new profiles after this")
+    args = parser.parse_args()
+
+    from jaxbench_mcp.catalog import workloads
+    from jaxbench_mcp.checking.checker import Checker
+    from jaxbench_mcp.perf import cost_model, profiling
+
+    record = json.loads(Path(args.record).read_text())
+    g = DEVICE_KINDS[record["device_kind"]]
+    print(f"record: {Path(args.record).name}, {record['device_kind']} ({g}), measured under jax {record['jax']}")
+    checker = Checker(spares=1, slots=1)
+    profiler = profiling.Profiler(checker)
+    columns: dict[str, list[tuple[float, float]]] = {"candidate": [], "XLA baseline": [], "expert": []}
+    roofline: dict[str, list[tuple[float, float]]] = {"candidate": [], "XLA baseline": [], "expert": []}
+    said_right, said = 0, 0
+    started = time.monotonic()
+    print(
+        f"{'workload':<34} {'roofline':>9} {'cand meas':>10} {'est/meas':>8} {'XLA meas':>10} {'est/meas':>8} "
+        f"{'exp meas':>10} {'est/meas':>8}"
+    )
+    for workload_id, measured in record["workloads"].items():
+        if args.only and not any(part in workload_id for part in args.only.split(",")):
+            continue
+        if time.monotonic() - started > args.budget:
+            print(f"budget of {args.budget:.0f} s spent: stopped before {workload_id}")
+            break
+        w = workloads.get_workload(workload_id)
+        source = (ROOT / "solutions" / f"{workload_id}.py").read_text()
+        roof = cost_model.workload_roofline_us(w, g)
+        # The solutions are checked by tests/test_solutions.py: straight to the estimates profile_kernel would add.
+        estimate = profiler.estimated_targets(w, source, [g], {g: roof}, lambda _message: None)[0]
+        row = f"{workload_id[:34]:<34} {roof:>9,.0f}"
+        for column, estimated in (
+            ("candidate", estimate.candidate_us),
+            ("XLA baseline", estimate.xla_baseline_us),
+            ("expert", estimate.expert_us),
+        ):
+            part = {"candidate": "solution", "XLA baseline": "xla", "expert": "expert"}[column]
+            median = measured.get(part, {}).get("median_us")
+            if median is None:
+                row += f" {'-':>10} {'-':>8}"
+                continue
+            roofline[column].append((roof, median))
+            if estimated is None:
+                row += f" {median:>10,.0f} {'none':>8}"
+                continue
+            columns[column].append((estimated, median))
+            row += f" {median:>10,.0f} {estimated / median:>8.2f}"
+        xla, ours = measured.get("xla", {}).get("median_us"), measured.get("solution", {}).get("median_us")
+        if estimate.candidate_us and estimate.xla_baseline_us and xla and ours:
+            if max(xla, ours) / min(xla, ours) > SPEEDUP_MARGIN:
+                said += 1
+                said_right += (estimate.xla_baseline_us > estimate.candidate_us) == (xla > ours)
+        if estimate.error:
+            row += f"  ({estimate.error[:80]})"
+        print(row, flush=True)
+    checker.close()
+    print()
+    for column in columns:
+        print(summary(f"{column} estimate", columns[column]))
+        print(summary(f"{column} roofline", roofline[column]))
+    if said:
+        print(f"faster or slower than XLA, said right: {said_right} of {said} workloads measured >10% apart")
+
+
+if __name__ == "__main__":
+    main()
