@@ -385,8 +385,10 @@ def pair_kernels(
             continue  # the same body and work: any order pairs them alike
         # One kernel function on several shapes: the custom call's shapes tell its schedules apart.
         shapes = [flow.call_shapes for flow in flows]
-        if None in shapes or len(set(shapes)) != len(shapes) or sorted(shapes) != sorted(
-            str(s.call_shapes) for s in compiled[name]
+        if (
+            None in shapes
+            or len(set(shapes)) != len(shapes)
+            or sorted(shapes) != sorted(str(s.call_shapes) for s in compiled[name])
         ):
             return (
                 f"no estimate: {len(flows)} kernels share the name {name}, but do different work, so libtpu's "
