@@ -384,9 +384,9 @@ def pair_kernels(
         if len({_work_of(flow) for flow in flows}) == 1:
             continue  # the same body and work: any order pairs them alike
         # One kernel function on several shapes: the custom call's shapes tell its schedules apart.
-        shapes = [flow.call_shapes for flow in flows]
+        shapes = [flow.call_shapes for flow in flows if flow.call_shapes is not None]
         if (
-            None in shapes
+            len(shapes) != len(flows)
             or len(set(shapes)) != len(shapes)
             or sorted(shapes) != sorted(str(s.call_shapes) for s in compiled[name])
         ):
