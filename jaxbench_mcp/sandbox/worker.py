@@ -244,6 +244,19 @@ def decode_programs(
     return programs
 
 
+def _lower_and_write(program, full_args: list, generation: str | None, report: Reporter, workdir: Path):
+    """Lowers a replayed program for a generation (None: the attached chip) and writes the module, which the parent
+    digests and checks; raises what the lowering raised, for the caller to report as it sees fit."""
+    report.stage(Stage.LOWER, "start", target=generation)
+    t0 = time.perf_counter()
+    lowered = targets.lower_for_tpu(program, full_args, (), generation)
+    module_file = f"lowered_{generation or 'tpu'}.mlir"
+    (workdir / module_file).write_text(lowered.as_text())
+    lowered_module = protocol.Lowered(module_file=module_file)
+    report.stage(Stage.LOWER, "done", target=generation, seconds=time.perf_counter() - t0, lowered=lowered_module)
+    return lowered
+
+
 def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     """The check of a candidate's recorded programs (a TraceJob wrote them; the candidate's code never runs in this
     process): every analysis, the lowering, the compile and the runs are derived from them, so what is judged is
@@ -276,19 +289,9 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     generations: list[str | None] = list(job.targets) or [None]
     for generation in generations:
         stage = Stage.LOWER
-        report.stage(Stage.LOWER, "start", target=generation)
         t0 = time.perf_counter()
         try:
-            lowered = targets.lower_for_tpu(full_program, full_args, (), generation)
-            module_file = f"lowered_{generation or 'tpu'}.mlir"
-            (workdir / module_file).write_text(lowered.as_text())
-            report.stage(
-                Stage.LOWER,
-                "done",
-                target=generation,
-                seconds=time.perf_counter() - t0,
-                lowered=protocol.Lowered(module_file=module_file),
-            )
+            lowered = _lower_and_write(full_program, full_args, generation, report, workdir)
             if generation is None:
                 continue
             stage = Stage.COMPILE
@@ -601,24 +604,15 @@ def measure_job(job: protocol.MeasureJob, report: Reporter, workdir: Path) -> No
         report.stage(Stage.TRACE, "done", seconds=time.perf_counter() - t0)
         fn, static_argnums = targets.replay(programs["full"][0]), ()
         generation = job.targets[0] if job.targets else None
-        report.stage(Stage.LOWER, "start", target=generation)
+        full_args = [a for i, a in enumerate(abstract_inputs(w, "full")) if i not in static]
         t0 = time.perf_counter()
         try:
-            full_args = [a for i, a in enumerate(abstract_inputs(w, "full")) if i not in static]
-            module_file = f"lowered_{generation or 'tpu'}.mlir"
-            (workdir / module_file).write_text(targets.lower_for_tpu(fn, full_args, (), generation).as_text())
+            _lower_and_write(fn, full_args, generation, report, workdir)
         except Exception as exc:  # noqa: BLE001
             report.stage(
                 Stage.LOWER, "failed", target=generation, seconds=time.perf_counter() - t0, text=_error_text(exc)
             )
             return
-        report.stage(
-            Stage.LOWER,
-            "done",
-            target=generation,
-            seconds=time.perf_counter() - t0,
-            lowered=protocol.Lowered(module_file=module_file),
-        )
     report.stage(Stage.MEASURE, "start")
     t0 = time.perf_counter()
     try:
