@@ -1,7 +1,8 @@
 """The denominators, side by side with public TPU measurements, in one run.
 
-1. The XLA baseline estimate (cost_model.xla_baseline_s: XLA's cost analysis, never below the roofline of its own
-   FLOPs at cost_model.xla_mxu_efficiency of the MXUs' peak) against every public measurement of an XLA baseline
+1. The XLA baseline estimate (cost_model.xla_baseline_s: XLA's cost analysis with every trip of its loops counted
+   (cost_model.xla_counts), never below the roofline of its own FLOPs at cost_model.xla_mxu_efficiency of the MXUs'
+   peak) against every public measurement of an XLA baseline
    we have: JAXBench's README, 8p_GEMM on a v6e (XLA 5.32 ms; its Pallas tutorial matmul 5.41 ms). Printed: the
    plain roofline, XLA's raw cost-analysis figure, our estimate, the measurement, and estimate / measured.
    v6e's XLA_MXU_EFFICIENCY is fit on this one point (so 8p's row is a fit, not a validation); the tutorial matmul's
@@ -59,12 +60,7 @@ def xla_rows() -> None:
         w = workloads.get_workload(wid)
         args = estimator.workload_args(w, "full")
         compiled = targets.deviceless_compile(w.module.reference, args, g, w.static_argnums)
-        cost = compiled.cost_analysis() or {}
-        ref = {
-            "xla_flops": float(cost.get("flops", 0.0)),
-            "xla_bytes": float(cost.get("bytes accessed", 0.0)),
-            "xla_optimal_seconds": cost.get("optimal_seconds"),
-        }
+        ref = cost_model.xla_counts(compiled)
         raw = max(ref["xla_optimal_seconds"] or 0.0, targets.roofline_seconds(ref["xla_flops"], ref["xla_bytes"], g)[0])
         ours = cost_model.xla_baseline_s(ref, g)
         roof = cost_model.workload_roofline_us(w, g)
@@ -147,12 +143,7 @@ def measured_rows(record_path: Path) -> None:
         except Exception as exc:  # noqa: BLE001 - a baseline that does not fit the chip's HBM
             print(f"{workload_id[:34]:<34} does not compile: {str(exc).splitlines()[0][:80]}")
             continue
-        cost = compiled.cost_analysis() or {}
-        ref = {
-            "xla_flops": float(cost.get("flops", 0.0)),
-            "xla_bytes": float(cost.get("bytes accessed", 0.0)),
-            "xla_optimal_seconds": cost.get("optimal_seconds"),
-        }
+        ref = cost_model.xla_counts(compiled)
         flop_s = ref["xla_flops"] / (chip.peak_bf16_flops * cores)
         byte_s = ref["xla_bytes"] / (chip.hbm_bytes_per_second * cores)
         estimate_us = cost_model.xla_baseline_s(ref, g) * 1e6

@@ -110,6 +110,35 @@ def test_a_loop_whose_trip_count_comes_from_the_inputs_is_counted():
     assert kernel["loop_ratio"] == 1.0 and not kernel["run_ratio_exact"]
 
 
+def test_scalar_state_carried_from_step_to_step_is_followed_in_grid_order():
+    """jax's ragged paged attention resumes each grid step at the sequence the step before stopped at, kept in a
+    scalar-prefetch ref it writes. Here step k reads a counter the step before left (k), runs that many matmuls and
+    leaves k + 1: 0 + 1 + 2 + 3 = 6 trips over 4 steps, not the 0 a replay of all steps at once would see."""
+    import jax
+    import jax.numpy as jnp
+
+    def resume(state_ref, x_ref, o_ref):
+        done = state_ref[0]
+
+        def body(i, acc):
+            return acc + jnp.dot(x_ref[...], x_ref[...], preferred_element_type=jnp.float32)
+
+        o_ref[...] = jax.lax.fori_loop(0, done, body, jnp.zeros(o_ref.shape, jnp.float32))
+        state_ref[0] = done + 1
+
+    call, x = _prefetch_call(resume)
+    kernel = _traffic(call, np.array([0], np.int32), x)
+    assert kernel["loop_ratio"] == 6 / 4 and kernel["run_ratio_exact"]
+    # Too many steps to replay one by one: the replay of all steps at once, flagged as approximate.
+    original = kernel_replay.IN_ORDER_STEPS
+    kernel_replay.IN_ORDER_STEPS = 3
+    try:
+        kernel = _traffic(call, np.array([0], np.int32), x)
+    finally:
+        kernel_replay.IN_ORDER_STEPS = original
+    assert not kernel["run_ratio_exact"]
+
+
 def test_a_long_counted_loop_is_extrapolated_past_the_replayed_trips():
     import jax
     import jax.numpy as jnp

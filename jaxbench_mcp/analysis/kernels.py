@@ -775,19 +775,22 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
             "parallel_steps": parallel_steps,
             "mxu_pushes": 0.0,
         }
-    replay = kr.KernelReplay(grid, points)
-    env = {}
     n_prefetch = info.num_scalar_prefetch
     kernel_operands = operands[n_refs + n_dynamic :]  # scalar prefetch, then inputs
     n_scratch = info.num_scratch
-    for i, v in enumerate(kernel_jaxpr.invars):
-        space = "smem" if i < n_prefetch else kr._space(v.aval)
-        if i >= len(kernel_jaxpr.invars) - n_scratch:
-            env[v] = kr.scratch_box(v.aval)
-            continue
-        value = kernel_operands[i] if i < len(kernel_operands) and ("smem" in space) else None
-        env[v] = kr.RefBox(space, kr.Known(value) if value is not None else None)
-    replay.run(kernel_jaxpr, env, np.arange(replay.P))
+
+    def kernel_env() -> dict:
+        env = {}
+        for i, v in enumerate(kernel_jaxpr.invars):
+            space = "smem" if i < n_prefetch else kr._space(v.aval)
+            if i >= len(kernel_jaxpr.invars) - n_scratch:
+                env[v] = kr.scratch_box(v.aval)
+                continue
+            value = kernel_operands[i] if i < len(kernel_operands) and ("smem" in space) else None
+            env[v] = kr.RefBox(space, kr.Known(value) if value is not None else None)
+        return env
+
+    replay = kr.replay_kernel(kernel_jaxpr, grid, points, kernel_env)
     summary = kr.summarise(replay, kr.scheduled_work(kernel_jaxpr, replay.removed))
     dma = float(replay.dma.sum())
     hbm_blocks = [bm for bm in info.blocks if bm.in_hbm]

@@ -50,6 +50,11 @@ LOOP_EVALS = 40_000
 MIN_TRIPS = 16
 # Grid points replayed at once; bigger grids are not replayed (their estimate falls back to counting).
 MAX_LANES = 1 << 21
+# Grid points replayed one by one, in order, when a kernel carries scalar state from step to step, and the
+# equation evaluations such a replay may take in all: 7p's expert kernel takes 0.68 million (64 steps), 6p's
+# 0.88 million (512 steps), ~10 s here; the bound keeps a hostile kernel's replay well inside the trace stage.
+IN_ORDER_STEPS = 1024
+IN_ORDER_EVALS = 1_500_000
 # Samples drawn to decide whether two data-dependent predicates can hold at once.
 EXCLUSIVITY_SAMPLES = 256
 
@@ -308,8 +313,11 @@ class KernelReplay:
     """Replays one kernel body over `points` (grid indices, one column per lane), or, for a TensorCore mesh kernel,
     over its cores (lane i is core i: axis_index on `core_axis` reads it)."""
 
-    def __init__(self, grid: list[int], points, max_trips: int = MAX_TRIPS, core_axis=None):
+    def __init__(
+        self, grid: list[int], points, max_trips: int = MAX_TRIPS, core_axis=None, loop_evals: int = LOOP_EVALS
+    ):
         self.grid = grid
+        self.loop_evals = loop_evals
         self.points = points  # (len(grid), P) int32
         self.core_axis = core_axis
         self.P = points.shape[1] if points.ndim == 2 else 1
@@ -660,7 +668,7 @@ class KernelReplay:
         diffs = []
         start = self.evals
         trips = 0
-        while trips < min(length, self.max_trips) and not (trips >= MIN_TRIPS and self.evals - start > LOOP_EVALS):
+        while trips < min(length, self.max_trips) and not (trips >= MIN_TRIPS and self.evals - start > self.loop_evals):
             trips += 1
             before = self._snapshot()
             inner = dict(zip(body.jaxpr.constvars, [_const(c) for c in body.consts], strict=True))
@@ -686,7 +694,7 @@ class KernelReplay:
         diffs = []
         start = self.evals
         for trip in range(self.max_trips):
-            if trip >= MIN_TRIPS and self.evals - start > LOOP_EVALS:
+            if trip >= MIN_TRIPS and self.evals - start > self.loop_evals:
                 break
             sub = [self._subset(c, active) for c in carry_lanes]
             env = dict(zip(cond.jaxpr.constvars, [_const(c) for c in cond.consts], strict=True))
@@ -759,6 +767,53 @@ def _mean(diffs: list[dict]) -> dict:
         "dma": sum(d["dma"] for d in diffs) / n,
         "weight": sum(d["weight"] for d in diffs) / n,
     }
+
+
+def replay_kernel(jaxpr, grid: list[int], points, make_env: Callable[[], dict]) -> KernelReplay:
+    """Replays a kernel body over its grid points. All points at once (one lane each) unless the body writes
+    scalar memory it can read back: such state carries from one grid step to the next (jax's ragged paged
+    attention resumes each step at the sequence the step before stopped at, kept in a scalar-prefetch ref), so
+    the points are then replayed one at a time in grid order, each starting from the scalar memory the one before
+    left, where there are at most IN_ORDER_STEPS of them. `make_env` builds the body's refs afresh."""
+    env = make_env()
+    boxes = [box for box in env.values() if isinstance(box, RefBox) and "smem" in box.space]
+    before = [box.content for box in boxes]
+    replay = KernelReplay(grid, points)
+    replay.run(jaxpr, env, np.arange(replay.P))
+    written = any(box.content is not content for box, content in zip(boxes, before, strict=True))
+    if not written or replay.P <= 1:
+        return replay
+    if replay.P > IN_ORDER_STEPS:
+        return _approximate(replay)
+    env = make_env()
+    in_order = KernelReplay(grid, points)
+    removed: dict[int, int] | None = None
+    for point in range(replay.P):
+        # One lane's loops are cheap to follow to their end: a step may loop over every sequence of a batch.
+        step = KernelReplay(grid, points[:, point : point + 1], loop_evals=IN_ORDER_EVALS)
+        step.run(jaxpr, env, np.arange(1))
+        if in_order.evals + step.evals > IN_ORDER_EVALS:
+            return _approximate(replay)
+        for part in (False, True):
+            in_order.mxu[part][point] = step.mxu[part][0]
+            in_order.vec[part][point] = step.vec[part][0]
+        in_order.dma[point] = step.dma[0]
+        in_order.exact = in_order.exact and step.exact
+        in_order.trips_exact = in_order.trips_exact and step.trips_exact
+        in_order.loop_ids |= step.loop_ids
+        in_order.evals += step.evals
+        # A branch counts as removed by the compiler only where every step saw its predicate constant alike.
+        seen = step.removed
+        removed = dict(seen) if removed is None else {k: v for k, v in removed.items() if seen.get(k) == v}
+    in_order.removed = removed or {}
+    return in_order
+
+
+def _approximate(replay: KernelReplay) -> KernelReplay:
+    """The replay of all points at once of a kernel whose scalar state could not be followed in grid order: every
+    step saw the state the kernel starts with, so its counts are approximate."""
+    replay.exact = replay.trips_exact = False
+    return replay
 
 
 def scratch_box(aval) -> RefBox:

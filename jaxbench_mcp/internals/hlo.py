@@ -68,6 +68,7 @@ class Instruction:
     opcode: str
     operands: list[str]
     attrs: str
+    root: bool = False  # the computation's result
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,8 @@ def _matching(text: str, start: int) -> int:
 
 def _parse_instruction(line: str) -> Instruction | None:
     line = line.strip()
-    if line.startswith("ROOT "):
+    root = line.startswith("ROOT ")
+    if root:
         line = line[5:]
     if not line.startswith("%") or " = " not in line:
         return None
@@ -127,8 +129,8 @@ def _parse_instruction(line: str) -> Instruction | None:
         return None
     opcode = rest[:paren]
     close = _matching(rest, paren)
-    operands = [o.split(" ")[-1].lstrip("%") for o in _split_top(rest[paren + 1 : close - 1])]
-    return Instruction(name=name, shape=shape, opcode=opcode, operands=operands, attrs=rest[close:])
+    operands = [re.sub(r"/\*.*?\*/", "", o).split(" ")[-1].lstrip("%") for o in _split_top(rest[paren + 1 : close - 1])]
+    return Instruction(name=name, shape=shape, opcode=opcode, operands=operands, attrs=rest[close:], root=root)
 
 
 def parse_module(text: str) -> tuple[dict[str, list[Instruction]], str | None]:
@@ -196,8 +198,23 @@ def _matmul_flops(inst: Instruction, shapes: dict[str, str]) -> float:
             return 0.0
         rhs_dims = rhs[0][1]
         out_features = rhs_dims[labels.group(1).index("o")] if len(rhs_dims) == len(labels.group(1)) else 1
-        return 2.0 * out * math.prod(rhs_dims) / max(out_features, 1)
+        return 2.0 * out * math.prod(rhs_dims) / max(out_features, 1) * _dilated_taps(inst.attrs)
     return 0.0
+
+
+def _dilated_taps(attrs: str) -> float:
+    """The share of a convolution's window that meets input: with the input dilated (XLA writes a batched matmul
+    as a convolution whose window spans the batch with the input dilated by it), a window of size s sees
+    ceil(s / d) of the input's values, not s."""
+    size = re.search(r"window=\{[^}]*size=([\dx]+)", attrs)
+    dilate = re.search(r"window=\{[^}]*lhs_dilate=([\dx]+)", attrs)
+    if not size or not dilate:
+        return 1.0
+    sizes = [int(v) for v in size.group(1).split("x")]
+    dilations = [int(v) for v in dilate.group(1).split("x")]
+    if len(sizes) != len(dilations):
+        return 1.0
+    return math.prod(-(-s // max(d, 1)) / s for s, d in zip(sizes, dilations, strict=True))
 
 
 # Instructions that only move or relabel data (their bytes are counted at the fusion's boundary): no vector work.
@@ -256,9 +273,143 @@ def _fusion_work(called: str, computations: dict) -> tuple[float, bool, float]:
     return flops, works, vector
 
 
-def _trip_count(inst: Instruction) -> int | None:
-    match = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', inst.attrs)
-    return int(match.group(1)) if match else None
+# Instructions that read only the part of their first operand they return.
+_READS_WHAT_IT_RETURNS = {"slice", "dynamic-slice", "gather"}
+
+
+def _traffic(inst: Instruction, shapes: dict[str, str], computations: dict) -> tuple[float, float]:
+    """HBM bytes an instruction reads and writes. A slice or gather reads what it returns, not its whole operand;
+    a dynamic-update-slice writes its update into its operand's buffer in place (what scan and lax.map do with
+    their results each step). For a fusion the same holds of each parameter that only feeds slicing instructions
+    (also through fusions nested in it), and of a fusion whose result is a dynamic-update-slice of a parameter."""
+    read = [hbm_bytes(shapes.get(o, "")) for o in inst.operands]
+    written = hbm_bytes(inst.shape, first_only=inst.opcode == "copy-start")
+    if inst.opcode in _READS_WHAT_IT_RETURNS and read:
+        read[0] = min(read[0], _array_bytes(inst.shape))
+    elif inst.opcode == "dynamic-update-slice" and len(read) > 1:
+        read[0], written = 0.0, min(written, _array_bytes(shapes.get(inst.operands[1], "")))
+    elif inst.opcode == "fusion":
+        fused = computations.get(_called(inst), [])
+        root = _root(fused)
+        in_place = root.operands[0] if root is not None and root.opcode == "dynamic-update-slice" else None
+        for k, name in _parameters(fused).items():
+            if k >= len(read) or not read[k]:
+                continue
+            if name == in_place and root is not None and [i for i in fused if name in i.operands] == [root]:
+                update = next((i.shape for i in fused if i.name == root.operands[1]), "")
+                read[k], written = 0.0, min(written, _array_bytes(update))
+                continue
+            sliced = _sliced_read(name, fused, computations)
+            if sliced is not None:
+                read[k] = min(read[k], sliced)
+    return sum(read), written
+
+
+def _called(inst: Instruction) -> str:
+    called = re.search(r"calls=%([\w.\-]+)", inst.attrs)
+    return called.group(1) if called else ""
+
+
+def _parameters(insts: list[Instruction]) -> dict[int, str]:
+    """{parameter number: its instruction's name} of a computation."""
+    return {int(i.operands[0]): i.name for i in insts if i.opcode == "parameter" and i.operands[0].isdigit()}
+
+
+def _array_bytes(shape: str) -> float:
+    """Bytes of a shape's arrays wherever they live (a slice read from HBM may land in VMEM)."""
+    return float(sum(_DTYPE_BYTES.get(dt, 0) * math.prod(dims) for dt, dims, _ in _arrays(shape)))
+
+
+def _sliced_read(name: str, insts: list[Instruction], computations: dict, depth: int = 0) -> float | None:
+    """Bytes read of a value that only feeds slicing instructions, directly or through nested fusions: what those
+    return. None when any use reads it whole."""
+    users = [i for i in insts if name in i.operands]
+    if not users or depth > 8:
+        return None
+    total = 0.0
+    for user in users:
+        if user.opcode in _READS_WHAT_IT_RETURNS and user.operands.index(name) == 0 and user.operands.count(name) == 1:
+            total += _array_bytes(user.shape)
+        elif user.opcode == "fusion" and user.operands.count(name) == 1:
+            inner = computations.get(_called(user), [])
+            param = _parameters(inner).get(user.operands.index(name))
+            read = _sliced_read(param, inner, computations, depth + 1) if param else None
+            if read is None:
+                return None
+            total += read
+        else:
+            return None
+    return total
+
+
+def _trip_count(loop: Instruction, caller: list[Instruction], computations: dict) -> int | None:
+    """How often a while loop runs: the trip count XLA wrote where it wrote one, else read off a counted loop (what
+    scan, fori_loop and lax.map become): a tuple counter that starts at a constant, is stepped by one in the body and
+    compared less-than a constant in the condition. None when the loop is anything else."""
+    known = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', loop.attrs)
+    if known:
+        return int(known.group(1))
+    condition = re.search(r"condition=%([\w.\-]+)", loop.attrs)
+    body = re.search(r"body=%([\w.\-]+)", loop.attrs)
+    if not condition or not body or len(loop.operands) != 1:
+        return None
+    test = _root(computations.get(condition.group(1), []))
+    if test is None or test.opcode != "compare" or "direction=LT" not in test.attrs or len(test.operands) != 2:
+        return None
+    cond_insts = {i.name: i for i in computations.get(condition.group(1), [])}
+    index = _counter_index(cond_insts.get(test.operands[0]), cond_insts)
+    limit = _constant(cond_insts.get(test.operands[1]), cond_insts)
+    caller_insts = {i.name: i for i in caller}
+    init = caller_insts.get(loop.operands[0])
+    if index is None or limit is None or init is None or init.opcode != "tuple" or index >= len(init.operands):
+        return None
+    start = _constant(caller_insts.get(init.operands[index]), caller_insts)
+    body_insts = {i.name: i for i in computations.get(body.group(1), [])}
+    result = _root(list(body_insts.values()))
+    if start is None or result is None or result.opcode != "tuple" or index >= len(result.operands):
+        return None
+    step = body_insts.get(result.operands[index])
+    if step is None or step.opcode != "add" or len(step.operands) != 2:
+        return None
+    a, b = (body_insts.get(o) for o in step.operands)
+    stepped_by_one = (_counter_index(a, body_insts) == index and _constant(b, body_insts) == 1) or (
+        _counter_index(b, body_insts) == index and _constant(a, body_insts) == 1
+    )
+    return max(0, limit - start) if stepped_by_one else None
+
+
+def _root(insts: list[Instruction]) -> Instruction | None:
+    return next((i for i in insts if i.root), None)
+
+
+def _through_copies(inst: Instruction | None, insts: dict[str, Instruction]) -> Instruction | None:
+    """The value a chain of copies starts from (XLA copies a loop's counter in and out of its tuple)."""
+    for _ in range(len(insts)):
+        if inst is None or inst.opcode != "copy" or len(inst.operands) != 1:
+            return inst
+        inst = insts.get(inst.operands[0])
+    return None
+
+
+def _constant(inst: Instruction | None, insts: dict[str, Instruction]) -> int | None:
+    """The value of an integer scalar constant (through copies of it)."""
+    inst = _through_copies(inst, insts)
+    if inst is None or inst.opcode != "constant" or len(inst.operands) != 1:
+        return None
+    try:
+        return int(inst.operands[0])
+    except ValueError:
+        return None
+
+
+def _counter_index(inst: Instruction | None, insts: dict[str, Instruction]) -> int | None:
+    """The tuple index of a get-tuple-element of the computation's parameter (a loop's carried value)."""
+    inst = _through_copies(inst, insts)
+    if inst is None or inst.opcode != "get-tuple-element" or len(inst.operands) != 1:
+        return None
+    source = insts.get(inst.operands[0])
+    index = re.search(r"index=(\d+)", inst.attrs)
+    return int(index.group(1)) if index and source is not None and source.opcode == "parameter" else None
 
 
 def outside_ops(text: str) -> tuple[list[OutsideOp], bool]:
@@ -270,6 +421,15 @@ def outside_ops(text: str) -> tuple[list[OutsideOp], bool]:
     ops: list[OutsideOp] = []
     complete = _collect(entry, computations, 1, ops, set())
     return ops, complete
+
+
+def repeated_work(ops: list[OutsideOp]) -> tuple[float, float]:
+    """FLOPs and HBM bytes the ops do in all runs after their first: what a cost analysis that counts each loop
+    body once (XLA's) leaves out."""
+    return (
+        sum(op.flops * (op.count - 1) for op in ops),
+        sum(op.bytes * (op.count - 1) for op in ops),
+    )
 
 
 def _collect(name: str, computations: dict, count: int, ops: list, seen: set) -> bool:
@@ -284,7 +444,7 @@ def _collect(name: str, computations: dict, count: int, ops: list, seen: set) ->
             continue  # a Pallas kernel: costed by the kernel model
         if op == "while":
             body = re.search(r"body=%([\w.\-]+)", inst.attrs)
-            trips = _trip_count(inst)
+            trips = _trip_count(inst, insts, computations)
             complete = complete and trips is not None
             if body and body.group(1) not in seen:
                 complete = (
@@ -301,11 +461,7 @@ def _collect(name: str, computations: dict, count: int, ops: list, seen: set) ->
                 if c not in seen:
                     complete = _collect(c, computations, count, ops, seen | {c}) and complete
             continue
-        operand_bytes = sum(hbm_bytes(shapes.get(o, "")) for o in inst.operands)
-        if op == "copy-start":
-            out_bytes = hbm_bytes(inst.shape, first_only=True)
-        else:
-            out_bytes = hbm_bytes(inst.shape)
+        operand_bytes, out_bytes = _traffic(inst, shapes, computations)
         flops, vector = 0.0, 0.0
         if op == "fusion":
             fused = re.search(r"calls=%([\w.\-]+)", inst.attrs)

@@ -489,7 +489,7 @@ class Profiler:
                     + aim_text(entry, bound)
                 )
             elif xla_us < bound:
-                # XLA's cost analysis undercounts some programs (11p: a scan body counted once).
+                # XLA's cost analysis can miss work (a loop of unknown trip count counts once).
                 entry.flags.append(
                     f"XLA's own estimate of the baseline ({xla_us:,.1f} us) is below {bound_text}, "
                     "which the reference cannot beat: its cost analysis missed work, so no speedup against it is "
@@ -497,6 +497,11 @@ class Profiler:
                 )
             else:
                 entry.speedup_vs_xla = xla_us / entry.candidate_us
+            if xla_us is not None and not refs[g].get("xla_loops_counted", True):
+                entry.flags.append(
+                    "XLA's baseline holds a loop whose trip count could not be read from its compiled program: "
+                    "that loop's body is counted once, so the baseline's estimate is a lower bound"
+                )
             if xla_us is not None and xla_us > FAR_FROM_ROOFLINE * entry.roofline_us:
                 entry.flags.append(
                     f"XLA's own estimate of the baseline ({xla_us:,.1f} us) is "

@@ -460,6 +460,8 @@ class Reference(_Strict):
     # Why XLA's baseline did not compile for the target (its counts are then 0): 2p's and 16p's need more HBM than a
     # v5e has, and a candidate is still estimated beside no baseline.
     xla_error: Annotated[str, Field(max_length=1000)] | None = None
+    # False when a loop of the baseline runs an unknown number of times: its body is then counted once.
+    xla_loops_counted: bool = True
 
 
 Event = Annotated[Ready | Finished | StageEvent | Reference | Programs, Field(discriminator="event")]

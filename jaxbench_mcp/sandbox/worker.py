@@ -633,7 +633,7 @@ def measure_job(job: protocol.MeasureJob, report: Reporter, workdir: Path) -> No
 
 def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -> None:
     """Trusted work: the bundle calibration per target, and XLA's cost analysis of the baseline."""
-    from jaxbench_mcp.perf import estimator
+    from jaxbench_mcp.perf import cost_model, estimator
 
     w = workloads.get_workload(job.workload_id)
     dump_root = workdir / "dumps"
@@ -658,17 +658,9 @@ def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -
                 )
             )
             continue
-        cost = compiled.cost_analysis() or {}
+        counts = cost_model.xla_counts(compiled)
         report.stage(Stage.COMPILE, "done", target=generation)
-        report.send(
-            protocol.Reference(
-                target=generation,
-                calibration_bundles=bundles,
-                xla_flops=float(cost.get("flops", 0.0)),
-                xla_bytes=float(cost.get("bytes accessed", 0.0)),
-                xla_optimal_seconds=cost.get("optimal_seconds"),
-            )
-        )
+        report.send(protocol.Reference(target=generation, calibration_bundles=bundles, **counts))
 
 
 # Each takes the job of its mode (protocol.CheckJob, ProfileJob, ...).
