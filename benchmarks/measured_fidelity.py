@@ -9,7 +9,13 @@ across workloads, with the plain roofline (the workload's FLOPs at the MXUs' pea
 HBM bandwidth, whichever is longer) scored the same way beside it; and how often the estimate says the right thing
 about the candidate against XLA (faster or slower, among workloads measured more than 10% apart).
 
-The measurements are facts of the chip, read from the record; nothing here fits to them.
+The measurements are facts of the chip, read from the record. One constant was fit to them elsewhere: v5e's share
+of the MXUs' peak in the XLA baseline estimate (cost_model.XLA_MXU_EFFICIENCY), on the compute-bound XLA baselines of
+half the workloads; benchmarks/xla_baseline_calibration.py part 3 scores the other half on its own.
+
+Measured (v5e record, jax 0.12.0.1 and libtpu 0.0.50.1 here): candidate 94% within 1.5x (median 1.03x, Spearman
+0.97; roofline 66%, 0.64); XLA baseline 87.5% of 48 (1.03x, 0.86; roofline 54%, 0.66); expert 8 of 8 (1.05x,
+1.00; roofline 62.5%, 0.90); faster or slower than XLA said right for 23 of 24 workloads.
 Usage: python benchmarks/measured_fidelity.py [--record FILE] [--only SUBSTRINGS] [--budget SECONDS]
 """
 

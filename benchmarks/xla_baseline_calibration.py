@@ -18,6 +18,9 @@
    its bytes at HBM bandwidth), the share of the MXUs' peak it reached. The workloads are split by a hash of their id
    into a fit half and a validation half: the fit half's median share is what cost_model.XLA_MXU_EFFICIENCY holds
    for that generation; estimate / measured is printed for every baseline, compute-bound or not, per half.
+   Measured on the v5e record: median share 93.0% on the fit half (10 baselines), 93.5% on the validation half
+   (16); estimate / measured with 0.93, every loop trip counted: fit half median 1.03x, 83% of 23 within 1.5x;
+   validation half 1.02x, 92% of 25 (before the loops were counted, 7p's baseline was 0.004x and 11p's 0.10x).
 
 Usage: python benchmarks/xla_baseline_calibration.py [--no-compile] [--measured FILE]
        (--no-compile: only part 2, no deviceless compiles)
