@@ -409,7 +409,12 @@ def test_cli_profile_of_our_gemm_reports_estimate_baseline_expert_and_bottleneck
 
 
 def _static_profile(
-    workload_id: str, candidate_us: float, expert_us: float, xla_bytes: float = 0.0, xla_error: str | None = None
+    workload_id: str,
+    candidate_us: float,
+    expert_us: float,
+    xla_bytes: float = 0.0,
+    xla_error: str | None = None,
+    xla_loops_counted: bool = True,
 ):
     """profile() on a CPU host with libtpu whose compiles are replaced by these totals (no worker runs)."""
     from types import SimpleNamespace
@@ -434,6 +439,7 @@ def _static_profile(
             "xla_bytes": xla_bytes,
             "xla_optimal_seconds": None,
             "xla_error": xla_error,
+            "xla_loops_counted": xla_loops_counted,
         }
         for g in gens
     }
@@ -507,6 +513,21 @@ def test_a_candidate_is_estimated_where_the_xla_baseline_does_not_fit_the_chip()
     assert oom in flag and "no speedup against it is claimed" in flag
     assert entry.aim_us == pytest.approx(max(roofline / cost_model.AIM_ROOFLINE_SHARE, bound))
     assert entry.speedup_vs_expert == pytest.approx(1.1 / 1.2)
+
+
+def test_a_baseline_loop_of_unknown_trip_count_is_named_as_a_lower_bound():
+    from jaxbench_mcp.catalog import workloads
+
+    w = workloads.get_workload("8p_GEMM")
+    bound = cost_model.workload_memory_bound_us(w, "v6e")
+    counted = _static_profile(w.id, candidate_us=bound * 4, expert_us=bound * 4, xla_bytes=1e10)
+    uncounted = _static_profile(
+        w.id, candidate_us=bound * 4, expert_us=bound * 4, xla_bytes=1e10, xla_loops_counted=False
+    )
+    assert not [f for f in counted.flags if "trip count" in f]
+    (flag,) = [f for f in uncounted.flags if "trip count" in f]
+    assert "counted once" in flag and "lower bound" in flag
+    assert uncounted.xla_baseline_us == counted.xla_baseline_us  # the figure is kept, and said to be a lower bound
 
 
 @pytest.mark.slow

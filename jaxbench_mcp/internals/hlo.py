@@ -263,8 +263,8 @@ def _fusion_work(called: str, computations: dict) -> tuple[float, bool, float]:
     flops, works, vector = 0.0, False, 0.0
     for inst in insts:
         if inst.opcode == "fusion":
-            inner = re.search(r"calls=%([\w.\-]+)", inst.attrs)
-            f, w, v = _fusion_work(inner.group(1), computations) if inner else (0.0, True, 0.0)
+            inner = _called(inst)
+            f, w, v = _fusion_work(inner, computations) if inner else (0.0, True, 0.0)
             flops, works, vector = flops + f, works or w, vector + v
         elif inst.opcode not in _FREE_IN_FUSION:
             works = True
@@ -464,8 +464,8 @@ def _collect(name: str, computations: dict, count: int, ops: list, seen: set) ->
         operand_bytes, out_bytes = _traffic(inst, shapes, computations)
         flops, vector = 0.0, 0.0
         if op == "fusion":
-            fused = re.search(r"calls=%([\w.\-]+)", inst.attrs)
-            flops, works, vector = _fusion_work(fused.group(1), computations) if fused else (0.0, True, 0.0)
+            fused = _called(inst)
+            flops, works, vector = _fusion_work(fused, computations) if fused else (0.0, True, 0.0)
             if not works:
                 continue  # a fusion around bitcasts: free
         else:
