@@ -85,6 +85,36 @@ def test_a_custom_directory_adds_tier_custom_workloads_and_keeps_the_50(use_dirs
     assert spec.tier == "custom" and "held_out" in spec.other_sizes and "def reference" in spec.reference_source
 
 
+def test_the_flops_of_a_reference_that_loops_count_every_trip(use_dirs, tmp_path):
+    # XLA's cost analysis counts a loop's body once: a reference scanning 12 layers would report 1/12 of its FLOPs.
+    _write(
+        tmp_path,
+        "layered.py",
+        """
+        import jax
+        import jax.numpy as jnp
+
+        ID = "layered_matmul"
+        OPERATOR = "repeated_matmul"
+        DESCRIPTION = "x @ w, twelve times over, float32."
+        SIZES = {"full": {"N": 512}, "small": {"N": 128}}
+        INPUT_NAMES = ("x", "w")
+
+
+        def create_inputs(*, seed, N):
+            k1, k2 = jax.random.split(jax.random.key(seed))
+            return jax.random.normal(k1, (N, N)), jax.random.normal(k2, (N, N)) / N
+
+
+        def reference(x, w):
+            return jax.lax.fori_loop(0, 12, lambda i, y: y @ w, x)
+        """,
+    )
+    use_dirs(tmp_path)
+    w = workloads.get_workload("layered_matmul")
+    assert w.flops_source.startswith("XLA") and w.flops("full") == 12 * 2 * 512**3
+
+
 def test_the_environment_variable_is_what_the_worker_inherits(use_dirs, tmp_path):
     from jaxbench_mcp.catalog import targets
     from jaxbench_mcp.sandbox import isolation as sandbox, jobs

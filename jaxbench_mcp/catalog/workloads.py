@@ -25,9 +25,9 @@ Copy any file in workloads/ to add one: the registry finds it by itself.
 Custom workloads (tier `custom`) live in the operator's own directories, named by `--workloads DIR` or the
 variable JAXBENCH_MCP_WORKLOADS (several joined with os.pathsep). There the id is any identifier that is not
 one of the 50 (e.g. "swiglu_softcap"), MODEL, NOTES, DEGENERATE_OUTPUT and flops are optional (FLOPs come
-from XLA's cost analysis of the reference), create_inputs need not match any published seed, and SIZES may
-name further input configurations besides "full" and "small" (each with full's parameters and its
-divisibility). A directory may also hold tasks in other formats (formats.py: a MaxKernel task
+from XLA's cost analysis of the reference, every loop trip counted), create_inputs need not match any published
+seed, and SIZES may name further input configurations besides "full" and "small" (each with full's parameters
+and its divisibility). A directory may also hold tasks in other formats (formats.py: a MaxKernel task
 directory, a JAXBench baseline.py). A custom entry that breaks the contract is kept aside as broken, with
 the field and the problem, and never stops the registry: see broken_workloads().
 """
@@ -51,6 +51,7 @@ from typing import Any, NoReturn
 from jaxbench_mcp.catalog import expert_refs, formats as workload_formats
 from jaxbench_mcp.catalog.assets import asset_dir
 from jaxbench_mcp.errors import AgentError, BadRequest, WorkloadDefinitionError
+from jaxbench_mcp.internals import hlo
 
 SIZE_NAMES = ("full", "small")  # every workload has these two; more named configurations may follow
 # The optional size a check also runs when its run size is smaller than full: not a held-out configuration.
@@ -270,7 +271,9 @@ def _xla_flops(workload_id: str, size: str) -> int:
     cost = lowered.cost_analysis()
     if isinstance(cost, (list, tuple)):
         cost = cost[0] if cost else {}
-    return int(max(0.0, float((cost or {}).get("flops", 0.0))))
+    # XLA's analysis counts a loop's body once (a scan over layers or chunks): the other trips are added.
+    more_flops, _ = hlo.repeated_work(hlo.outside_ops(lowered.as_text(dialect="hlo"))[0])
+    return int(max(0.0, float((cost or {}).get("flops", 0.0)) + more_flops))
 
 
 def abstract_inputs(w: Workload, size: str) -> list:

@@ -6,7 +6,7 @@
   tracebacks  what jax's own lines in a traceback look like
   libtpu      its dump flag, the formats of its schedule dumps, the sizes in its VMEM messages
   interpret   patches to jax's TPU interpreter (loads through ref views, masked stores), all-or-nothing
-  hlo         XLA's optimised HLO text, for the work around the kernels
+  hlo         XLA's HLO text (optimised, and jax's lowered text): the work around the kernels, loops' trips
   jaxpr_codec a recorded program as bytes and back (the trace job's files): pickle restricted to an allowlist
               of jax's classes, primitives rebound to jax's own objects
 

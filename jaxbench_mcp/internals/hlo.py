@@ -17,7 +17,10 @@ import math
 import re
 from dataclasses import dataclass
 
-_HEADER = re.compile(r"^(ENTRY )?%?([\w.\-]+) \(.*\) -> .*\{\s*$")
+# A computation's header; jax's lowered (unoptimised) text drops the % and the signature: "ENTRY main.3 {".
+_HEADER = re.compile(r"^(ENTRY )?%?([\w.\-]+)(?: \(.*\) -> .*)? \{\s*$")
+# The start of an instruction's line (a line that does not start one continues the instruction before it).
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = ")
 _DTYPE_BYTES = {
     "pred": 1,
     "s8": 1,
@@ -115,9 +118,10 @@ def _parse_instruction(line: str) -> Instruction | None:
     root = line.startswith("ROOT ")
     if root:
         line = line[5:]
-    if not line.startswith("%") or " = " not in line:
+    if not _INSTRUCTION.match(line):
         return None
-    name, rest = line[1:].split(" = ", 1)
+    name, rest = line.split(" = ", 1)
+    name = name.lstrip("%")
     if rest.startswith("("):
         end = _matching(rest, 0)
     else:
@@ -155,7 +159,7 @@ def parse_module(text: str) -> tuple[dict[str, list[Instruction]], str | None]:
         elif line.rstrip() == "}":
             close()
             current = None
-        elif line.lstrip().startswith(("%", "ROOT ")) or not lines:
+        elif _INSTRUCTION.match(line) or not lines:
             lines.append(line)
         else:  # an attribute that spans lines (a kernel's metadata may hold newlines): same instruction
             lines[-1] += "\n" + line
@@ -306,7 +310,7 @@ def _traffic(inst: Instruction, shapes: dict[str, str], computations: dict) -> t
 
 
 def _called(inst: Instruction) -> str:
-    called = re.search(r"calls=%([\w.\-]+)", inst.attrs)
+    called = re.search(r"calls=%?([\w.\-]+)", inst.attrs)
     return called.group(1) if called else ""
 
 
@@ -349,8 +353,8 @@ def _trip_count(loop: Instruction, caller: list[Instruction], computations: dict
     known = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', loop.attrs)
     if known:
         return int(known.group(1))
-    condition = re.search(r"condition=%([\w.\-]+)", loop.attrs)
-    body = re.search(r"body=%([\w.\-]+)", loop.attrs)
+    condition = re.search(r"condition=%?([\w.\-]+)", loop.attrs)
+    body = re.search(r"body=%?([\w.\-]+)", loop.attrs)
     if not condition or not body or len(loop.operands) != 1:
         return None
     test = _root(computations.get(condition.group(1), []))
@@ -443,7 +447,7 @@ def _collect(name: str, computations: dict, count: int, ops: list, seen: set) ->
         if op == "custom-call" and "tpu_custom_call" in inst.attrs:
             continue  # a Pallas kernel: costed by the kernel model
         if op == "while":
-            body = re.search(r"body=%([\w.\-]+)", inst.attrs)
+            body = re.search(r"body=%?([\w.\-]+)", inst.attrs)
             trips = _trip_count(inst, insts, computations)
             complete = complete and trips is not None
             if body and body.group(1) not in seen:
