@@ -293,6 +293,13 @@ def _in_fresh_process(code: str) -> subprocess.CompletedProcess:
     )
 
 
+def _result_in_fresh_process(code: str):
+    """What `code`, run in a new Python, printed after "RESULT " (a Python literal)."""
+    out = _in_fresh_process(code)
+    assert "RESULT" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+    return ast.literal_eval(out.stdout.split("RESULT ", 1)[1].strip())
+
+
 @pytest.mark.slow
 def test_the_public_estimate_of_a_tiled_gemm_runs_in_a_fresh_process(tmp_path):
     # A fresh process: libtpu must load after estimate() sets the dump folder.
@@ -607,9 +614,7 @@ def test_kernels_compiled_out_of_trace_order_are_estimated_with_their_own_schedu
         "dumped = [(s.kernel, s.bundles) for s in compiled.schedules]\n"
         "print('RESULT', (dumped, [(k.name, k.grid_steps, k.bundles_per_step) for k in est.kernels]))\n"
     )
-    out = _in_fresh_process(code)
-    assert "RESULT" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
-    dumped, estimated = ast.literal_eval(out.stdout.split("RESULT ", 1)[1].strip())
+    dumped, estimated = _result_in_fresh_process(code)
     bundles = dict(dumped)
     assert [k for k, _ in dumped] == ["_scale_kernel", "_matmul_kernel"], "compiled in trace order: not a test"
     assert bundles["_matmul_kernel"] > 10 * bundles["_scale_kernel"]
@@ -642,9 +647,7 @@ def test_one_kernel_function_on_two_shapes_is_paired_by_the_shapes_of_its_calls(
         "dumped = [(s.kernel, s.call_shapes, s.bundles) for s in compiled.schedules]\n"
         "print('RESULT', (dumped, [(k.name, k.bundles_per_step) for k in est.kernels]))\n"
     )
-    out = _in_fresh_process(code)
-    assert "RESULT" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
-    dumped, estimated = ast.literal_eval(out.stdout.split("RESULT ", 1)[1].strip())
+    dumped, estimated = _result_in_fresh_process(code)
     bundles = {shapes: n for _, shapes, n in dumped}
     assert {name for name, _, _ in dumped} == {"_matmul_kernel"}
     big, small = bundles["1024x1024,1024x1024->1024x1024"], bundles["128x128,128x128->128x128"]
