@@ -300,6 +300,22 @@ def _result_in_fresh_process(code: str):
     return ast.literal_eval(out.stdout.split("RESULT ", 1)[1].strip())
 
 
+def test_a_killed_process_dump_folder_is_removed_by_the_next_estimate(tmp_path, monkeypatch):
+    from jaxbench_mcp.perf import estimator
+
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(finished.stdout)
+    monkeypatch.setattr(estimator.tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / f"jaxbench-estimate-{dead_pid}-abc"
+    alive = tmp_path / f"jaxbench-estimate-{os.getpid()}-def"
+    unrelated = tmp_path / "jaxbench-estimate-notapid"
+    for folder in (dead, alive, unrelated):
+        (folder / "dump").mkdir(parents=True)
+    estimator._remove_dump_roots_of_dead_processes()
+    assert not dead.exists()
+    assert alive.exists() and unrelated.exists()
+
+
 @pytest.mark.slow
 def test_the_public_estimate_of_a_tiled_gemm_runs_in_a_fresh_process(tmp_path):
     # A fresh process: libtpu must load after estimate() sets the dump folder.

@@ -532,6 +532,23 @@ _SPB: dict[str, float] = {}
 _DUMP_ROOT: Path | None = None
 
 
+_DUMP_PREFIX = "jaxbench-estimate-"
+
+
+def _remove_dump_roots_of_dead_processes() -> None:
+    """atexit cannot run in a killed process (a timed-out script): its dump folder is removed by the next one."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_DUMP_PREFIX}*-*"):
+        pid = folder.name[len(_DUMP_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # alive, another user's
+            pass
+
+
 def _process_dump_root() -> Path:
     """This process's libtpu dump folder, set before libtpu loads; EstimateUnavailable if it loaded without one."""
     global _DUMP_ROOT
@@ -548,7 +565,8 @@ def _process_dump_root() -> Path:
             "this process cannot read kernel schedules: call jaxbench_mcp.estimate before anything else compiles for "
             "a TPU, or use jaxbench_mcp.perf.estimator.estimate_file (a worker process) instead"
         )
-    root = Path(tempfile.mkdtemp(prefix="jaxbench-estimate-"))
+    _remove_dump_roots_of_dead_processes()
+    root = Path(tempfile.mkdtemp(prefix=f"{_DUMP_PREFIX}{os.getpid()}-"))
     atexit.register(shutil.rmtree, root, True)  # each compile's schedules are read right after it
     os.environ["LIBTPU_INIT_ARGS"] = (
         os.environ.get("LIBTPU_INIT_ARGS", "") + " " + libtpu.dump_flag(str(root))
