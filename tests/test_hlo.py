@@ -175,3 +175,34 @@ def test_a_plain_update_in_place_writes_its_update_even_from_vmem():
     )
     [op] = hlo.outside_ops(text)[0]
     assert op.bytes == 1 * MiB + 4 + 4  # the update written (read from VMEM: no HBM read), and the two offsets
+
+
+def _convolution(features_in: int, features_out: int) -> str:
+    # A 3 x 3 convolution of 16 images of 64 x 64 (NCHW), weights OIHW.
+    x, w = f"bf16[16,{features_in},64,64]", f"bf16[{features_out},{features_in},3,3]"
+    y = f"bf16[16,{features_out},62,62]"
+    return (
+        "HloModule m\n\n"
+        f"ENTRY %main (x: {x}, w: {w}) -> {y} {{\n"
+        f"  %x = {x}{{3,2,1,0}} parameter(0)\n"
+        f"  %w = {w}{{3,2,1,0}} parameter(1)\n"
+        f"  ROOT %c = {y}{{3,2,1,0}} convolution(%x, %w), window={{size=3x3}}, dim_labels=bf01_oi01->bf01\n"
+        "}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "features_in, features_out, mxu, waste",
+    [
+        (64, 128, 128, 2.0),  # 18k: a tap at a time, 64 of 128 contraction lanes used
+        (8, 64, 128, (128 / 72) * 2.0),  # 39k: all 9 taps at once (72 of 128), 64 of 128 outputs
+        (64, 128, 256, 4.0 * 2.0),  # the same as 18k on a 256-wide MXU
+        (128, 128, 128, 1.0),  # a full MXU: nothing wasted
+    ],
+)
+def test_a_convolutions_narrow_features_are_priced_at_the_mxu_width(features_in, features_out, mxu, waste):
+    [conv], _ = hlo.outside_ops(_convolution(features_in, features_out), mxu)
+    assert conv.flops == 2 * 16 * features_out * 62 * 62 * features_in * 9
+    assert conv.padding_flops == pytest.approx(conv.flops * (waste - 1.0))
+    [unpriced], _ = hlo.outside_ops(_convolution(features_in, features_out))
+    assert unpriced.padding_flops == 0.0 and unpriced.flops == conv.flops

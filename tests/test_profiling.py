@@ -257,6 +257,9 @@ def test_xla_baseline_estimate_never_beats_its_own_roofline():
     )  # XLA: "unknown"
     assert cost_model.xla_baseline_s({**counts, "xla_optimal_seconds": None}, "v6e") == pytest.approx(bound)
     assert cost_model.xla_baseline_s({**counts, "xla_optimal_seconds": 2 * bound}, "v6e") == 2 * bound
+    # Convolutions whose narrow features leave 3/4 of the MXU idle take four times their FLOPs' time.
+    padded = {**counts, "xla_optimal_seconds": None, "xla_padding_flops": 3 * counts["xla_flops"]}
+    assert cost_model.xla_baseline_s(padded, "v6e") == pytest.approx(4 * bound)
 
 
 def test_profile_doc_refs_exist():

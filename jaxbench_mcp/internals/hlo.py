@@ -84,6 +84,7 @@ class OutsideOp:
     bytes: float
     count: int = 1
     vector_ops: float = 0.0  # elements its non-matmul arithmetic processes (at the vector units' rate), per run
+    padding_flops: float = 0.0  # what its convolutions' narrow features cost the MXUs beyond `flops`, per run
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -254,27 +255,65 @@ def _vector_elements(inst: Instruction, shapes: dict[str, str]) -> float:
     return float(_elements(inst.shape))
 
 
-def _fusion_flops(called: str, computations: dict) -> tuple[float, bool]:
-    """FLOPs of the matmuls in a fused computation, and whether it does any work at all."""
-    flops, works, _ = _fusion_work(called, computations)
-    return flops, works
+@dataclass(frozen=True)
+class Work:
+    """What one instruction (a fusion: everything in it) computes."""
+
+    flops: float = 0.0  # of its matmuls and convolutions
+    works: bool = False  # whether it computes anything (a fusion of bitcasts does not)
+    vector: float = 0.0  # elements its other arithmetic processes on the vector units
+    padding_flops: float = 0.0  # _convolution_padding_flops
+
+    def __add__(self, other: Work) -> Work:
+        return Work(
+            self.flops + other.flops,
+            self.works or other.works,
+            self.vector + other.vector,
+            self.padding_flops + other.padding_flops,
+        )
 
 
-def _fusion_work(called: str, computations: dict) -> tuple[float, bool, float]:
-    """(FLOPs of its matmuls, whether it does any work, elements its arithmetic processes on the vector units)."""
+def _instruction_work(inst: Instruction, shapes: dict[str, str], mxu: int | None) -> Work:
+    flops = _matmul_flops(inst, shapes)
+    padding = _convolution_padding_flops(inst, shapes, flops, mxu) if mxu and flops else 0.0
+    return Work(flops, True, _vector_elements(inst, shapes), padding)
+
+
+def _fusion_work(called: str, computations: dict, mxu: int | None) -> Work:
     insts = computations.get(called, [])
     shapes = {i.name: i.shape for i in insts}
-    flops, works, vector = 0.0, False, 0.0
+    work = Work()
     for inst in insts:
         if inst.opcode == "fusion":
             inner = _called(inst)
-            f, w, v = _fusion_work(inner, computations) if inner else (0.0, True, 0.0)
-            flops, works, vector = flops + f, works or w, vector + v
+            work += _fusion_work(inner, computations, mxu) if inner else Work(works=True)
         elif inst.opcode not in _FREE_IN_FUSION:
-            works = True
-            flops += _matmul_flops(inst, shapes)
-            vector += _vector_elements(inst, shapes)
-    return flops, works, vector
+            work += _instruction_work(inst, shapes, mxu)
+    return work
+
+
+def _convolution_padding_flops(inst: Instruction, shapes: dict[str, str], flops: float, mxu: int) -> float:
+    """The MXU work a convolution's narrow features waste on an `mxu`-wide MXU, beyond its FLOPs. XLA feeds the
+    MXUs one window tap at a time with the input features as the contraction, or, when all taps' features fit one
+    MXU width, every tap at once; the contraction and the output features are each padded to the MXU width.
+    Measured on v5e (benchmarks/xla_baseline_calibration.py part 3, 128-wide MXU), the share of XLA's usual MXU
+    throughput its convolutions reach: 18k's 64 -> 128 features, a tap at a time, 0.52 (modelled 0.5); 39k's 8
+    features x 9 taps -> 64 (72 of 128 contraction lanes, 64 of 128 outputs) 0.26 (0.28); 33k's 32 features x 27
+    taps -> 64, 0.16 (a tap at a time: 0.125)."""
+    if inst.opcode != "convolution" or len(inst.operands) < 2:
+        return 0.0
+    rhs = _arrays(shapes.get(inst.operands[1], ""))
+    labels = re.search(r"dim_labels=\w+_(\w+)->", inst.attrs)
+    if not rhs or not labels or len(rhs[0][1]) != len(labels.group(1)) or not {"i", "o"} <= set(labels.group(1)):
+        return 0.0
+    dims = dict(zip(labels.group(1), rhs[0][1], strict=True))
+    features_in, features_out = dims.pop("i"), dims.pop("o")
+    taps = math.prod(dims.values()) * _dilated_taps(inst.attrs)
+    contraction = features_in * taps if features_in * taps <= mxu else features_in
+    if contraction <= 0 or features_out <= 0:
+        return 0.0
+    waste = (-(-contraction // mxu) * mxu / contraction) * (-(-features_out // mxu) * mxu / features_out)
+    return flops * (waste - 1.0)
 
 
 # Instructions that read only the part of their first operand they return.
@@ -416,14 +455,15 @@ def _counter_index(inst: Instruction | None, insts: dict[str, Instruction]) -> i
     return int(index.group(1)) if index and source is not None and source.opcode == "parameter" else None
 
 
-def outside_ops(text: str) -> tuple[list[OutsideOp], bool]:
+def outside_ops(text: str, mxu: int | None = None) -> tuple[list[OutsideOp], bool]:
     """The instructions of a compiled program outside its Pallas kernels that do work, and whether the list
-    is complete (False when a while loop's trip count is unknown: its body then counts once)."""
+    is complete (False when a while loop's trip count is unknown: its body then counts once). `mxu`: the width
+    of the MXU the program was compiled for, to price its convolutions' padding (None: not priced)."""
     computations, entry = parse_module(text)
     if entry is None:
         return [], False
     ops: list[OutsideOp] = []
-    complete = _collect(entry, computations, 1, ops, set())
+    complete = _collect(entry, computations, 1, ops, set(), mxu)
     return ops, complete
 
 
@@ -436,7 +476,7 @@ def repeated_work(ops: list[OutsideOp]) -> tuple[float, float]:
     )
 
 
-def _collect(name: str, computations: dict, count: int, ops: list, seen: set) -> bool:
+def _collect(name: str, computations: dict, count: int, ops: list, seen: set, mxu: int | None) -> bool:
     insts = computations.get(name, [])
     shapes = {i.name: i.shape for i in insts}
     complete = True
@@ -452,7 +492,7 @@ def _collect(name: str, computations: dict, count: int, ops: list, seen: set) ->
             complete = complete and trips is not None
             if body and body.group(1) not in seen:
                 complete = (
-                    _collect(body.group(1), computations, count * (trips or 1), ops, seen | {body.group(1)})
+                    _collect(body.group(1), computations, count * (trips or 1), ops, seen | {body.group(1)}, mxu)
                     and complete
                 )
             continue
@@ -463,28 +503,27 @@ def _collect(name: str, computations: dict, count: int, ops: list, seen: set) ->
             )
             for c in called[:1] if op != "conditional" else called:
                 if c not in seen:
-                    complete = _collect(c, computations, count, ops, seen | {c}) and complete
+                    complete = _collect(c, computations, count, ops, seen | {c}, mxu) and complete
             continue
         operand_bytes, out_bytes = _traffic(inst, shapes, computations)
-        flops, vector = 0.0, 0.0
         if op == "fusion":
             fused = _called(inst)
-            flops, works, vector = _fusion_work(fused, computations) if fused else (0.0, True, 0.0)
-            if not works:
+            work = _fusion_work(fused, computations, mxu) if fused else Work(works=True)
+            if not work.works:
                 continue  # a fusion around bitcasts: free
         else:
-            flops = _matmul_flops(inst, shapes)
-            vector = _vector_elements(inst, shapes)
-        if operand_bytes + out_bytes + flops <= 0:
+            work = _instruction_work(inst, shapes, mxu)
+        if operand_bytes + out_bytes + work.flops <= 0:
             continue
         ops.append(
             OutsideOp(
                 name=inst.name,
                 opcode=op,
-                flops=flops,
+                flops=work.flops,
                 bytes=operand_bytes + out_bytes,
                 count=count,
-                vector_ops=vector,
+                vector_ops=work.vector,
+                padding_flops=work.padding_flops,
             )
         )
     return complete

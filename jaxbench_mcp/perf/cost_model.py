@@ -225,15 +225,16 @@ def vector_ops_per_second(generation: str) -> float:
 
 
 def outside_seconds(ops, generation: str, calibration: Calibration = RAW) -> list[float]:
-    """Seconds of each XLA op around the kernels (all its runs): the largest of its matmuls at the MXUs' peak, its
-    other arithmetic at the vector units' rate and its HBM bytes at the bandwidth, plus a fixed cost per run."""
+    """Seconds of each XLA op around the kernels (all its runs): the largest of its matmuls at the MXUs' peak (with
+    what its convolutions' padding wastes), its other arithmetic at the vector units' rate and its HBM bytes at the
+    bandwidth, plus a fixed cost per run."""
     chip = targets.chip_facts(generation)
     vector_rate = vector_ops_per_second(generation)
     return [
         op.count
         * (
             max(
-                op.flops / chip.peak_bf16_flops,
+                (op.flops + getattr(op, "padding_flops", 0.0)) / chip.peak_bf16_flops,
                 getattr(op, "vector_ops", 0.0) / vector_rate,
                 op.bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency),
             )
@@ -317,16 +318,18 @@ def xla_mxu_efficiency(generation: str) -> float:
 AIM_ROOFLINE_SHARE = 0.44
 
 
-def xla_counts(compiled) -> dict:
+def xla_counts(compiled, generation: str) -> dict:
     """What the XLA baseline's estimate is priced from: XLA's cost analysis of the compiled reference, with the runs
     of its loops after the first added from the program's own instructions (XLA's analysis counts a loop's body
-    once: 7p's lax.map over 256 token blocks, 11p's loop over 128 groups), and whether every loop was counted."""
+    once: 7p's lax.map over 256 token blocks, 11p's loop over 128 groups), the MXU work its convolutions' narrow
+    features waste on `generation`'s MXU (hlo._convolution_padding_flops), and whether every loop was counted."""
     cost = compiled.cost_analysis() or {}
-    ops, loops_counted = hlo.outside_ops(compiled.as_text())
+    ops, loops_counted = hlo.outside_ops(compiled.as_text(), targets.chip_facts(generation).mxu_size)
     more_flops, more_bytes = hlo.repeated_work(ops)
     return {
         "xla_flops": float(cost.get("flops", 0.0)) + more_flops,
         "xla_bytes": float(cost.get("bytes accessed", 0.0)) + more_bytes,
+        "xla_padding_flops": sum(op.padding_flops * op.count for op in ops),
         "xla_optimal_seconds": cost.get("optimal_seconds"),
         "xla_loops_counted": loops_counted,
     }
@@ -334,10 +337,12 @@ def xla_counts(compiled) -> dict:
 
 def xla_baseline_s(reference: dict, generation: str) -> float:
     """XLA's own estimate of the baseline: its cost model's optimal_seconds, but never below the roofline of
-    XLA's own FLOP and byte counts with the FLOPs at the share of the MXUs' peak XLA's matmuls reach
-    (xla_mxu_efficiency; optimal_seconds is negative or missing for some programs)."""
+    XLA's own FLOP and byte counts with the FLOPs (and the MXU work its convolutions' padding wastes) at the share
+    of the MXUs' peak XLA's matmuls reach (xla_mxu_efficiency; optimal_seconds is negative or missing for some
+    programs)."""
     efficiency = xla_mxu_efficiency(generation)
-    bound = targets.roofline_seconds(reference["xla_flops"] / efficiency, reference["xla_bytes"], generation)[0]
+    mxu_flops = reference["xla_flops"] + reference.get("xla_padding_flops", 0.0)
+    bound = targets.roofline_seconds(mxu_flops / efficiency, reference["xla_bytes"], generation)[0]
     return max(reference.get("xla_optimal_seconds") or 0.0, bound)
 
 

@@ -194,7 +194,7 @@ def compile_kernels(
         raise
     schedules = libtpu.parse_dump(libtpu.collect_dump(dump_root, generation))
     try:
-        ops, complete = hlo.outside_ops(compiled.as_text())
+        ops, complete = hlo.outside_ops(compiled.as_text(), targets.chip_facts(generation).mxu_size)
         ops = sorted(ops, key=lambda o: -o.count * max(o.flops, o.bytes))
         outside = protocol.OutsideCost(
             xla_flops=sum(o.flops * o.count for o in ops),
@@ -209,6 +209,7 @@ def compile_kernels(
                     bytes=o.bytes,
                     count=o.count,
                     vector_ops=o.vector_ops,
+                    padding_flops=o.padding_flops,
                 )
                 for o in ops[:MAX_OUTSIDE_OPS]
             ],

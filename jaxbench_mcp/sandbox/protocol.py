@@ -356,6 +356,7 @@ class OutsideOp(_Strict):
     bytes: float
     count: int = 1
     vector_ops: float = 0.0  # elements its non-matmul arithmetic processes, per run (internals.hlo)
+    padding_flops: float = 0.0  # MXU work its convolutions' narrow features waste, per run (internals.hlo)
 
 
 class OutsideCost(_Strict):
@@ -457,6 +458,7 @@ class Reference(_Strict):
     xla_flops: float
     xla_bytes: float
     xla_optimal_seconds: float | None
+    xla_padding_flops: float = 0.0  # MXU work the baseline's convolutions' narrow features waste (cost_model)
     # Why XLA's baseline did not compile for the target (its counts are then 0): 2p's and 16p's need more HBM than a
     # v5e has, and a candidate is still estimated beside no baseline.
     xla_error: Annotated[str, Field(max_length=1000)] | None = None

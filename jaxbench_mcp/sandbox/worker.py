@@ -658,7 +658,7 @@ def reference_job(job: protocol.ReferenceJob, report: Reporter, workdir: Path) -
                 )
             )
             continue
-        counts = cost_model.xla_counts(compiled)
+        counts = cost_model.xla_counts(compiled, generation)
         report.stage(Stage.COMPILE, "done", target=generation)
         report.send(protocol.Reference(target=generation, calibration_bundles=bundles, **counts))
 
