@@ -14,8 +14,10 @@ of the MXUs' peak in the XLA baseline estimate (cost_model.XLA_MXU_EFFICIENCY), 
 half the workloads; benchmarks/xla_baseline_calibration.py part 3 scores the other half on its own.
 
 Measured (v5e record, jax 0.12.0.1 and libtpu 0.0.50.1 here): candidate 94% within 1.5x (median 1.03x, Spearman
-0.97; roofline 66%, 0.64); XLA baseline 87.5% of 48 (1.03x, 0.86; roofline 54%, 0.66); expert 8 of 8 (1.05x,
-1.00; roofline 62.5%, 0.90); faster or slower than XLA said right for 23 of 24 workloads.
+0.97; roofline 66%, 0.64); XLA baseline 91.7% of 48 (1.03x, 0.93; roofline 54%, 0.66; 87.5% and 0.86 before
+convolutions were priced at the MXU's width); expert 8 of 8 (1.05x, 1.00; roofline 62.5%, 0.90); faster or slower
+than XLA said right for 23 of 24 workloads. On a loaded host 7p's expert can miss its 60 s trace budget (the
+in-order replay of jax's ragged kernel): its estimate is then "none" with the reason; alone it is 1.05x.
 Usage: python benchmarks/measured_fidelity.py [--record FILE] [--only SUBSTRINGS] [--budget SECONDS]
 """
 
