@@ -20,8 +20,10 @@ generation, the figure and the jax and libtpu versions): a rerun after a change 
 Usage: python benchmarks/vmem_fidelity.py [--targets v6e,v5e] [--only SUBSTRING] [--budget SECONDS]
 [--figure used|need] [--cached-only]
 
-Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 72, v5e 71, v5p 71, 7x 71
-(285 of 320, median 1.00x, 0.49x-1.35x); 283 before 7x's own matmul staging (32k, 49k), 281 before the
+Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 72, v5e 72, v5p 72, 7x 71
+(287 of 320, median 1.00x, 0.49x-1.35x; a cold run of all four generations takes 486 s here); 285 before two
+matmuls reading one LHS counted their columns together (3p's key and value projections on v5e and v5p: 0.81x to
+1.00x; 10p's up projection on 7x 0.91x to 1.00x), 283 before 7x's own matmul staging (32k, 49k), 281 before the
 branch-room rule (32k), 277 before the epilogue rule (42k) and 263 before the three changes named below them (15p,
 21k/23k, 6p). An
 80-tile GEMM sweep (M 256-2048, K 256-2048, N 512-1024) 80 of 80, 0.98x-1.07x. The blocks and scratch
@@ -53,8 +55,8 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   patches group) keeps 0-0.61 MiB (v6e, v5e) where its f32 patches are up to 3.4 MiB.
 - 6p (paged attention) was 1.16x: its key index iota, read by jnp's // and %, was held because those are jitted
   calls; a call of elementwise primitives now streams like one (0.97x on all four generations).
-- Off v6e also: jax's own flash kernel (tests/kernels/good_flash_attention_jax.py: 0.85x v5e/v5p, 0.67x 7x), a
-  3p kernel on v5e/v5p (0.81x), 18k on 7x (0.90x).
+- Off v6e also: jax's own flash kernel (tests/kernels/good_flash_attention_jax.py: 0.85x v5e/v5p, 0.67x 7x), 18k
+  on 7x (0.90x).
 """
 
 from __future__ import annotations

@@ -933,6 +933,39 @@ def test_7x_stages_a_matmul_of_up_to_1024_rows_less_than_v6e():
     assert beyond_blocks(512, 2048, "7x") == beyond_blocks(512, 2048, "v6e") == 2 * (lhs + tile) - held
 
 
+def test_a_block_two_matmuls_read_is_staged_as_if_one_read_all_their_columns():
+    """3p's projections of one latent block to keys and values: (1024, 512) bf16 @ (512, 128) twice. On a 128-wide
+    MXU each product is one column tile, and yet the compiler stages the block (v5e and v5p: 0.82 MiB beyond the
+    blocks, the 1 MiB LHS less what the registers hold): two readers of one tile each read it as often as one reader
+    of two tiles. On v6e (256 wide, K = 512, read from its ref) nothing is staged either way."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    from jaxbench_mcp.sandbox import protocol
+
+    def call(x, wk, wv):
+        def body(x_ref, wk_ref, wv_ref, k_ref, v_ref):
+            x = x_ref[...]
+            k_ref[...] = jnp.dot(x, wk_ref[...], preferred_element_type=jnp.float32).astype(k_ref.dtype)
+            v_ref[...] = jnp.dot(x, wv_ref[...], preferred_element_type=jnp.float32).astype(v_ref.dtype)
+
+        weights = pl.BlockSpec((512, 128), lambda i: (0, 0))
+        out = pl.BlockSpec((1024, 128), lambda i: (i, 0))
+        return pl.pallas_call(
+            body,
+            grid=(4,),
+            in_specs=[pl.BlockSpec((1024, 512), lambda i: (i, 0)), weights, weights],
+            out_specs=[out, out],
+            out_shape=[jax.ShapeDtypeStruct((4096, 128), jnp.bfloat16)] * 2,
+        )(x, wk, wv)
+
+    weight = ((512, 128), "bfloat16")
+    kernel = protocol.KernelInfo(**_described(call, ((4096, 512), "bfloat16"), weight, weight))
+    beyond = {g: cost_model.vmem_bytes(kernel, g) - cost_model.pipeline_vmem_bytes(kernel) for g in ("v5e", "v6e")}
+    assert beyond == {"v5e": 1024 * 512 * 2 - kernel_analysis.REGISTER_HELD_BYTES, "v6e": 0}
+
+
 def test_a_value_read_by_jnp_floor_divide_and_remainder_streams():
     """jnp's // and % are jitted elementwise functions: an iota read by both streams like one read by two adds (6p's
     key index r, read as r % heads and r // heads: 5.14 MiB compiled on v6e, 5.97 modelled when each call held it)."""

@@ -198,7 +198,27 @@ def _among(v, values: set | frozenset) -> bool:
 SMALL_DOT_ROWS_7X = 1024
 
 
-def _dot_staging(eqn, loaded: set, mxu: int, small_rows: int = 0) -> int:
+def _lhs_columns(jaxpr) -> dict:
+    """For each value some 2-D matmuls read as their left operand, the columns of all their results together: two
+    matmuls of one MXU tile each read it as often as one of two tiles (3p's projections of one latent block to
+    keys and values)."""
+    columns: dict = {}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name != "dot_general":
+            continue
+        (_, rhs_contract), batch = eqn.params["dimension_numbers"]
+        a, b = eqn.invars[:2]
+        if any(batch) or _literal_or_not_2d(a) or _literal_or_not_2d(b):
+            continue
+        columns[a] = columns.get(a, 0) + b.aval.shape[1 - rhs_contract[0]]
+    return columns
+
+
+def _literal_or_not_2d(v) -> bool:
+    return isinstance(v, Literal) or len(getattr(v.aval, "shape", ())) != 2
+
+
+def _dot_staging(eqn, loaded: set, mxu: int, small_rows: int = 0, lhs_columns: dict | None = None) -> int:
     """The VMEM a 2-D dot_general takes while it runs (its result streams into its consumer, the acc += dot of a
     GEMM, and is kept only when something holds it: body_values_bytes), for a chip whose MXU is `mxu` wide.
     Measured on a sweep of GEMM tiles (M 128-2048, K 256-2048, N 128-1024; NN and NT, bf16 and f32) with
@@ -209,7 +229,9 @@ def _dot_staging(eqn, loaded: set, mxu: int, small_rows: int = 0) -> int:
       MXU-wide column tiles of the result read it: on a 128-wide MXU (v4, v5e, v5p) always (8p's 1024 x 512 x 1024
       on v5e: 0.84 MiB, modelled 1.0); on a 256-wide one (v6e, 7x) only from K = 1024 (1024 x 1024 x 1024: 2.83
       MiB over, modelled 3.0; K = 512: 0 with the LHS read straight from its ref, about its size computed).
-    An f32 LHS is never staged; N of one MXU tile reads it once. A chip that stages matmuls of up to `small_rows`
+    An f32 LHS is never staged; N of one MXU tile reads it once, but the columns of every matmul that reads the
+    same LHS count together (_lhs_columns: 3p's key and value projections of one latent block, one 128-wide tile
+    each, stage it on v5e and v5p: 0.82 MiB, modelled 0.81). A chip that stages matmuls of up to `small_rows`
     rows the small way (7x: SMALL_DOT_ROWS_7X) stages no partial tile for them, and their LHS only when more than
     two MXU-wide column tiles read it: 7x's 1024 x 1024 x 512 and 1024 x 2048 x 512 stage nothing (v6e: 2.30 and
     4.35 MiB), its 1024 x 1024 x 1024 and 1024 x 2048 x 1024 the LHS alone (1.82 and 3.82 MiB; v6e 2.82, 4.86)."""
@@ -223,7 +245,8 @@ def _dot_staging(eqn, loaded: set, mxu: int, small_rows: int = 0) -> int:
 
     small = rows <= small_rows
     tile = cost_model.padded_block_bytes([rows, min(columns, mxu)], "float32") if depth > 512 and not small else 0
-    reread = columns > (2 * mxu if small else mxu) and a.aval.dtype.itemsize == 2
+    read_by = max(columns, (lhs_columns or {}).get(a, 0))
+    reread = read_by > (2 * mxu if small else mxu) and a.aval.dtype.itemsize == 2
     if mxu >= 256:
         reread = reread and (depth >= 1024 or (depth <= 512 and not _among(a, loaded)))
     return tile + (_value_vmem_bytes(a.aval) if reread else 0)
@@ -331,6 +354,7 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), sm
         if not isinstance(v, Literal):
             last[v] = len(jaxpr.eqns)
     sinks = _sinks(jaxpr)
+    lhs_columns = _lhs_columns(jaxpr)
     whole: set = set()  # values kept whole in VMEM (while live)
     kept: set = set()  # those, and values recomputable vreg by vreg from them or from refs
     reduced: set = set()  # values computed from a reduction's result
@@ -338,7 +362,9 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), sm
     peak = 0
     before = 0  # the peak of the unconditional code so far (pl.when branches aside)
     for i, eqn in enumerate(jaxpr.eqns):
-        staging = _dot_staging(eqn, from_refs, mxu, small_dot_rows) if eqn.primitive.name == "dot_general" else 0
+        staging = (
+            _dot_staging(eqn, from_refs, mxu, small_dot_rows, lhs_columns) if eqn.primitive.name == "dot_general" else 0
+        )
         staging += _column_reduction_staging(eqn, from_refs, whole)
         inner = 0
         if eqn.primitive.name == "cond":  # a branch sees the values the cond passes it (after its index)
