@@ -206,3 +206,17 @@ def test_a_convolutions_narrow_features_are_priced_at_the_mxu_width(features_in,
     assert conv.padding_flops == pytest.approx(conv.flops * (waste - 1.0))
     [unpriced], _ = hlo.outside_ops(_convolution(features_in, features_out))
     assert unpriced.padding_flops == 0.0 and unpriced.flops == conv.flops
+
+
+@pytest.mark.parametrize(
+    "shape, stored",
+    [
+        ("bf16[16,62]{1,0:T(8,128)(2,1)}", 16 * 128 * 2),  # the minor dimension padded to 128 lanes
+        ("f32[3,256]{1,0:T(8,128)}", 8 * 256 * 4),  # the next to 8 rows
+        ("bf16[62,16]{0,1:T(8,128)(2,1)}", 128 * 16 * 2),  # the layout says which dimension is minor
+        ("f32[100,62]{1,0}", 100 * 62 * 4),  # no tiling written: as the shape says
+        ("f32[100,62]{1,0:T(8,128)S(1)}", 0),  # in VMEM: no HBM bytes
+    ],
+)
+def test_an_arrays_hbm_bytes_are_those_of_its_tiles(shape, stored):
+    assert hlo.hbm_bytes(shape) == stored
