@@ -17,9 +17,8 @@ Measured (v5e record, jax 0.12.0.1 and libtpu 0.0.50.1 here): candidate 98% with
 Spearman 0.98; roofline 66%, 0.64; 94% and 0.97 before XLA's work around the kernels was priced at the bytes of
 its HBM tiles: 28k 0.60x -> 0.88x, 33k 0.60x -> 0.84x); XLA baseline 91.7% of 48 (1.03x, 0.93; roofline 54%,
 0.66; 87.5% and 0.86 before convolutions were priced at the MXU's width); expert 8 of 8 (1.05x, 1.00; roofline
-62.5%, 0.90); faster or slower than XLA said right for 23 of 24 workloads. 7p's expert can miss its worker's 60 s
-trace budget (the in-order replay of jax's ragged kernel; on v6e it always does): its estimate is then "none" with
-the reason; when it runs, it is 1.05x.
+62.5%, 0.90); faster or slower than XLA said right for 23 of 24 workloads (7p's expert is 1.05x; its v6e compile,
+~55 s here, ran on the trace stage's 60 s budget until the worker announced each compile before it began).
 Usage: python benchmarks/measured_fidelity.py [--record FILE] [--only SUBSTRINGS] [--budget SECONDS]
 """
 

@@ -566,6 +566,34 @@ def test_a_profile_stopped_while_compiling_says_timeout_with_the_real_stage_and_
     assert "no estimate: no estimate" not in profiling._no_double("no estimate: no estimate: x")
 
 
+def test_a_profile_worker_announces_each_compile_before_it_compiles(tmp_path, monkeypatch):
+    """The watchdog times a stage from its start event: a compile announced only when it ended ran on the trace's
+    budget (7p's expert on v6e: a 7.7 s trace and a 55 s compile were stopped as `timeout:trace`)."""
+    import os
+
+    from jaxbench_mcp.perf import estimator
+    from jaxbench_mcp.sandbox import protocol, worker
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    told_when_compiling = {}
+
+    def compile_kernels(fn, args, static_argnums, generation, dump_root, write_module=None):
+        lines = os.read(read_fd, 1 << 20).splitlines()
+        told_when_compiling[generation] = [protocol.parse_event(line) for line in lines]
+        raise RuntimeError("the compile failed")
+
+    monkeypatch.setattr(estimator, "trace_kernels", lambda *args: protocol.ProfileTrace(traffic=[]))
+    monkeypatch.setattr(estimator, "compile_kernels", compile_kernels)
+    worker._analyse(lambda x: x, [], (), ["v6e", "v5e"], worker.Reporter(write_fd), tmp_path)
+    for generation, events in told_when_compiling.items():
+        last = events[-1]
+        assert (last.stage, last.state, last.target) == (protocol.Stage.COMPILE, "start", generation)
+    after = [protocol.parse_event(line) for line in os.read(read_fd, 1 << 20).splitlines()]
+    assert [(e.stage, e.state, e.target) for e in after] == [(protocol.Stage.COMPILE, "failed", "v5e")]
+    assert set(told_when_compiling) == {"v6e", "v5e"}
+
+
 def test_no_speedup_is_claimed_from_an_estimate_below_the_roofline():
     from jaxbench_mcp.catalog import workloads
     from jaxbench_mcp.models import TargetEstimate

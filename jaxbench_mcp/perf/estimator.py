@@ -128,12 +128,15 @@ def analyse(
     on_trace: Callable[[protocol.ProfileTrace | None, str | None], None],
     on_compile: Callable[[str, protocol.ProfileCompile | None, str | None, float], None],
     write_module: Callable[[str, str], str] | None = None,
+    on_compile_start: Callable[[str], None] = lambda generation: None,
 ) -> None:
     """Trace `fn(*args)`, follow its kernels (kernel_analysis, kernel_replay), then compile it for each generation
     with libtpu's schedule dumps and read the schedules and XLA's work around the kernels.
 
     Reports through callbacks: on_trace(trace, None) or on_trace(None, error text); per generation
-    on_compile(generation, compiled, None, seconds) or on_compile(generation, None, error text, seconds).
+    on_compile_start(generation) before compiling (a watchdog times the compile against its own budget, not the
+    trace's), then on_compile(generation, compiled, None, seconds) or on_compile(generation, None, error text,
+    seconds).
     `write_module(generation, lowered text) -> file name` keeps the lowered module (the profile checks that it
     is the program the check judged)."""
     try:
@@ -143,6 +146,7 @@ def analyse(
         return
     on_trace(trace, None)
     for generation in generations:
+        on_compile_start(generation)
         t0 = time.perf_counter()
         try:
             compiled = compile_kernels(fn, args, static_argnums, generation, dump_root, write_module)

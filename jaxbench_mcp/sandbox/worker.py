@@ -568,17 +568,18 @@ def _analyse(
         (workdir / module_file).write_text(text)  # the parent checks it is the checked program
         return module_file
 
-    started: set[str] = set()  # generations whose compile stage has started
+    def on_compile_start(generation):
+        report.stage(Stage.COMPILE, "start", target=generation)
 
     def on_compile(generation, compiled, error, seconds):
-        if generation not in started:
-            report.stage(Stage.COMPILE, "start", target=generation)
         if compiled is None:
             report.stage(Stage.COMPILE, "failed", target=generation, text=error)
         else:
             report.stage(Stage.COMPILE, "done", target=generation, seconds=seconds, profile_compile=compiled)
 
-    estimator.analyse(fn, args, static_argnums, generations, workdir / "dumps", on_trace, on_compile, write_module)
+    estimator.analyse(
+        fn, args, static_argnums, generations, workdir / "dumps", on_trace, on_compile, write_module, on_compile_start
+    )
 
 
 def measure_job(job: protocol.MeasureJob, report: Reporter, workdir: Path) -> None:
