@@ -582,7 +582,10 @@ class KernelEstimate(BaseModel):
     )
     compute_us: Real
     memory_us: Real
-    overhead_us: Real
+    overhead_us: Real = Field(
+        description="Grid steps x the wait of a step's DMAs beyond their bytes: added to the HBM time, hidden "
+        "when compute is longer"
+    )
     exposed_us: Real = Field(
         0.0,
         description="The part of min(compute, HBM) the pipeline does not hide (first fetch, "
@@ -760,7 +763,7 @@ class Profile(BaseModel):
                     + f"; compute {k.compute_us:,.1f} us, "
                     f"HBM {k.memory_us:,.1f} us "
                     f"({k.hbm_bytes / 2**20:,.0f} MiB{'' if k.hbm_bytes_exact else ', approx.'}), "
-                    f"step overhead {k.overhead_us:,.1f} us"
+                    f"step DMA waits {k.overhead_us:,.1f} us"
                     + (f", not overlapped {k.exposed_us:,.1f} us" if k.exposed_us else "")
                     + f" -> {k.bottleneck}"
                     + (

@@ -8,10 +8,11 @@
              pltpu.get_tpu_info_for_chip). A megacore device's cores share its parallel work (parallel_split).
   memory   = the HBM bytes its BlockSpecs and DMAs move (a block is re-fetched whenever its block index
              changes between consecutive grid steps) / HBM bandwidth
-  overhead = grid steps x the pipeline's fixed cost per step
-  estimate = max(compute, memory) + the part of min(compute, memory) the pipeline cannot overlap (at
-             least one step's worth: the first fetch and the last write-back) + overhead; the largest
-             term names the bottleneck.
+  overhead = grid steps x the wait of a step's DMAs beyond their bytes (a step's own bookkeeping, the DMA
+             issue and semaphore waits, is in its bundles: compute)
+  estimate = max(compute, memory + overhead) + the part of min(compute, memory) the pipeline cannot overlap (at
+             least one step's worth: the first fetch and the last write-back); the largest term names the
+             bottleneck. A step's DMA wait is hidden when the step computes longer than its DMAs take.
 Per generation, `CALIBRATION` scales these terms (fit on tokamax's real TPU timings by
 benchmarks/estimate_fidelity.py --fit; the raw model is the identity). The XLA baseline is XLA's own cost
 analysis: its optimal_seconds, at least max(FLOPs / peak, bytes accessed / bandwidth) of its own counts; the
@@ -32,9 +33,11 @@ from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.internals import hlo
 
 # Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
-MODEL_VERSION = 4
-# A widely quoted figure for the fixed cost of one Pallas TPU grid step (DMA issue/wait, bookkeeping).
-STEP_OVERHEAD_S = 0.35e-6
+MODEL_VERSION = 5
+# How long a grid step's DMAs take beyond their bytes at the bandwidth (issue to completion), measured on a v5e
+# (benchmarks/grid_steps.py: x * 2 over 64 MiB of f32 in 1024 to 64 steps, 0.18-0.22 us a step more than the
+# bytes; the same steps under compute cost nothing more than their bundles). Other generations assume it.
+STEP_OVERHEAD_S = 0.2e-6
 # Where to read about each bottleneck (context_docs/ refs).
 BOTTLENECK_DOCS = {
     "grid-step-overhead-bound": "performance#block-size-vmem",
@@ -116,18 +119,7 @@ class KernelCost:
 
     @property
     def estimate_s(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.exposed_s + self.overhead_s
-
-
-def kernel_cost(
-    bundles: int, steps: int, hbm_bytes: float, generation: str, spb: float, run_ratio: float = 1.0
-) -> KernelCost:
-    """The raw model on flat counts: every bundle runs `run_ratio` times per step, memory and compute overlap."""
-    return KernelCost(
-        compute_s=bundles * steps * run_ratio * spb,
-        memory_s=hbm_bytes / targets.chip_facts(generation).hbm_bytes_per_second,
-        overhead_s=steps * STEP_OVERHEAD_S,
-    )
+        return max(self.compute_s, self.memory_s + self.overhead_s) + self.exposed_s
 
 
 def parallel_split(parallel_steps: int, generation: str) -> float:
@@ -269,10 +261,8 @@ BOTTLENECK_ADVICE = {
 
 
 def bottleneck(cost: KernelCost, slot_use: dict[str, float]) -> str:
-    if cost.overhead_s >= max(cost.compute_s, cost.memory_s):
-        return "grid-step-overhead-bound"
-    if cost.memory_s >= cost.compute_s:
-        return "memory-bound"
+    if cost.memory_s + cost.overhead_s >= cost.compute_s:  # the steps wait on their DMAs
+        return "grid-step-overhead-bound" if cost.overhead_s >= cost.memory_s else "memory-bound"
     vector = max((slot_use.get(k, 0.0) for k in ("VALU", "XLU", "EUP", "VLOAD", "VSTORE")), default=0.0)
     return "MXU-bound" if slot_use.get("MXU", 0.0) >= vector else "vector-unit-bound"
 

@@ -96,7 +96,7 @@ class Estimate(BaseModel):
             + f"{k.grid_steps} steps x {k.bundles_per_step} bundles"
             + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
             + f"; compute {k.compute_us:,.1f} us, HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB), "
-            f"not overlapped {k.exposed_us:,.1f} us, step overhead {k.overhead_us:,.1f} us -> {k.bottleneck}"
+            f"not overlapped {k.exposed_us:,.1f} us, step DMA waits {k.overhead_us:,.1f} us -> {k.bottleneck}"
             for k in self.kernels
         )
         if self.outside_us is not None:

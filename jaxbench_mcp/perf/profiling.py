@@ -44,7 +44,7 @@ PROFILE_KINDS = {
 }
 ESTIMATE_LABEL = (
     "STATIC ESTIMATE from a deviceless compile on a CPU host (libtpu's bundle schedule by loop, HBM bytes of "
-    "BlockSpecs and DMAs, pipeline overlap, per-step overhead, XLA ops around the kernels; calibrated per "
+    "BlockSpecs and DMAs, pipeline overlap, grid steps' DMA waits, XLA ops around the kernels; calibrated per "
     "generation on tokamax's TPU timings): not a measurement; use it to rank variants, not to quote times"
 )
 MEASURED_LABEL = (

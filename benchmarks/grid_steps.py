@@ -1,0 +1,139 @@
+"""What a grid step costs: the same work cut into 8 to 1024 grid steps, timed on a TPU beside the estimate.
+
+Three kernels over an (8192, 1024) array in row blocks of 8 to 1024 rows: x * 2 in f32 (memory-bound), a bf16
+matmul of each block by a resident (1024, 1024) weight (MXU work per step) and 48 rounds of f32 multiply-adds per
+element (vector-bound). On an attached TPU (--measure, which writes a JSON record such as
+benchmarks/data/grid_steps_v5e.json) each is timed by perf/measuring (device time from a profiler trace); on a CPU
+host with libtpu each is estimated for the record's generation and printed beside its measurement, with the
+model as it stands and with the model before (every step adding 0.35 us after max(compute, memory)).
+
+Measured (benchmarks/data/grid_steps_v5e.json: one v5e, jax 0.10.2; estimates with jax 0.12.0.1 and libtpu
+0.0.50.1, v5e's raw model): x * 2 takes 270 us in 1024 steps and 102 us in 8 (0.18-0.22 us a step beyond the
+bytes at the bandwidth: cost_model.STEP_OVERHEAD_S), while the multiply-adds take 444 us in 1024 steps and 340
+in 8, and the bundles of the schedule already hold that difference (a step's DMA issue and waits): a step's DMA
+wait is hidden under a step that computes longer. Estimate / measured over the 24 cases: 0.83-1.08 now,
+0.84-1.83 before (1.54 and 1.83 for the 1024-step matmul and multiply-adds).
+
+Usage: python benchmarks/grid_steps.py --measure [--out FILE]   (TPU host)
+       python benchmarks/grid_steps.py [--record FILE]          (CPU host with libtpu)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEVICE_KINDS = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5p": "v5p", "TPU v4": "v4"}
+ROWS, COLS = 8192, 1024
+BLOCK_ROWS = (8, 16, 32, 64, 128, 256, 512, 1024)
+MULTIPLY_ADDS = 48
+BEFORE_STEP_S = 0.35e-6  # the model before: a quoted per-step cost, added after max(compute, memory)
+
+
+def _cases():
+    """(name, function, abstract arguments) per kernel and block height."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def scale(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    def matmul(x_ref, w_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32).astype(o_ref.dtype)
+
+    def multiply_adds(x_ref, o_ref):
+        x = x_ref[...].astype(jnp.float32)
+        y = x
+        for _ in range(MULTIPLY_ADDS):
+            y = y * 1.0001 + x * 0.5 - y * y * 0.001
+        o_ref[...] = y.astype(o_ref.dtype)
+
+    def gridded(body, bm, with_weight):
+        rows = pl.BlockSpec((bm, COLS), lambda i: (i, 0))
+        specs = [rows, pl.BlockSpec((COLS, COLS), lambda i: (0, 0))] if with_weight else [rows]
+
+        def call(x, *w):
+            out = jax.ShapeDtypeStruct((ROWS, COLS), x.dtype)
+            return pl.pallas_call(body, grid=(ROWS // bm,), in_specs=specs, out_specs=rows, out_shape=out)(x, *w)
+
+        return call
+
+    block = jax.ShapeDtypeStruct((ROWS, COLS), jnp.float32)
+    bf16 = jax.ShapeDtypeStruct((ROWS, COLS), jnp.bfloat16)
+    weight = jax.ShapeDtypeStruct((COLS, COLS), jnp.bfloat16)
+    for bm in BLOCK_ROWS:
+        yield f"x * 2, f32 / {bm} rows", gridded(scale, bm, False), [block]
+        yield f"matmul, bf16 / {bm} rows", gridded(matmul, bm, True), [bf16, weight]
+        yield f"multiply-adds, bf16 / {bm} rows", gridded(multiply_adds, bm, False), [bf16]
+
+
+def measure(out: Path, iterations: int) -> None:
+    import jax
+
+    from jaxbench_mcp.perf import measuring
+
+    record = {"device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "times_us": {}}
+    for name, fn, abstract in _cases():
+
+        def inputs_for(i, abstract=abstract):
+            keys = jax.random.split(jax.random.PRNGKey(i), len(abstract))
+            return tuple(jax.random.normal(k, a.shape, a.dtype) for k, a in zip(keys, abstract, strict=True))
+
+        record["times_us"][name] = measuring.time_on_device(fn, (), inputs_for, iterations).median_us
+        print(f"{name:<34} {record['times_us'][name]:9.1f} us", flush=True)
+    out.write_text(json.dumps(record, indent=1))
+
+
+def estimate(record_path: Path) -> None:
+    import jaxbench_mcp
+
+    record = json.loads(record_path.read_text())
+    generation = DEVICE_KINDS[record["device_kind"]]
+    print(f"{record_path.name}: {record['device_kind']} ({generation}), jax {record['jax']} when measured")
+    print(f"{'case':<34} {'measured':>9} {'estimate':>9} {'ratio':>6} {'before':>9} {'ratio':>6}  bottleneck")
+    now_ratios, before_ratios = [], []
+    for name, fn, abstract in _cases():
+        measured = record["times_us"].get(name)
+        if measured is None:
+            continue
+        found = jaxbench_mcp.estimate(fn, *abstract, target=generation)
+        (k,) = found.kernels
+        before = max(k.compute_us, k.memory_us) + k.exposed_us + k.grid_steps * BEFORE_STEP_S * 1e6
+        now_ratios.append(found.total_us / measured)
+        before_ratios.append(before / measured)
+        print(
+            f"{name:<34} {measured:9.1f} {found.total_us:9.1f} {now_ratios[-1]:6.2f} {before:9.1f} "
+            f"{before_ratios[-1]:6.2f}  {k.bottleneck}",
+            flush=True,
+        )
+    print(
+        f"estimate / measured over {len(now_ratios)} cases: {min(now_ratios):.2f}-{max(now_ratios):.2f} now, "
+        f"{min(before_ratios):.2f}-{max(before_ratios):.2f} before (a quoted 0.35 us a step on top)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--measure", action="store_true", help="time the cases on the attached TPU")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")) / "grid_steps.json")
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--record", type=Path, default=ROOT / "benchmarks" / "data" / "grid_steps_v5e.json")
+    args = parser.parse_args()
+    if args.measure:
+        os.environ.setdefault("JAX_PLATFORMS", "tpu,cpu")
+        measure(args.out, args.iterations)
+    else:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        estimate(args.record)
+
+
+if __name__ == "__main__":
+    main()
