@@ -86,8 +86,10 @@ RAW = Calibration()
 # configs (v5e's 6 are too few: it keeps the raw model). compute_scale scales the bundles' issue rate only:
 # below 1, code that does not wait on the MXUs issues faster than the calibration matmul's bundles, which do.
 # mxu_efficiency is the share of the MXUs' peak real matmul loops reach (the floor of compute). With those two,
-# neither fit wants an overlap correction: the pipeline's own overlap stands (overlap_loss 0). Generations
-# without usable measurements (v4; v6e, whose tokamax data is held out for acceptance) keep the raw model.
+# neither fit wants an overlap correction: the pipeline's own overlap stands (overlap_loss 0). Refit once grid steps
+# cost their DMA waits (STEP_OVERHEAD_S): v5p's constants again, 7x's but an HBM efficiency of 0.6, whose
+# validation half is no better than 0.7's: kept. Generations without usable measurements (v4; v6e, whose tokamax
+# data is held out for acceptance) keep the raw model.
 CALIBRATION: dict[str, Calibration] = {
     "7x": Calibration(
         compute_scale=0.7,
