@@ -29,7 +29,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEVICE_KINDS = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5p": "v5p", "TPU v4": "v4"}
 ROWS, COLS = 8192, 1024
 BLOCK_ROWS = (8, 16, 32, 64, 128, 256, 512, 1024)
 MULTIPLY_ADDS = 48
@@ -93,9 +92,10 @@ def measure(out: Path, iterations: int) -> None:
 
 def estimate(record_path: Path) -> None:
     import jaxbench_mcp
+    from jaxbench_mcp.catalog import targets
 
     record = json.loads(record_path.read_text())
-    generation = DEVICE_KINDS[record["device_kind"]]
+    generation = targets.generation_of_device_kind(record["device_kind"])
     print(f"{record_path.name}: {record['device_kind']} ({generation}), jax {record['jax']} when measured")
     print(f"{'case':<34} {'measured':>9} {'estimate':>9} {'ratio':>6} {'before':>9} {'ratio':>6}  bottleneck")
     now_ratios, before_ratios = [], []

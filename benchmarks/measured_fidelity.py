@@ -41,7 +41,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEVICE_KINDS = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5p": "v5p", "TPU v5": "v5p", "TPU v4": "v4"}
 WITHIN = 1.5
 SPEEDUP_MARGIN = 1.10
 
@@ -82,12 +81,12 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=3600.0, help="stop starting new profiles after this")
     args = parser.parse_args()
 
-    from jaxbench_mcp.catalog import workloads
+    from jaxbench_mcp.catalog import targets, workloads
     from jaxbench_mcp.checking.checker import Checker
     from jaxbench_mcp.perf import cost_model, profiling
 
     record = json.loads(Path(args.record).read_text())
-    g = DEVICE_KINDS[record["device_kind"]]
+    g = targets.generation_of_device_kind(record["device_kind"])
     print(f"record: {Path(args.record).name}, {record['device_kind']} ({g}), measured under jax {record['jax']}")
     checker = Checker(spares=1, slots=1)
     profiler = profiling.Profiler(checker)

@@ -33,7 +33,6 @@ sys.path.insert(0, str(ROOT))
 WORKLOAD = "7p_Ragged_Paged_Attention"
 CONTROL = (2, 3, 4, 5)  # kv_lens, page_indices, cu_q_lens, num_seqs: small, concrete in the estimate
 FIRST_SEED = 6_000
-DEVICE_KINDS = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5p": "v5p", "TPU v4": "v4"}
 # Query and KV lengths per active sequence (at most 64 sequences, 4096 tokens, 4096 KV positions each).
 SCENARIOS = {
     "workload": None,  # the workload's own full size
@@ -92,11 +91,11 @@ def estimate(record_path: Path) -> None:
     import numpy as np
 
     from jaxbench_mcp.analysis import replay as kernel_replay
-    from jaxbench_mcp.catalog import workloads
+    from jaxbench_mcp.catalog import targets, workloads
     from jaxbench_mcp.perf import estimator
 
     record = json.loads(record_path.read_text())
-    generation = DEVICE_KINDS[record["device_kind"]]
+    generation = targets.generation_of_device_kind(record["device_kind"])
     w = workloads.get_workload(WORKLOAD)
     print(f"{record_path.name}: {record['device_kind']} ({generation}), measured under jax {record['jax']}")
     print(

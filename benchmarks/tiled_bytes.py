@@ -32,7 +32,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEVICE_KINDS = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5p": "v5p", "TPU v4": "v4"}
 MINORS = (62, 64, 128, 256)
 SHAPE = (16, 64, 30, 62)  # then the minor dimension
 
@@ -74,7 +73,7 @@ def estimate(record_path: Path) -> None:
     from jaxbench_mcp.perf import cost_model
 
     record = json.loads(record_path.read_text())
-    generation = DEVICE_KINDS[record["device_kind"]]
+    generation = targets.generation_of_device_kind(record["device_kind"])
     mxu = targets.chip_facts(generation).mxu_size
     calibration = cost_model.calibration_for(generation)  # as a profile prices XLA's work
     print(f"{record_path.name}: {record['device_kind']} ({generation}), measured under jax {record['jax']}")

@@ -1152,3 +1152,12 @@ def test_scores_read_by_a_reduction_and_a_matmul_are_kept_unless_recomputed_from
     kept, recomputed, streamed = attention(decayed), attention(softmax), attention(decayed_streamed)
     assert kept - streamed == tile, (kept, streamed)
     assert tile <= recomputed + kernel_analysis.REGISTER_HELD_BYTES < 2 * tile, recomputed
+
+
+def test_the_chip_a_measurement_record_names_gives_back_its_generation():
+    from jaxbench_mcp.catalog import targets
+
+    for generation in targets.GENERATIONS:
+        assert targets.generation_of_device_kind(targets.device_kind(generation)) == generation
+    with pytest.raises(ValueError, match="TPU v5 lite"):
+        targets.generation_of_device_kind("TPU v9")

@@ -237,7 +237,7 @@ def _dot_staging(eqn, loaded: set, mxu: int, small_rows: int = 0, lhs_columns: d
     4.35 MiB), its 1024 x 1024 x 1024 and 1024 x 2048 x 1024 the LHS alone (1.82 and 3.82 MiB; v6e 2.82, 4.86)."""
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
     a, b = eqn.invars[:2]
-    if lhs_batch or rhs_batch or len(getattr(a.aval, "shape", ())) != 2 or len(getattr(b.aval, "shape", ())) != 2:
+    if lhs_batch or rhs_batch or _literal_or_not_2d(a) or _literal_or_not_2d(b):
         return 0
     depth = a.aval.shape[lhs_contract[0]]
     rows, columns = a.aval.shape[1 - lhs_contract[0]], b.aval.shape[1 - rhs_contract[0]]

@@ -194,6 +194,14 @@ def device_kind(generation: str) -> str:
     return _CHIP_DEVICE_KIND[check_generation(generation)]
 
 
+def generation_of_device_kind(kind: str) -> str:
+    """The generation whose chips jax calls `kind` (device_kind's inverse: a measurement record names its chip so)."""
+    found = next((g for g, k in _CHIP_DEVICE_KIND.items() if k == kind), None)
+    if found is None:
+        raise ValueError(f"no TPU generation has device kind {kind!r}; known: {', '.join(_CHIP_DEVICE_KIND.values())}")
+    return found
+
+
 def chip_context(generation: str, cores: int = 1):
     """Trace as if on `generation`: kernels that ask for chip facts while tracing (emit_pipeline,
     rank-1 blocks, gathers) otherwise fail on a CPU host with "Unsupported TPU device kind: cpu".

@@ -168,29 +168,20 @@ def parse_module(text: str) -> tuple[dict[str, list[Instruction]], str | None]:
     return computations, entry
 
 
-def _arrays(shape: str) -> list[tuple[str, list[int], bool]]:
-    """(dtype, dims, in HBM) of each array in a (possibly tuple) shape; S(n) with n > 0 is not HBM."""
-    found = []
-    for dtype, dims, layout in _ARRAY.findall(shape):
-        space = re.search(r"S\((\d+)\)", layout or "")
-        found.append((dtype, [int(d) for d in dims.split(",") if d], not space or space.group(1) == "0"))
-    return found
-
-
 _TILE = re.compile(r"T\(([\d,]+)\)")
 
 
-def _stored_arrays(shape: str) -> list[tuple[str, list[int], bool]]:
-    """_arrays with each array's dims as XLA:TPU stores them: in tiles (a layout's T(8,128) pads its most minor
-    dimension to 128 and the next to 8), so an array whose minor dimension is 62 takes and moves the bytes of
-    one of 128. Measured on a v5e: x * 2 over bf16 (16, 64, 30, 62, n) takes 2069 us for n = 62, 2083 for 64 and
-    2119 for 128."""
+def _arrays(shape: str, stored: bool = False) -> list[tuple[str, list[int], bool]]:
+    """(dtype, dims, in HBM) of each array in a (possibly tuple) shape; S(n) with n > 0 is not HBM. `stored`: the
+    dims as XLA:TPU stores them, in tiles (a layout's T(8,128) pads its most minor dimension to 128 and the next to
+    8), so an array whose minor dimension is 62 takes and moves the bytes of one of 128. Measured on a v5e: x * 2
+    over bf16 (16, 64, 30, 62, n) takes 2069 us for n = 62, 2083 for 64 and 2119 for 128."""
     found = []
     for dtype, dims, layout in _ARRAY.findall(shape):
         sizes = [int(d) for d in dims.split(",") if d]
         space = re.search(r"S\((\d+)\)", layout or "")
         order, tile = re.match(r"\{([\d,]*)", layout or ""), _TILE.search(layout or "")
-        if order and tile:
+        if stored and order and tile:
             minor_to_major = [int(v) for v in order.group(1).split(",") if v]
             for axis, t in zip(minor_to_major, reversed([int(v) for v in tile.group(1).split(",")]), strict=False):
                 if axis < len(sizes):
@@ -200,7 +191,7 @@ def _stored_arrays(shape: str) -> list[tuple[str, list[int], bool]]:
 
 
 def hbm_bytes(shape: str, first_only: bool = False) -> float:
-    arrays = _stored_arrays(shape)[:1] if first_only else _stored_arrays(shape)
+    arrays = _arrays(shape, stored=True)[:1] if first_only else _arrays(shape, stored=True)
     return float(sum(_DTYPE_BYTES.get(dt, 0) * math.prod(dims) for dt, dims, hbm in arrays if hbm))
 
 
@@ -382,7 +373,7 @@ def _parameters(insts: list[Instruction]) -> dict[int, str]:
 
 def _array_bytes(shape: str) -> float:
     """Bytes of a shape's arrays wherever they live (a slice read from HBM may land in VMEM)."""
-    return float(sum(_DTYPE_BYTES.get(dt, 0) * math.prod(dims) for dt, dims, _ in _stored_arrays(shape)))
+    return float(sum(_DTYPE_BYTES.get(dt, 0) * math.prod(dims) for dt, dims, _ in _arrays(shape, stored=True)))
 
 
 def _sliced_read(name: str, insts: list[Instruction], computations: dict, depth: int = 0) -> float | None:
