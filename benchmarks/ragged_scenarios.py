@@ -9,10 +9,11 @@ step replayed at once (analysis/replay's in-order replay of the scalar state a k
 turned off). The lengths are concrete in the estimate, as in a profile: the kernels' loops and DMAs follow them.
 
 Measured (benchmarks/data/ragged_scenarios_v5e.json: one v5e, jax 0.10.2; estimates with jax 0.12.0.1 and
-libtpu 0.0.50.1): the expert's estimate / measured is 0.94-1.07 over the four scenarios (1.05 on the workload's
-own, 1.01 on long decodes, 0.94 on short ones, 1.07 on prefill), against 0.37-8.22 with every grid step replayed
-at once; our solution's is 1.18-1.25 either way (it keeps no state across steps), and in every scenario the
-estimate orders the two kernels as the chip does (the expert faster).
+libtpu 0.0.50.1): the expert's estimate / measured is 0.92-1.06 over the four scenarios (1.05 on the workload's
+own, 1.00 on long decodes, 0.92 on short ones, 1.06 on prefill), against 0.37-8.21 with every grid step replayed
+at once; our solution's is 0.85-1.13 either way (it keeps no state across steps; 1.18-1.25 while every grid step
+added a quoted 0.35 us), and in every scenario the estimate orders the two kernels as the chip does (the expert
+faster).
 
 Usage: python benchmarks/ragged_scenarios.py --measure [--iterations 10] [--out FILE]   (TPU host)
        python benchmarks/ragged_scenarios.py [--record FILE]                            (CPU host with libtpu)
