@@ -61,7 +61,7 @@ def main() -> None:
     from jaxbench_mcp.catalog import expert_refs
     from jaxbench_mcp.checking.checker import Checker
     from jaxbench_mcp.perf import cost_model, profiling
-    from jaxbench_mcp.requests import CheckRequest, ProfileRequest
+    from jaxbench_mcp.requests import ProfileRequest
 
     checker = Checker(spares=1, slots=1)
     profiler = profiling.Profiler(checker)
@@ -88,10 +88,11 @@ def main() -> None:
                     args.target: cost_model.seconds_per_bundle(args.target, refs[args.target]["calibration_bundles"])
                 }
                 profiler.expert_estimates(workload_id, expert, [args.target], spb)
+        request = ProfileRequest.of(workload_id, source, [args.target])
         t0 = time.monotonic()
-        verdict, _ = checker.check(CheckRequest.of(workload_id, source, [args.target]))
+        verdict, _ = checker.check(request.check_request())
         t1 = time.monotonic()
-        result = profiler.profile(ProfileRequest.of(workload_id, source, [args.target]), verdict)
+        result = profiler.profile(request, verdict)
         t2 = time.monotonic()
         entry = result.targets[0] if result.targets else None
         if verdict.status != "correct":

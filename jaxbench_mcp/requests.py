@@ -59,6 +59,11 @@ class CheckRequest(_Request):
     size: str | None = Field(None, description="the run size; None: the host's (full on a TPU, small elsewhere)")
     seeds: int = Field(DEFAULT_SEEDS, ge=1, le=MAX_SEEDS)
     require_pallas: bool = True
+    estimate: bool = Field(
+        False,
+        description="also keep what a static estimate of the compiled program needs (a profile's own check): the "
+        "profile that follows then estimates the program this check judged, without compiling it again",
+    )
 
     @classmethod
     def of(
@@ -110,4 +115,6 @@ class ProfileRequest(_Request):
 
     def check_request(self, seeds: int = DEFAULT_SEEDS) -> CheckRequest:
         """The check a profile makes first: the same candidate and targets at the host's run size."""
-        return CheckRequest(workload_id=self.workload_id, source=self.source, targets=list(self.targets), seeds=seeds)
+        return CheckRequest(
+            workload_id=self.workload_id, source=self.source, targets=list(self.targets), seeds=seeds, estimate=True
+        )

@@ -384,6 +384,39 @@ def test_a_program_too_large_to_compile_is_refused_by_the_profile_too():
 
 
 @pytest.mark.slow
+def test_a_profile_estimates_the_program_its_check_compiled_without_compiling_it_again():
+    """A profile's own check compiles with schedule dumps and keeps what it read (Checker.readings): the profile
+    estimates that program (the one judged) in no worker of its own, and finds what a compile of its own finds."""
+    checker = Checker(spares=0, slots=1)
+    request = ProfileRequest.of("8p_GEMM", (KERNELS / "good_gemm_tiled.py").read_text(), ["v6e"])
+    spb = {"v6e": 1e-9}
+    try:
+        verdict, outcome = checker.check(request.check_request())
+        outcome.cleanup()
+        assert verdict.status == "correct", verdict.summary()
+        assert checker.readings.find(verdict.program_sha256["v6e"], "v6e") is not None
+        profiler = profiling.Profiler(checker)
+        compiles_again = checker.run_job
+        checker.run_job = lambda *a, **k: pytest.fail("the profile started a worker")
+        (read,) = profiler.estimate_source(
+            request.workload_id, request.source, ["v6e"], spb, checked_programs=verdict.program_sha256
+        ).values()
+        checker.run_job = compiles_again
+        (compiled,) = profiler.estimate_source(request.workload_id, request.source, ["v6e"], spb).values()
+        # A check that is not a profile's keeps nothing.
+        plain = request.check_request().model_copy(update={"estimate": False})
+        checker.readings = type(checker.readings)()
+        verdict, outcome = checker.check(plain)
+        outcome.cleanup()
+    finally:
+        checker.close()
+    assert isinstance(read, profiling.SourceEstimate) and isinstance(compiled, profiling.SourceEstimate)
+    assert read.total_us == compiled.total_us
+    assert read.kernels[0].grid_steps == (8192 // 512) * (28672 // 1024) * (8192 // 1024)
+    assert verdict.status == "correct" and checker.readings.find(verdict.program_sha256["v6e"], "v6e") is None
+
+
+@pytest.mark.slow
 def test_cli_profile_of_our_gemm_reports_estimate_baseline_expert_and_bottleneck(tmp_path):
     out = subprocess.run(
         [

@@ -65,8 +65,10 @@ def test_a_profile_request_and_the_check_it_makes_first():
     assert profile == ProfileRequest(workload_id="12p_RMSNorm", source="x = 1", targets=["v6e", "v5e"])
     assert ProfileRequest.of("12p", "x = 1", default_targets=["v5p"]).targets == ["v5p"]
     check = profile.check_request()
-    assert check == CheckRequest(workload_id="12p_RMSNorm", source="x = 1", targets=["v6e", "v5e"])
+    assert check == CheckRequest(workload_id="12p_RMSNorm", source="x = 1", targets=["v6e", "v5e"], estimate=True)
     assert check.size is None and check.seeds == DEFAULT_SEEDS and check.require_pallas
+    # A check of its own keeps nothing for a profile.
+    assert not CheckRequest.of("12p", "x = 1", "v6e").estimate
 
 
 def _verdict(**fields) -> Verdict:

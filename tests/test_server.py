@@ -173,7 +173,7 @@ def test_profile_kernel_reports_progress_and_a_labelled_estimate_that_list_attem
     assert v6e["target"] == "v6e" and v6e["error"] is None, listed.content[0].text
     assert v6e["candidate_us"] > 0 and v6e["xla_baseline_us"] > 0 and v6e["expert_us"] is None  # 12p has no expert
     assert "STATIC ESTIMATE" in listed.content[0].text
-    assert any("compiling the candidate for v6e" in m for m in progress), progress
+    assert any("estimating the candidate for v6e" in m for m in progress), progress
 
 
 @pytest.mark.slow

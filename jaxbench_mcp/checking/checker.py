@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from jaxbench_mcp.sandbox.jobs import (
     default_slots,
     read_job_file,
 )
-from jaxbench_mcp.taxonomy import ErrorClass
+from jaxbench_mcp.taxonomy import ErrorClass, Status
 
 
 def describe_inputs(inputs: tuple, prefix: str) -> list[protocol.InputFile | protocol.StaticInput]:
@@ -55,6 +56,37 @@ def write_inputs(inputs: tuple, directory: Path, prefix: str) -> None:
 
 class Cancelled(Exception):
     """The caller cancelled the check; its worker has been killed."""
+
+
+class CompileReadings:
+    """What profiles' own checks read for a static estimate (the full-size trace, each target's compile), per
+    (sha256 of the lowered program, generation): the profile that follows its check estimates the program the check
+    compiled and judged instead of compiling it again. A profile comes right after its check: a few are kept."""
+
+    KEPT = 16
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple[str, str], tuple[protocol.ProfileTrace, protocol.ProfileCompile]] = OrderedDict()
+
+    def keep(self, programs: dict[str, str], events: list[protocol.StageEvent]) -> None:
+        trace = next((e.profile_trace for e in events if e.profile_trace is not None), None)
+        if trace is None:
+            return
+        with self._lock:
+            for e in events:
+                if e.profile_compile is not None and e.profile_compile.schedules and e.target in programs:
+                    key = (programs[e.target], e.target)
+                    self._kept[key] = (trace, e.profile_compile)
+                    self._kept.move_to_end(key)
+            while len(self._kept) > self.KEPT:
+                self._kept.popitem(last=False)
+
+    def find(
+        self, program_sha256: str, generation: str
+    ) -> tuple[protocol.ProfileTrace, protocol.ProfileCompile] | None:
+        with self._lock:
+            return self._kept.get((program_sha256, generation))
 
 
 class Checker:
@@ -81,6 +113,7 @@ class Checker:
         self.pool = WorkerPool(
             self.default_target if self.tier is targets.Tier.CPU_LIBTPU else None, self.tier, self.limits, spares
         )
+        self.readings = CompileReadings()
 
     def start(self) -> None:
         self.pool.fill()
@@ -218,6 +251,10 @@ class Checker:
         reduction = workloads.FULL_REDUCTION in w.sizes and run_size not in ("full", workloads.FULL_REDUCTION)
         runs = [(seed, run_size) for seed in hidden] + ([(fresh_seed(), workloads.FULL_REDUCTION)] if reduction else [])
         progress = on_progress or (lambda _msg: None)
+        # A profile's own check compiles with schedule dumps in a worker started for it, and keeps what it read for
+        # the generations the profile estimates (on a TPU host, those it is not: the attached one is timed).
+        attached = targets.attached_generation() if self.tier is targets.Tier.TPU else None
+        estimating = self.tier is not targets.Tier.CPU and request.estimate and any(g != attached for g in chosen)
 
         def on_event(event: protocol.StageEvent) -> None:
             if event.state != "start":
@@ -239,6 +276,7 @@ class Checker:
                 full_reduction=describe_inputs(inputs[runs[-1][0]], f"input_{len(hidden)}") if reduction else None,
                 # Orders in which interpret mode visits "parallel" grid axes: fresh for every check.
                 shuffle_seeds=[secrets.randbelow(2**31) for _ in runs],
+                estimate=estimating,
             )
 
         def write_input_files(job_dir: Path, send: Callable[[protocol.InputsReady], object]) -> None:
@@ -266,7 +304,9 @@ class Checker:
         truth.start()
         case = judge.Case(w, run_size, chosen, self.tier, self.isolation, self.limits, require_pallas)
         try:
-            outcome = self.run_job(make_job, source, on_event, cancel, then=write_input_files, trace=trace)
+            outcome = self.run_job(
+                make_job, source, on_event, cancel, dump_schedules=estimating, then=write_input_files, trace=trace
+            )
         except WorkerStartFailed as exc:
             failed = judge.Evidence(failures=[judge.Failure(ErrorClass.WORKER_START_FAILED, str(exc))])
             return judge.verdict(case, failed, time.monotonic() - started), None
@@ -276,4 +316,7 @@ class Checker:
         except BaseException:  # the caller never sees this outcome: its directory goes now
             outcome.cleanup()
             raise
-        return judge.verdict(case, evidence, time.monotonic() - started), outcome
+        verdict = judge.verdict(case, evidence, time.monotonic() - started)
+        if estimating and verdict.status == Status.CORRECT:
+            self.readings.keep(verdict.program_sha256, outcome.stage_events())
+        return verdict, outcome

@@ -196,6 +196,18 @@ def compile_kernels(
     except Exception:
         libtpu.collect_dump(dump_root, f"failed-{generation}")
         raise
+    result = read_compile(compiled, generation, dump_root, module_file)
+    if result.schedules:
+        if len(_COMPILED) > 64:
+            _COMPILED.clear()
+        _COMPILED[key] = result
+    return result
+
+
+def read_compile(compiled, generation: str, dump_root: Path, module_file: str) -> protocol.ProfileCompile:
+    """What a compile that just ended in a process started with schedule dumps (libtpu.dump_flag) says: the
+    kernels' schedules, from the files libtpu wrote since the last collect_dump, and the XLA work around them, from
+    the compiled program (`compiled`: a jax Compiled)."""
     schedules = libtpu.parse_dump(libtpu.collect_dump(dump_root, generation))
     try:
         ops, complete = hlo.outside_ops(compiled.as_text(), targets.chip_facts(generation).mxu_size)
@@ -220,7 +232,7 @@ def compile_kernels(
         )
     except Exception:  # noqa: BLE001 -- the kernels' estimate stands; the work around them is not estimated
         outside = None
-    result = protocol.ProfileCompile(
+    return protocol.ProfileCompile(
         schedules=[
             protocol.Schedule(
                 name=k.name,
@@ -235,11 +247,6 @@ def compile_kernels(
         outside=outside,
         module_file=module_file,
     )
-    if schedules:
-        if len(_COMPILED) > 64:
-            _COMPILED.clear()
-        _COMPILED[key] = result
-    return result
 
 
 # (generation, sha256 of the lowered module) -> what its compile found, for this process's later compiles of it.

@@ -136,6 +136,10 @@ class SourceEstimate:
         return self.estimate.total_us
 
 
+def _source_estimate(assembled: Estimate | str) -> SourceEstimate | str:
+    return SourceEstimate(assembled) if not isinstance(assembled, str) else assembled
+
+
 def stopped_reason(checker, outcome, events, generation: str) -> str:
     """Why a profile job left no compile result for `generation`: the stage the worker really was in (the last
     one it started), what stopped it and the budget it ran past; a timeout says `timeout`."""
@@ -221,7 +225,17 @@ class Profiler:
     ) -> dict[str, SourceEstimate | str]:
         """Compile a kernel file for each generation with schedule dumps: a SourceEstimate (or why there is none)
         per generation. With `checked_programs`, a generation whose lowered module differs from the checked one
-        gets no estimate."""
+        gets no estimate, and one whose check read its compile (a profile's own check: Checker.readings) is
+        estimated from that reading, without compiling again."""
+        results: dict[str, SourceEstimate | str] = {}
+        for generation in generations:
+            reading = self.checker.readings.find((checked_programs or {}).get(generation, ""), generation)
+            if reading is not None:
+                trace, compiled = reading
+                results[generation] = _source_estimate(estimator.assemble(trace, compiled, generation, spb[generation]))
+        generations = [g for g in generations if g not in results]
+        if not generations:
+            return results
         # The candidate is traced in a process of its own; the profile compiles that recorded program.
         trace_job = protocol.TraceJob(
             workload_id=workload_id,
@@ -240,7 +254,6 @@ class Profiler:
         )
         events = outcome.stage_events()
         trace = next((e.profile_trace for e in events if e.profile_trace is not None), None)
-        results: dict[str, SourceEstimate | str] = {}
         if outcome.violation:
             for generation in generations:
                 results[generation] = f"no estimate: the worker broke the protocol ({outcome.violation})"
@@ -265,8 +278,7 @@ class Profiler:
             if trace is None:
                 results[e.target] = "no estimate: the trace of the kernels is missing"
                 continue
-            estimate = estimator.assemble(trace, e.profile_compile, e.target, spb[e.target])
-            results[e.target] = SourceEstimate(estimate) if not isinstance(estimate, str) else estimate
+            results[e.target] = _source_estimate(estimator.assemble(trace, e.profile_compile, e.target, spb[e.target]))
         for generation in generations:
             if generation not in results:
                 results[generation] = stopped_reason(self.checker, outcome, events, generation)
@@ -446,7 +458,7 @@ class Profiler:
         if not generations:
             return entries
         spb = {g: cost_model.seconds_per_bundle(g, refs[g]["calibration_bundles"]) for g in generations}
-        progress(f"compiling the candidate for {', '.join(generations)} with schedule dumps")
+        progress(f"estimating the candidate for {', '.join(generations)} (from what its check's compiles read)")
         candidate = self.estimate_source(w.id, source, generations, spb, cancel, checked_programs=checked_programs)
         expert_source = expert_refs.expert_source(w.id)
         expert: dict[str, SourceEstimate | str] = {}

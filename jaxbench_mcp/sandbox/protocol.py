@@ -113,6 +113,12 @@ class CheckJob(_Strict):
         description="Inputs of one more run, at the workload's full_reduction size (small shapes, every reduction at "
         "its full length); its output has the index len(inputs)",
     )
+    estimate: bool = Field(
+        False,
+        description="Also report what a static estimate reads (the full-size trace on the workload's integer inputs, "
+        "each target's schedules from ./dumps): a profile's own check, so that the profile estimates the very "
+        "program the check compiled and judged",
+    )
 
 
 class ProfileJob(_Strict):

@@ -254,7 +254,29 @@ def _lower_and_write(program, full_args: list, generation: str | None, report: R
     (workdir / module_file).write_text(lowered.as_text())
     lowered_module = protocol.Lowered(module_file=module_file)
     report.stage(Stage.LOWER, "done", target=generation, seconds=time.perf_counter() - t0, lowered=lowered_module)
-    return lowered
+    return lowered, module_file
+
+
+def _estimate_trace(program, w, generation: str) -> protocol.ProfileTrace | None:
+    """A static estimate's reading of the full-size program, on the workload's own integer inputs (estimator.
+    workload_args). None when it fails: the profile then traces on its own, and says why it has no estimate."""
+    from jaxbench_mcp.perf import estimator
+
+    dynamic = [a for i, a in enumerate(estimator.workload_args(w, "full")) if i not in w.static_argnums]
+    try:
+        return estimator.trace_kernels(program, dynamic, (), generation)
+    except Exception:  # noqa: BLE001 -- the check goes on; only the profile's shortcut is lost
+        return None
+
+
+def _estimate_compile(executable, generation: str, workdir: Path, module_file: str) -> protocol.ProfileCompile | None:
+    """A static estimate's reading of a compile (schedules, XLA's work around the kernels); None as _estimate_trace."""
+    from jaxbench_mcp.perf import estimator
+
+    try:
+        return estimator.read_compile(executable, generation, workdir / "dumps", module_file)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
@@ -278,11 +300,13 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
     run_closed = programs[job.size][0]
     reduction_closed = programs[workloads.FULL_REDUCTION][0] if job.full_reduction is not None else None
     traced = _describe(closed, run_closed, reduction_closed, w, job.platform_queries)
-    report.stage(Stage.TRACE, "done", seconds=time.perf_counter() - t0, traced=traced)
+    full_program = targets.replay(closed)
+    estimating = job.estimate and bool(job.targets)
+    profile_trace = _estimate_trace(full_program, w, job.targets[0]) if estimating else None
+    report.stage(Stage.TRACE, "done", seconds=time.perf_counter() - t0, traced=traced, profile_trace=profile_trace)
     if traced.host_callbacks:
         return
 
-    full_program = targets.replay(closed)
     full_args = [a for i, a in enumerate(abstract_inputs(w, "full")) if i not in static]
     # Every target is lowered and compiled, so that one generation's failure does not hide another's.
     compiled_everywhere = True
@@ -291,7 +315,7 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
         stage = Stage.LOWER
         t0 = time.perf_counter()
         try:
-            lowered = _lower_and_write(full_program, full_args, generation, report, workdir)
+            lowered, module_file = _lower_and_write(full_program, full_args, generation, report, workdir)
             if generation is None:
                 continue
             stage = Stage.COMPILE
@@ -300,6 +324,8 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
             hopeless = cost_model.vmem_overflow(traced.kernels, generation, HOPELESS_VMEM, HOPELESS_PIPELINE_VMEM)
             if hopeless:  # refused in seconds: such a compile takes minutes to fail
                 raise VmemOverflow(f"{protocol.EARLY_VMEM_REFUSAL}: {hopeless}")
+            if estimating:  # this compile's schedules are read alone
+                libtpu.collect_dump(workdir / "dumps", f"before-{generation}")
             executable = lowered.compile()
             memory = executable.memory_analysis()
             scoped = libtpu.scoped_vmem(executable.as_text())
@@ -313,6 +339,7 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
                     temp_bytes=getattr(memory, "temp_size_in_bytes", None),
                     scoped_vmem_bytes=max((k.used for k in scoped), default=None),
                 ),
+                profile_compile=_estimate_compile(executable, generation, workdir, module_file) if estimating else None,
             )
         except Exception as exc:  # noqa: BLE001
             report.stage(stage, "failed", target=generation, seconds=time.perf_counter() - t0, text=_error_text(exc))
