@@ -523,6 +523,29 @@ def _flow(kernel, steps, call_shapes=None):
     )
 
 
+def test_matmuls_in_a_loop_the_compiler_kept_rolled_are_flagged_as_waiting_each_trip():
+    """benchmarks/loop_matmuls.py: on a v5e a rolled loop of 64-deep matmuls takes 2.3x its unrolled twin, a wait
+    for the MXU's results in every trip that no bundle count holds; the estimate says so where it applies."""
+    from jaxbench_mcp.perf import estimator
+    from jaxbench_mcp.sandbox import protocol
+
+    def flags(depth_bundles, loop_mxu_pushes):
+        schedule = protocol.Schedule(name="k", bundles=110, slot_use={}, depth_bundles=depth_bundles, kernel="_k")
+        flow = _flow("_k", 4).model_copy(update={"mxu_pushes": 64.0, "loop_mxu_pushes": loop_mxu_pushes})
+        found = estimator.assemble(
+            protocol.ProfileTrace(traffic=[flow]),
+            protocol.ProfileCompile(schedules=[schedule], outside=None, module_file="lowered_v5e.mlir"),
+            "v5e",
+            1e-9,
+        )
+        return [f for f in found.flags if "stays rolled" in f]
+
+    (flag,) = flags([10, 40, 60], 64.0)  # around the grid, the step's body, its own loop
+    assert flag.startswith("0:_k runs matmuls inside an in-kernel loop") and "unroll=True" in flag
+    assert flags([10, 100], 64.0) == []  # the compiler unrolled it: every trip is in the schedule
+    assert flags([10, 40, 60], 0.0) == []  # the loop holds no matmul
+
+
 def test_kernel_schedules_pair_with_traced_kernels_by_name_not_by_position():
     from jaxbench_mcp.perf.estimator import pair_kernels
 

@@ -134,6 +134,15 @@ def parallel_split(parallel_steps: int, generation: str) -> float:
     return parallel_steps / math.ceil(parallel_steps / cores)
 
 
+def schedule_parts(depth_bundles, bundles: int, has_grid_loop: bool) -> tuple[int, int, int]:
+    """A schedule's bundles (executed_bundles' depths) as (around the grid, a step's straight-line body, the body's
+    own loops that the compiler kept rolled)."""
+    depths = list(depth_bundles) or [bundles]
+    if has_grid_loop and len(depths) > 1:
+        return depths[0], depths[1], sum(depths[2:])
+    return 0, depths[0], sum(depths[1:])
+
+
 def executed_bundles(
     depth_bundles,
     bundles: int,
@@ -152,11 +161,7 @@ def executed_bundles(
     body `body_ratio` of its code. When the trace has in-kernel loops but the schedule none, the compiler
     unrolled them (every trip is in the schedule): the whole body runs `flat_ratio` of its code.
     """
-    depths = list(depth_bundles) or [bundles]
-    if has_grid_loop and len(depths) > 1:
-        once, body, inner = depths[0], depths[1], sum(depths[2:])
-    else:
-        once, body, inner = 0, depths[0], sum(depths[1:])
+    once, body, inner = schedule_parts(depth_bundles, bundles, has_grid_loop)
     if inner and in_kernel_loops:
         per_step = body * body_ratio + inner * loop_ratio
     elif in_kernel_loops:

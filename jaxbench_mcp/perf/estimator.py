@@ -356,7 +356,25 @@ def assemble(
             + "): fold it into a kernel or remove it (read_docs: performance#when-xla-wins)"
         )
     estimate.flags = estimate_flags(estimate, compiled.outside)
+    looping = [
+        k.name
+        for k, (schedule, flow) in zip(kernels, pairs, strict=True)
+        if flow.loop_mxu_pushes > 0
+        and cost_model.schedule_parts(schedule.depth_bundles, schedule.bundles, flow.steps > 1)[2]
+    ]
+    if looping:
+        estimate.flags.append(LOOP_WAIT_FLAG.format(kernels=", ".join(looping)))
     return estimate
+
+
+# benchmarks/loop_matmuls.py: the same small matmuls, looped and unrolled, on a real v5e.
+LOOP_WAIT_FLAG = (
+    "{kernels} runs matmuls inside an in-kernel loop that stays rolled: each trip waits for its matmul results "
+    "before the next trip starts, a wait the estimate does not count (60-170 ns a trip on a v5e; it doubles a loop "
+    "of small matmuls, such as 4,096 trips of 64-deep products, and is lost in a loop of large ones). Unrolling "
+    "the loop (fori_loop(..., unroll=True)) lets the scheduler overlap the trips (read_docs: "
+    "performance#in-kernel-loops)"
+)
 
 
 def pair_kernels(

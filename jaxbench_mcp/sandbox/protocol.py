@@ -330,6 +330,7 @@ class KernelTraffic(_Strict):
     dma_bytes: int = 0
     parallel_steps: int = 1  # grid steps along "parallel" dimensions (a megacore chip splits them across its cores)
     mxu_pushes: float = 0.0  # 8 x 128 x 128-MAC matmul pushes the whole run executes
+    loop_mxu_pushes: float = 0.0  # of those, the pushes inside in-kernel loops that stay rolled
     kernel: str | None = None  # the name jax gives its Mosaic module (pairs it with its schedule in the dump)
     call_shapes: Annotated[str, Field(max_length=2000)] | None = None  # operand->result shapes: tells same names apart
     # A TensorCore mesh kernel: the cores that run its body at once (the ratios above are their average) and the
