@@ -20,8 +20,10 @@ max(compute, memory), 94% and 0.97 before XLA's work around the kernels was pric
 0.86 before convolutions were priced at the MXU's width); expert 8 of 8 (1.00x, 1.00; roofline 62.5%, 0.90; 1.05x
 with the quoted step cost); faster or slower than XLA said right for 23 of 24 workloads. The misses: 16p's
 candidate 0.55x (0.62x with the quoted step cost: its in-kernel loop over heads runs 3.3 M bundles in 2,875 us on
-the v5e, 0.87 ns each, where the calibration matmul's bundles take 0.48), XLA's baselines of 25k, 46k, 28k and
-11p. 7p's expert is 1.05x; its v6e compile (~55 s here) ran on the trace stage's 60 s budget until the worker
+the v5e, 0.87 ns each, where the calibration matmul's bundles take 0.48; benchmarks/loop_matmuls.py finds why: each
+trip of a rolled loop waits for its matmul and transpose results, 60-170 ns a trip, which the estimate flags but does
+not count), XLA's baselines of 25k, 46k, 28k and 11p. 7p's expert is 1.05x; its v6e compile (~55 s here) ran
+on the trace stage's 60 s budget until the worker
 announced each compile before it began.
 Usage: python benchmarks/measured_fidelity.py [--record FILE] [--only SUBSTRINGS] [--budget SECONDS]
 """

@@ -262,8 +262,8 @@ def _estimate_trace(program, w, generation: str) -> protocol.ProfileTrace | None
     workload_args). None when it fails: the profile then traces on its own, and says why it has no estimate."""
     from jaxbench_mcp.perf import estimator
 
-    dynamic = [a for i, a in enumerate(estimator.workload_args(w, "full")) if i not in w.static_argnums]
     try:
+        dynamic = [a for i, a in enumerate(estimator.workload_args(w, "full")) if i not in w.static_argnums]
         return estimator.trace_kernels(program, dynamic, (), generation)
     except Exception:  # noqa: BLE001 -- the check goes on; only the profile's shortcut is lost
         return None
