@@ -29,14 +29,13 @@ Usage: python benchmarks/loop_matmuls.py --measure [--out FILE]   (TPU host)
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import device_record  # noqa: E402  (benchmarks/, beside this script)
 
 STEPS, HEADS, D, C = 256, 8, 64, 256
 
@@ -120,31 +119,11 @@ def _cases():
     yield ("transpose, unrolled", *looped(transpose, [dc], (C, D), unroll=True))
 
 
-def measure(out: Path, iterations: int) -> None:
-    import jax
-
-    from jaxbench_mcp.perf import measuring
-
-    record = {"device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "times_us": {}}
-    for name, fn, abstract in _cases():
-
-        def inputs_for(i, abstract=abstract):
-            keys = jax.random.split(jax.random.PRNGKey(i), len(abstract))
-            return tuple(jax.random.normal(k, a.shape, a.dtype) for k, a in zip(keys, abstract, strict=True))
-
-        record["times_us"][name] = measuring.time_on_device(fn, (), inputs_for, iterations).median_us
-        print(f"{name:<44} {record['times_us'][name]:9.1f} us", flush=True)
-    out.write_text(json.dumps(record, indent=1))
-
-
 def estimate(record_path: Path) -> None:
     import jaxbench_mcp
-    from jaxbench_mcp.catalog import targets
 
-    record = json.loads(record_path.read_text())
+    record, generation = device_record.read(record_path)
     times = record["times_us"]
-    generation = targets.generation_of_device_kind(record["device_kind"])
-    print(f"{record_path.name}: {record['device_kind']} ({generation}), jax {record['jax']} when measured")
     print(f"{'case':<44} {'measured':>9} {'estimate':>9} {'ratio':>6} {'bundles us':>10}  bottleneck")
     for name, fn, abstract in _cases():
         if name not in times:
@@ -163,21 +142,5 @@ def estimate(record_path: Path) -> None:
             print(f"looped - unrolled, per trip: {(times[looped] - times[name]) * 1e3 / trips:6.1f} ns  ({looped})")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--measure", action="store_true", help="time the cases on the attached TPU")
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")) / "loop_matmuls.json")
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--record", type=Path, default=ROOT / "benchmarks" / "data" / "loop_matmuls_v5e.json")
-    args = parser.parse_args()
-    if args.measure:
-        os.environ.setdefault("JAX_PLATFORMS", "tpu,cpu")
-        measure(args.out, args.iterations)
-    else:
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        estimate(args.record)
-
-
 if __name__ == "__main__":
-    main()
+    device_record.main(__doc__, _cases, estimate, ROOT / "benchmarks" / "data" / "loop_matmuls_v5e.json")

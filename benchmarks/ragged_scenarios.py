@@ -31,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import device_record  # noqa: E402  (benchmarks/, beside this script)
+
 WORKLOAD = "7p_Ragged_Paged_Attention"
 CONTROL = (2, 3, 4, 5)  # kv_lens, page_indices, cu_q_lens, num_seqs: small, concrete in the estimate
 FIRST_SEED = 6_000
@@ -92,13 +94,11 @@ def estimate(record_path: Path) -> None:
     import numpy as np
 
     from jaxbench_mcp.analysis import replay as kernel_replay
-    from jaxbench_mcp.catalog import targets, workloads
+    from jaxbench_mcp.catalog import workloads
     from jaxbench_mcp.perf import estimator
 
-    record = json.loads(record_path.read_text())
-    generation = targets.generation_of_device_kind(record["device_kind"])
+    record, generation = device_record.read(record_path)
     w = workloads.get_workload(WORKLOAD)
-    print(f"{record_path.name}: {record['device_kind']} ({generation}), measured under jax {record['jax']}")
     print(
         f"{'scenario':<14} {'kernel':<9} {'measured us':>12} {'estimate us':>12} {'est/meas':>9}   "
         "est/meas with every grid step replayed at once"

@@ -32,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import device_record  # noqa: E402  (benchmarks/, beside this script)
+
 MINORS = (62, 64, 128, 256)
 SHAPE = (16, 64, 30, 62)  # then the minor dimension
 
@@ -72,11 +74,9 @@ def estimate(record_path: Path) -> None:
     from jaxbench_mcp.internals import hlo
     from jaxbench_mcp.perf import cost_model
 
-    record = json.loads(record_path.read_text())
-    generation = targets.generation_of_device_kind(record["device_kind"])
+    record, generation = device_record.read(record_path)
     mxu = targets.chip_facts(generation).mxu_size
     calibration = cost_model.calibration_for(generation)  # as a profile prices XLA's work
-    print(f"{record_path.name}: {record['device_kind']} ({generation}), measured under jax {record['jax']}")
     print(f"{'case':<16} {'measured us':>11} {'stored bytes: est/meas':>23} {'logical bytes: est/meas':>24}")
     for minor in MINORS:
         x = jax.ShapeDtypeStruct((*SHAPE, minor), jnp.bfloat16)

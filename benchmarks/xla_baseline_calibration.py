@@ -130,7 +130,7 @@ def measured_rows(record_path: Path) -> None:
     from jaxbench_mcp.perf import cost_model
 
     record = json.loads(record_path.read_text())
-    g = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5p": "v5p", "TPU v4": "v4"}[record["device_kind"]]
+    g = targets.generation_of_device_kind(record["device_kind"])
     chip, cores = targets.chip_facts(g), targets.cores_per_device(g)
     print(f"\n{record_path.name}: XLA baselines timed on a {record['device_kind']} ({g}), jax {record['jax']}")
     print(f"{'workload':<34} {'half':<5} {'measured':>9} {'estimate':>9} {'est/meas':>8} {'MXU share':>9}")
