@@ -260,13 +260,16 @@ def roofline_us(c: Config) -> float:
 
 
 def _cache_key(c: Config) -> str:
-    """The compile's cache key: the config, the jax and libtpu versions, and the code that reads the compile."""
+    """The compile's cache key: the config, the jax and libtpu versions, the code that reads the compile and the
+    result latencies its loop waits were timed with (estimator.read_compile)."""
     import jax
 
     from jaxbench_mcp.catalog import targets
+    from jaxbench_mcp.perf import cost_model
 
     code = hashlib.sha256(b"".join((ROOT / p).read_bytes() for p in _COMPILE_SOURCES)).hexdigest()[:16]
-    text = json.dumps([c.op, c.generation, c.spec_key, c.config_key, jax.__version__, targets.libtpu_version(), code])
+    versions = [jax.__version__, targets.libtpu_version(), code, cost_model.RESULT_LATENCY_BUNDLES]
+    text = json.dumps([c.op, c.generation, c.spec_key, c.config_key, *versions])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

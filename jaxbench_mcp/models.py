@@ -581,6 +581,11 @@ class KernelEstimate(BaseModel):
         True, description="False when a predicate depends on data or a loop's trip count is unknown"
     )
     compute_us: Real
+    loop_wait_us: Real = Field(
+        0.0,
+        description="Of compute_us: trips of in-kernel loops the compiler kept rolled waiting for their matmul and "
+        "transpose results (no bundle holds that wait; unrolling lets trips overlap it)",
+    )
     memory_us: Real
     overhead_us: Real = Field(
         description="Grid steps x the wait of a step's DMAs beyond their bytes: added to the HBM time, hidden "

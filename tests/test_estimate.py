@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from canaries import changed
 from jaxbench_mcp.analysis import kernels as kernel_analysis, replay as kernel_replay
 from jaxbench_mcp.perf import cost_model
 
@@ -220,6 +221,14 @@ def test_only_loop_bodies_repeat():
         )
         == 10 + 4 * 400
     )
+    # Each trip of a rolled loop also waits for its results (the schedule's loop_waits per depth from 1): with a
+    # grid, the body's own loops are depth 2 (depth 1, the grid loop's body, is not a trip of them); without, depth 1.
+    counts = {"body_ratio": 1.0, "loop_ratio": 8.0, "flat_ratio": 1.0, "in_kernel_loops": 1}
+    waited = cost_model.executed_bundles([100, 50, 10], 160, 4, True, **counts, loop_waits=[999, 30])
+    assert waited == 100 + 4 * (50 + (10 + 30) * 8)
+    assert cost_model.executed_bundles([80, 3600], 3680, 1, False, **counts, loop_waits=[30]) == 80 + (3600 + 30) * 8
+    # Unrolled, no trip waits on its own: the scheduler overlaps them, and their bundles are all in the schedule.
+    assert cost_model.executed_bundles([10, 400], 410, 4, True, **counts, loop_waits=[999]) == 10 + 4 * 400
 
 
 def test_a_pipeline_hides_all_but_one_step_of_the_smaller_term():
@@ -523,27 +532,142 @@ def _flow(kernel, steps, call_shapes=None):
     )
 
 
-def test_matmuls_in_a_loop_the_compiler_kept_rolled_are_flagged_as_waiting_each_trip():
+def _trip(*events):
+    """A loop body's result ops from (bundle, "push" or "pop", unit[, result vregs])."""
+    from jaxbench_mcp.internals.libtpu import ResultOp
+
+    return [
+        ResultOp(bundle, pushes=unit, results=rest[0] if rest else 1) if kind == "push" else ResultOp(bundle, pops=unit)
+        for bundle, kind, unit, *rest in events
+    ]
+
+
+def test_a_result_popped_before_its_unit_has_it_stalls_the_trip_until_it_is_ready():
+    latency = cost_model.RESULT_LATENCY_BUNDLES
+    mxu, xlu = latency["mxu"], latency["xlu"]
+    # A pop right after its matmul's push waits out the MXU's latency; popped that many bundles later, nothing.
+    assert cost_model.result_wait(_trip((0, "push", "mxu0"), (1, "pop", "mxu0"))) == mxu - 1
+    assert cost_model.result_wait(_trip((0, "push", "mxu0"), (mxu, "pop", "mxu0"))) == 0
+    # Once the unit's first result is out the rest stream behind it: a bf16 push returns two, both popped at once.
+    assert cost_model.result_wait(_trip((0, "push", "mxu0", 2), (1, "pop", "mxu0"), (2, "pop", "mxu0"))) == mxu - 1
+    # Results come back in push order: the first pop takes the first push's result, even if pushed late.
+    assert cost_model.result_wait(_trip((0, "push", "mxu0"), (50, "push", "mxu0"), (60, "pop", "mxu0"))) == mxu - 60
+    # A pop before its push in the body takes the previous trip's result: ready by then.
+    assert cost_model.result_wait(_trip((10, "pop", "mxu0"), (50, "push", "mxu0"))) == 0
+    # A chain: the transpose's vregs (all from its last part) feed a matmul whose result is popped next. The
+    # matmul issues late because the pop before it waited, and its own pop waits again: both latencies.
+    chain = _trip((0, "push", "xlu0"), (1, "pop", "xlu0"), (2, "push", "mxu1"), (3, "pop", "mxu1"))
+    assert cost_model.result_wait(chain) == (xlu - 1) + (mxu - 1)
+    # The units are independent: two MXUs' pops in one bundle wait for the later of the two.
+    two = _trip((0, "push", "mxu0"), (5, "push", "mxu1"), (6, "pop", "mxu0"), (6, "pop", "mxu1"))
+    assert cost_model.result_wait(two) == mxu - 1
+
+
+def test_the_final_schedule_is_read_into_loop_bodies_with_their_result_traffic(tmp_path):
+    """A final_bundles file, written in libtpu's format (one line per bundle, a '>' per enclosing loop, LB on a
+    loop body's first bundle): the bodies per depth, and their ops that push work into a unit (a bf16 matmul returns
+    two f32 vregs, an f32 one one, a transpose's all come from its last part) or pop its results."""
+    from jaxbench_mcp.internals import libtpu
+
+    lines = [
+        "  0x0   : { %s1 = smov 0 }",
+        "  0x1 LB: > { %v1 = vld [vmem:[%s1] sm:$0xff] }",
+        "  0x2 LB: >> { %2 = vxpose.binary.xlu0.c.b16.start [1/2] (short) %v1, %v1, 128 }",
+        "  0x3   : >> { %3 = vxpose.binary.xlu0.c.b16.end [2/2] (short) %v1, %v1, 128 /* not a pop: vpop.trf.xlu0 */ }",
+        "  0x4   : >> { %v4 = vpop.trf.xlu0  ;;  %v5 = vpop.trf.xlu0 }",
+        "  0x5   : >> { %6 = vmatmul.msk.bf16.vlgmr.msra.gmra.mxu0 %vm0, %v4  ;;  %7 = vmatmul.f32.gmra.mxu1 %v5 }",
+        "  0x6   : > { %8 = vst [vmem:[%s1] sm:$0xff] %v5 }",
+        "  0x7   : >> { %v9 = vpop.f32.mrf.mxu0  ;;  %v10 = vpop.f32.mrf.mxu1  ;;  %11 = vmatpush.bf16.msra.mxu0 %v1 }",
+        "  0x8   : >> { %v12 = vpop.f32.mrf.mxu0  ;;  %13 = sbr.rel (!%p1) target = $region9 }",
+        "  0x9   : > { %14 = vst [vmem:[%s1] sm:$0xff] %v12 }",
+        "  0xa   :  { %15 = vsyncpa [#allocation3], 1 }",
+    ]
+    path = tmp_path / "1-kernel-02-final_bundles.txt"
+    path.write_text("\n".join(["// kernel: kernel", *lines, "iteration_bounds: (4)"]) + "\n")
+    depth_bundles, bodies = libtpu.read_bundles(path)
+    assert depth_bundles == (2, 3, 6)
+    grid_body, inner = bodies
+    assert (grid_body.depth, grid_body.bundles, inner.depth, inner.bundles) == (1, 9, 2, 6)
+    # The store at depth 1 between the inner loop's bundles is not one of its bundles; a weight push is no result.
+    assert [(op.bundle, op.pushes, op.results, op.pops) for op in inner.ops] == [
+        (1, "xlu0", 1, None),
+        (2, None, 0, "xlu0"),
+        (2, None, 0, "xlu0"),
+        (3, "mxu0", 2, None),
+        (3, "mxu1", 1, None),
+        (4, None, 0, "mxu0"),
+        (4, None, 0, "mxu1"),
+        (5, None, 0, "mxu0"),
+    ]
+    # Its trip: the transpose's pops wait for the XLU, the matmuls pushed after them, and their pops for the MXU.
+    latency = cost_model.RESULT_LATENCY_BUNDLES
+    assert cost_model.result_wait(inner.ops) == (latency["xlu"] - 1) + (latency["mxu"] - 1)
+
+
+def test_trips_that_wait_for_their_results_are_priced_and_the_advice_says_to_unroll():
     """benchmarks/loop_matmuls.py: on a v5e a rolled loop of 64-deep matmuls takes 2.3x its unrolled twin, a wait
-    for the MXU's results in every trip that no bundle count holds; the estimate says so where it applies."""
+    for the MXU's results in every trip that no bundle count holds."""
     from jaxbench_mcp.perf import estimator
     from jaxbench_mcp.sandbox import protocol
 
-    def flags(depth_bundles, loop_mxu_pushes):
-        schedule = protocol.Schedule(name="k", bundles=110, slot_use={}, depth_bundles=depth_bundles, kernel="_k")
-        flow = _flow("_k", 4).model_copy(update={"mxu_pushes": 64.0, "loop_mxu_pushes": loop_mxu_pushes})
-        found = estimator.assemble(
+    def estimate(depth_bundles, loop_waits):
+        schedule = protocol.Schedule(
+            name="k", bundles=110, slot_use={}, depth_bundles=depth_bundles, kernel="_k", loop_waits=loop_waits
+        )
+        flow = _flow("_k", 4).model_copy(update={"in_kernel_loops": 1, "loop_ratio": 8.0})
+        return estimator.assemble(
             protocol.ProfileTrace(traffic=[flow]),
             protocol.ProfileCompile(schedules=[schedule], outside=None, module_file="lowered_v5e.mlir"),
             "v5e",
             1e-9,
         )
-        return [f for f in found.flags if "stays rolled" in f]
 
-    (flag,) = flags([10, 40, 60], 64.0)  # around the grid, the step's body, its own loop
-    assert flag.startswith("0:_k runs matmuls inside an in-kernel loop") and "unroll=True" in flag
-    assert flags([10, 100], 64.0) == []  # the compiler unrolled it: every trip is in the schedule
-    assert flags([10, 40, 60], 0.0) == []  # the loop holds no matmul
+    def advice(found):
+        return [a for a in found.advice if "kept rolled" in a]
+
+    # Around the grid, the step's body, its own loop of 8 trips that each wait 200 bundle slots beyond their 60.
+    waiting, quick = estimate([10, 40, 60], [0, 200]), estimate([10, 40, 60], [0, 0])
+    (kernel,) = waiting.kernels
+    assert kernel.loop_wait_us == pytest.approx(4 * 8 * 200 * 1e-9 * 1e6)
+    assert kernel.compute_us == pytest.approx(quick.kernels[0].compute_us + kernel.loop_wait_us)
+    (line,) = advice(waiting)
+    assert line.startswith("0:_k: ~6.4 us (") and "unroll=True" in line and "performance#in-kernel-loops" in line
+    assert advice(quick) == [] and quick.kernels[0].loop_wait_us == 0
+    assert advice(estimate([10, 40, 60], [0, 5])) == []  # 5 slots against 60 bundles a trip: not worth a word
+    assert estimate([10, 100], [0, 200]).kernels[0].loop_wait_us == 0  # the compiler unrolled it
+
+
+@pytest.mark.slow
+def test_a_rolled_loop_of_small_matmuls_is_estimated_slower_than_its_unrolled_twin():
+    """A canary as well: the final schedule of a real compile holds the matmul pushes and pops the wait is read from
+    (benchmarks/loop_matmuls.py measured the twins on a v5e: 612 against 264 us at full size)."""
+    code = (
+        "import jax, jax.numpy as jnp, jaxbench_mcp\n"
+        "from jax.experimental import pallas as pl\n"
+        "from jax.experimental.pallas import tpu as pltpu\n"
+        "def twin(unroll):\n"
+        "    def body(k_ref, q_ref, o_ref, s_ref):\n"
+        "        def head(h, carry):\n"
+        "            s_ref[...] += jax.lax.dot_general(k_ref[h], q_ref[h], (((0,), (0,)), ((), ())),\n"
+        "                                              preferred_element_type=jnp.float32)\n"
+        "            return carry\n"
+        "        jax.lax.fori_loop(0, 8, head, 0, unroll=unroll)\n"
+        "        o_ref[...] = s_ref[:8, :128]\n"
+        "    spec = pl.BlockSpec((8, 64, 256), lambda i: (i, 0, 0))\n"
+        "    return lambda k, q: pl.pallas_call(body, grid=(16,), in_specs=[spec, spec],\n"
+        "        out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),\n"
+        "        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),\n"
+        "        scratch_shapes=[pltpu.VMEM((256, 256), jnp.float32)])(k, q)\n"
+        "x = jax.ShapeDtypeStruct((128, 64, 256), jnp.bfloat16)\n"
+        "looped, unrolled = (jaxbench_mcp.estimate(twin(u), x, x, target='v5e') for u in (False, True))\n"
+        "found = [(e.kernels[0].compute_us, e.kernels[0].loop_wait_us, e.advice) for e in (looped, unrolled)]\n"
+        "print('RESULT', found)\n"
+    )
+    (looped_us, looped_wait, looped_advice), (unrolled_us, unrolled_wait, _) = _result_in_fresh_process(code)
+    with changed("the MXU pushes and result pops of a final_bundles file", "libtpu.read_bundles"):
+        assert looped_wait > 0 and unrolled_wait == 0
+    assert looped_us > 1.5 * unrolled_us
+    assert any("kept rolled" in a for a in looped_advice)
 
 
 def test_kernel_schedules_pair_with_traced_kernels_by_name_not_by_position():

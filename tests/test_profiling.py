@@ -107,13 +107,8 @@ def test_run_ratio_counts_every_trip_of_an_in_kernel_loop():
     # The schedule holds one copy of the body (or two, unrolled by 2) and a step runs it 8 times.
     kernel = _traffic_of_kernel(lambda x, o: loop_of_matmuls(x, o, 1), (4,))
     assert kernel["run_ratio"] == 8.0 and kernel["run_ratio_exact"]
-    by_two = _traffic_of_kernel(lambda x, o: loop_of_matmuls(x, o, 2), (4,))
-    assert by_two["run_ratio"] == 4.0
-    unrolled = _traffic_of_kernel(lambda x, o: loop_of_matmuls(x, o, True), (4,))
-    assert unrolled["run_ratio"] == 1.0
-    # The matmuls of a loop that stays rolled are told apart: each trip waits for its results (LOOP_WAIT_FLAG).
-    assert kernel["loop_mxu_pushes"] == by_two["loop_mxu_pushes"] == kernel["mxu_pushes"] > 0
-    assert unrolled["loop_mxu_pushes"] == 0 and unrolled["mxu_pushes"] == kernel["mxu_pushes"]
+    assert _traffic_of_kernel(lambda x, o: loop_of_matmuls(x, o, 2), (4,))["run_ratio"] == 4.0
+    assert _traffic_of_kernel(lambda x, o: loop_of_matmuls(x, o, True), (4,))["run_ratio"] == 1.0
 
 
 def test_a_while_loop_counts_once_and_says_so():

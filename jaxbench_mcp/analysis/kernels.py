@@ -800,7 +800,6 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
             "dma_bytes": 0,
             "parallel_steps": parallel_steps,
             "mxu_pushes": 0.0,
-            "loop_mxu_pushes": 0.0,
         }
     n_prefetch = info.num_scalar_prefetch
     kernel_operands = operands[n_refs + n_dynamic :]  # scalar prefetch, then inputs

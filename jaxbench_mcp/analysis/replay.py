@@ -1032,5 +1032,4 @@ def summarise(replay: KernelReplay, sched: dict) -> dict:
     out["in_kernel_loops"] = len(replay.loop_ids)
     # MXU pushes (8 x 128 x 128 MACs) the whole run executes: the floor of the compute time at the MXUs' peak.
     out["mxu_pushes"] = float(replay.mxu[False].sum() + replay.mxu[True].sum())
-    out["loop_mxu_pushes"] = float(replay.mxu[True].sum())  # those inside loops the compiler keeps rolled
     return out

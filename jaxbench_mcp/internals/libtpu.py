@@ -20,8 +20,21 @@ _UTILIZATION_SUFFIX = "-final_hlo-static-per-bundle-utilization.txt"
 _BUNDLES_SUFFIX = "-final_bundles.txt"
 # Only the final passes are dumped (the three files above): every pass would be ~3,000 files per compile.
 _DUMP_PASSES = "final_"
-# A bundle line of a final_bundles file: "<address> [LH|LB|LE|PB|PF|CT]: <'>' per enclosing loop> { ... }".
-_BUNDLE_LINE = re.compile(r"^\s*(?:0x[0-9a-f]+|\d+)\s+(?:LH|LB|LE|PB|PF|CT)?:\s*(>*)\s*\{")
+# A bundle line of a final_bundles file: "<address> [LH|LB|LE|PB|PF|CT]: <'>' per enclosing loop> { ... }" (LB:
+# the first bundle of a loop's body).
+_BUNDLE_LINE = re.compile(r"^\s*(?:0x[0-9a-f]+|\d+)\s+(?P<mark>LH|LB|LE|PB|PF|CT)?:\s*(?P<depth>>*)\s*\{")
+# Work pushed into a unit whose result is popped later: a matmul into MXU n (vmatmul ... mxuN), its result vregs
+# popped from that MXU's result buffer (vpop ... mrf.mxuN): one 32-bit vreg per 32 bits of a pushed row (a bf16
+# vreg packs two rows, so it returns two); a transpose fed to XLU n in parts (start, cont..., end), its vregs popped
+# (vpop.trf.xluN) once the last part is in.
+_RESULT_PUSH = re.compile(
+    r"vmatmul\.(?:msk\.)?[a-z]*(?P<bits>\d+)[\w.]*?\b(?P<mxu>mxu\d+)"
+    r"|vxpose\.[\w.]*?\b(?P<xlu>xlu\d+)\b(?![\w.]*\.(?:start|cont)\b)[\w.]*"
+)
+_RESULT_POP = re.compile(r"vpop\.(?:[\w.]*?\bmrf\.(?P<mxu>mxu\d+)|trf\.(?P<xlu>xlu\d+))")
+# An op of a bundle: "%<value> = <mnemonic> <operands>".
+_OP_MNEMONIC = re.compile(r"^\s*%[\w]+\s*=\s*(\S+)")
+_COMMENT = re.compile(r"/\*.*?\*/")
 # The Mosaic module a kernel's custom call carries (base64 MLIR bytecode) in its schedule file's HLO text.
 _MOSAIC_BODY = re.compile(r'custom_call_target="tpu_custom_call".*?"custom_call_config":\{"body":"([A-Za-z0-9+/=]+)"')
 # Characters jax replaces by "_" when it names a Mosaic module after the kernel function (mlir.sanitize_name).
@@ -57,6 +70,26 @@ class KernelSchedule:
     # The custom call's operand and result shapes ("8192x7168,7168x576->8192x576"): what tells apart kernels that
     # share a name (one kernel function called on several shapes). None when the dump does not show them.
     call_shapes: str | None = None
+    loop_bodies: tuple[LoopBody, ...] = ()
+
+
+@dataclass(frozen=True)
+class ResultOp:
+    """An op of a loop body that pushes work into a unit whose results are popped later, or pops one."""
+
+    bundle: int  # counted from the body's first
+    pushes: str | None = None  # the unit it pushes work into ("mxu0", "xlu1")
+    results: int = 0  # the result vregs that work returns (a transpose's: 1, all popped after its last part)
+    pops: str | None = None  # the unit whose next result it pops
+
+
+@dataclass(frozen=True)
+class LoopBody:
+    """One loop body of a final schedule: its bundles and, in order, its ops that push or pop results."""
+
+    depth: int  # the loops around its bundles, its own included (a gridded kernel's grid is depth 1)
+    bundles: int
+    ops: tuple[ResultOp, ...]
 
 
 def mosaic_kernel_name(func_name: str) -> str:
@@ -101,16 +134,45 @@ def call_shapes(schedule_text: str) -> str | None:
     return f"{dims(operands)}->{dims(result)}"
 
 
-def loop_depth_bundles(path: Path) -> tuple[int, ...]:
-    """Bundles per loop nesting depth in a final_bundles file (the loop structure of the final schedule)."""
+def _result_ops(text: str) -> list[tuple[str | None, int, str | None]]:
+    """The ops of one bundle line's text (after its '{') that push or pop results, as ResultOp's fields but its
+    bundle."""
+    found: list[tuple[str | None, int, str | None]] = []
+    for part in _COMMENT.sub("", text).rsplit("}", 1)[0].split(";;"):
+        op = _OP_MNEMONIC.match(part)
+        if not op:
+            continue
+        if push := _RESULT_PUSH.fullmatch(op.group(1)):
+            results = 1 if push.group("xlu") else max(1, 32 // int(push.group("bits")))
+            found.append((push.group("mxu") or push.group("xlu"), results, None))
+        elif pop := _RESULT_POP.fullmatch(op.group(1)):
+            found.append((None, 0, pop.group("mxu") or pop.group("xlu")))
+    return found
+
+
+def read_bundles(path: Path) -> tuple[tuple[int, ...], tuple[LoopBody, ...]]:
+    """A final_bundles file's bundles per loop nesting depth, and its loop bodies: at each depth, the bundles of
+    that depth or deeper, split where a loop body begins (a body holds its inner loops' bundles once)."""
     counts: dict[int, int] = {}
+    bodies: dict[int, list[tuple[int, list[ResultOp]]]] = {}  # depth -> [(bundles, ops)]
     with open(path, errors="replace") as f:
         for line in f:
             match = _BUNDLE_LINE.match(line)
-            if match:
-                depth = len(match.group(1))
-                counts[depth] = counts.get(depth, 0) + 1
-    return tuple(counts.get(d, 0) for d in range(max(counts) + 1)) if counts else ()
+            if not match:
+                continue
+            depth = len(match.group("depth"))
+            counts[depth] = counts.get(depth, 0) + 1
+            parsed = _result_ops(line[match.end() :]) if depth else []
+            for d in range(1, depth + 1):
+                open_bodies = bodies.setdefault(d, [])
+                if not open_bodies or (match.group("mark") == "LB" and d == depth):
+                    open_bodies.append((0, []))
+                size, ops = open_bodies[-1]
+                ops.extend(ResultOp(size, *fields) for fields in parsed)
+                open_bodies[-1] = (size + 1, ops)
+    depth_bundles = tuple(counts.get(d, 0) for d in range(max(counts) + 1)) if counts else ()
+    loop_bodies = tuple(LoopBody(d, size, tuple(ops)) for d, found in sorted(bodies.items()) for size, ops in found)
+    return depth_bundles, loop_bodies
 
 
 def _parse_utilization(path: Path) -> dict[str, float]:
@@ -150,14 +212,16 @@ def parse_dump(directory: Path) -> list[KernelSchedule]:
         bundles = next(
             (p for p in directory.glob(f"{prefix}-*{_BUNDLES_SUFFIX}") if _SCHEDULE_SUFFIX not in p.name), None
         )
+        depth_bundles, loop_bodies = read_bundles(bundles) if bundles else ((), ())
         schedules.append(
             KernelSchedule(
                 name=stem,
                 bundles=int(match.group(1)),
                 slot_use=_parse_utilization(utilization) if utilization else {},
-                depth_bundles=loop_depth_bundles(bundles) if bundles else (),
+                depth_bundles=depth_bundles,
                 kernel=_kernel_name(text),
                 call_shapes=call_shapes(text),
+                loop_bodies=loop_bodies,
             )
         )
     return schedules

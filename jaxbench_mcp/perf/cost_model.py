@@ -33,7 +33,7 @@ from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.internals import hlo
 
 # Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
-MODEL_VERSION = 5
+MODEL_VERSION = 6
 # How long a grid step's DMAs take beyond their bytes at the bandwidth (issue to completion), measured on a v5e
 # (benchmarks/grid_steps.py: x * 2 over 64 MiB of f32 in 1024 to 64 steps, 0.18-0.22 us a step more than the
 # bytes; the same steps under compute cost nothing more than their bundles). Other generations assume it.
@@ -134,15 +134,6 @@ def parallel_split(parallel_steps: int, generation: str) -> float:
     return parallel_steps / math.ceil(parallel_steps / cores)
 
 
-def schedule_parts(depth_bundles, bundles: int, has_grid_loop: bool) -> tuple[int, int, int]:
-    """A schedule's bundles (executed_bundles' depths) as (around the grid, a step's straight-line body, the body's
-    own loops that the compiler kept rolled)."""
-    depths = list(depth_bundles) or [bundles]
-    if has_grid_loop and len(depths) > 1:
-        return depths[0], depths[1], sum(depths[2:])
-    return 0, depths[0], sum(depths[1:])
-
-
 def executed_bundles(
     depth_bundles,
     bundles: int,
@@ -152,6 +143,7 @@ def executed_bundles(
     loop_ratio: float,
     flat_ratio: float,
     in_kernel_loops: int,
+    loop_waits=(),
 ) -> float:
     """Bundles a whole run executes, from the schedule's bundles per loop depth.
 
@@ -159,16 +151,69 @@ def executed_bundles(
     depth 1 the step's straight-line body, deeper the body's own loops; without one, depth 0 is the body. Only
     loop bodies repeat: the body's own loops run `loop_ratio` times their code per step, the straight-line
     body `body_ratio` of its code. When the trace has in-kernel loops but the schedule none, the compiler
-    unrolled them (every trip is in the schedule): the whole body runs `flat_ratio` of its code.
+    unrolled them (every trip is in the schedule): the whole body runs `flat_ratio` of its code. A trip of the
+    body's own loops also stalls for its matmul and transpose results: `loop_waits` per loop depth from 1 (the
+    schedule's, from result_wait), taken at the depth of the body's outermost own loops.
     """
-    once, body, inner = schedule_parts(depth_bundles, bundles, has_grid_loop)
+    depths = list(depth_bundles) or [bundles]
+    grid = 1 if has_grid_loop and len(depths) > 1 else 0  # the grid loop's depth, 0 if the schedule has none
+    once, body, inner = (depths[0] if grid else 0), depths[grid], sum(depths[grid + 1 :])
     if inner and in_kernel_loops:
-        per_step = body * body_ratio + inner * loop_ratio
+        wait = loop_waits[grid] if len(loop_waits) > grid else 0
+        per_step = body * body_ratio + (inner + wait) * loop_ratio
     elif in_kernel_loops:
         per_step = (body + inner) * flat_ratio
     else:
         per_step = (body + inner) * body_ratio
     return once + steps * per_step
+
+
+# How many bundle slots after its work was pushed a unit's result can be popped in a rolled loop's trip (the
+# estimate's unit of issue time): fitted on benchmarks/loop_matmuls.py's v5e record; other generations assume v5e's.
+RESULT_LATENCY_BUNDLES = {"mxu": 170, "xlu": 150}
+
+
+def result_wait(ops) -> int:
+    """Bundle slots one trip of a loop body (libtpu.LoopBody.ops) stalls waiting for matmul and transpose results,
+    its bundles issuing in order: a bundle issues one slot after the previous one, or once the result it pops is
+    ready, whichever is later.
+
+    A unit returns results in the order its work went in, so the j-th of its Q pops takes the result of push
+    j * P // Q of its P (a matmul's push counts once per result vreg, so P = Q; a transpose's vregs all come with
+    its last part), ready the unit's latency after that push issued. Only a unit's first result of the trip waits:
+    the rest stream behind it (benchmarks/loop_matmuls.py: a trip of four (512, 512) products pays one latency, not
+    one per result). A pop whose push comes later in the body takes the previous trip's result, ready by then."""
+    pushed_total: dict[str, int] = {}
+    popped_total: dict[str, int] = {}
+    for op in ops:
+        if op.pushes:
+            pushed_total[op.pushes] = pushed_total.get(op.pushes, 0) + op.results
+        if op.pops:
+            popped_total[op.pops] = popped_total.get(op.pops, 0) + 1
+    pushed: dict[str, list[int]] = {unit: [] for unit in pushed_total}
+    popped: dict[str, int] = {}
+    waited: set[str] = set()
+    stall, index = 0, 0
+    while index < len(ops):
+        bundle = ops[index].bundle
+        issue, last = bundle + stall, index
+        while last < len(ops) and ops[last].bundle == bundle:
+            op = ops[last]
+            if op.pops and pushed_total.get(op.pops):
+                j = popped.get(op.pops, 0)
+                popped[op.pops] = j + 1
+                paired = j * pushed_total[op.pops] // popped_total[op.pops]
+                if paired < len(pushed[op.pops]) and op.pops not in waited:
+                    latency = RESULT_LATENCY_BUNDLES[op.pops.rstrip("0123456789")]
+                    issue = max(issue, pushed[op.pops][paired] + latency)
+                    waited.add(op.pops)
+            last += 1
+        stall = issue - bundle
+        for op in ops[index:last]:
+            if op.pushes:
+                pushed[op.pushes].extend([issue] * op.results)
+        index = last
+    return stall
 
 
 MXU_PUSH_FLOPS = 2 * 8 * 128 * 128

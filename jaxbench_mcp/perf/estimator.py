@@ -95,7 +95,9 @@ class Estimate(BaseModel):
             + (f"{k.runs} runs x " if k.runs != 1 else "")
             + f"{k.grid_steps} steps x {k.bundles_per_step} bundles"
             + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
-            + f"; compute {k.compute_us:,.1f} us, HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB), "
+            + f"; compute {k.compute_us:,.1f} us"
+            + (f" ({k.loop_wait_us:,.1f} of it rolled loops waiting for results)" if k.loop_wait_us >= 0.05 else "")
+            + f", HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB), "
             f"not overlapped {k.exposed_us:,.1f} us, step DMA waits {k.overhead_us:,.1f} us -> {k.bottleneck}"
             for k in self.kernels
         )
@@ -241,12 +243,21 @@ def read_compile(compiled, generation: str, dump_root: Path, module_file: str) -
                 depth_bundles=list(k.depth_bundles),
                 kernel=k.kernel,
                 call_shapes=k.call_shapes if k.call_shapes is None or len(k.call_shapes) <= 2000 else None,
+                loop_waits=_loop_waits(k.loop_bodies),
             )
             for k in schedules
         ],
         outside=outside,
         module_file=module_file,
     )
+
+
+def _loop_waits(bodies: Sequence[libtpu.LoopBody]) -> list[int]:
+    """Per loop depth from 1, the stall of one trip of each of its bodies, summed."""
+    waits = [0] * max((b.depth for b in bodies), default=0)
+    for body in bodies:
+        waits[body.depth - 1] += cost_model.result_wait(body.ops)
+    return waits
 
 
 # (generation, sha256 of the lowered module) -> what its compile found, for this process's later compiles of it.
@@ -356,24 +367,22 @@ def assemble(
             + "): fold it into a kernel or remove it (read_docs: performance#when-xla-wins)"
         )
     estimate.flags = estimate_flags(estimate, compiled.outside)
-    looping = [
-        k.name
-        for k, (schedule, flow) in zip(kernels, pairs, strict=True)
-        if flow.loop_mxu_pushes > 0
-        and cost_model.schedule_parts(schedule.depth_bundles, schedule.bundles, flow.steps > 1)[2]
-    ]
-    if looping:
-        estimate.flags.append(LOOP_WAIT_FLAG.format(kernels=", ".join(looping)))
+    for k in kernels:
+        if k.loop_wait_us > LOOP_WAIT_SHARE * k.estimate_us:
+            estimate.advice.append(
+                LOOP_WAIT_ADVICE.format(kernel=k.name, us=k.loop_wait_us, share=k.loop_wait_us / k.estimate_us)
+            )
     return estimate
 
 
-# benchmarks/loop_matmuls.py: the same small matmuls, looped and unrolled, on a real v5e.
-LOOP_WAIT_FLAG = (
-    "{kernels} runs matmuls inside an in-kernel loop that stays rolled: each trip waits for its matmul results "
-    "before the next trip starts, a wait the estimate does not count (60-170 ns a trip on a v5e; it doubles a loop "
-    "of small matmuls, such as 4,096 trips of 64-deep products, and is lost in a loop of large ones). Unrolling "
-    "the loop (fori_loop(..., unroll=True)) lets the scheduler overlap the trips (read_docs: "
-    "performance#in-kernel-loops)"
+# Where waiting for results in a rolled loop is worth acting on (benchmarks/loop_matmuls.py: on a v5e, unrolling such
+# loops of 64-deep matmuls and transposes made them 1.5-2.6x faster).
+LOOP_WAIT_SHARE = 0.1
+LOOP_WAIT_ADVICE = (
+    "{kernel}: ~{us:,.1f} us ({share:.0%} of its estimate) is trips of an in-kernel loop the compiler kept rolled "
+    "waiting for their matmul or transpose results (each trip pops a result soon after pushing its work). Unroll "
+    "the loop (fori_loop(..., unroll=True)) or batch its trips into larger matmuls, so that the scheduler pops one "
+    "trip's results while it pushes the next one's operands (read_docs: performance#in-kernel-loops)"
 )
 
 
@@ -444,7 +453,7 @@ def kernel_estimate(
     calibration: cost_model.Calibration,
 ) -> KernelEstimate:
     has_grid_loop = flow.steps > 1
-    executed = cost_model.executed_bundles(
+    counts = (
         schedule.depth_bundles,
         schedule.bundles,
         flow.steps,
@@ -454,11 +463,13 @@ def kernel_estimate(
         flow.flat_ratio,
         flow.in_kernel_loops,
     )
+    executed = cost_model.executed_bundles(*counts, loop_waits=schedule.loop_waits)
+    waited = executed - cost_model.executed_bundles(*counts)
     # A kernel that pipelines its own DMAs inside a loop overlaps them across the loop's trips.
     stages = flow.steps * (max(1.0, flow.loop_ratio) if flow.in_kernel_loops and flow.dma_bytes else 1.0)
     if flow.cores > 1:
         # A TensorCore mesh kernel: `executed` is one core's average; the busiest core's share sets the time.
-        executed *= flow.cores
+        executed, waited = executed * flow.cores, waited * flow.cores
         cores = 1.0 / flow.core_share
     else:
         cores = cost_model.parallel_split(flow.parallel_steps, generation)
@@ -501,6 +512,7 @@ def kernel_estimate(
         bottleneck=cost_model.bottleneck(cost, schedule.slot_use),
         runs=runs,
         floored=floored,
+        loop_wait_us=waited * spb * calibration.compute_scale / cores * 1e6 * runs,
     )
 
 

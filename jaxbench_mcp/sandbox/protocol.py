@@ -330,7 +330,6 @@ class KernelTraffic(_Strict):
     dma_bytes: int = 0
     parallel_steps: int = 1  # grid steps along "parallel" dimensions (a megacore chip splits them across its cores)
     mxu_pushes: float = 0.0  # 8 x 128 x 128-MAC matmul pushes the whole run executes
-    loop_mxu_pushes: float = 0.0  # of those, the pushes inside in-kernel loops that stay rolled
     kernel: str | None = None  # the name jax gives its Mosaic module (pairs it with its schedule in the dump)
     call_shapes: Annotated[str, Field(max_length=2000)] | None = None  # operand->result shapes: tells same names apart
     # A TensorCore mesh kernel: the cores that run its body at once (the ratios above are their average) and the
@@ -353,6 +352,11 @@ class Schedule(_Strict):
     kernel: str | None = Field(None, description="The compiled Mosaic module's name (the kernel's own)")
     call_shapes: Annotated[str, Field(max_length=2000)] | None = Field(
         None, description="The custom call's operand->result shapes (libtpu.call_shapes)"
+    )
+    loop_waits: list[int] = Field(
+        default_factory=list,
+        description="Per loop depth from 1: the bundle slots one trip of its bodies stalls for matmul and transpose "
+        "results (cost_model.result_wait)",
     )
 
 
