@@ -583,8 +583,9 @@ class KernelEstimate(BaseModel):
     compute_us: Real
     loop_wait_us: Real = Field(
         0.0,
-        description="Of compute_us: trips of in-kernel loops the compiler kept rolled waiting for their matmul and "
-        "transpose results (no bundle holds that wait; unrolling lets trips overlap it)",
+        description="What trips of in-kernel loops the compiler kept rolled, waiting for their matmul and transpose "
+        "results, add to estimate_us (a wait in compute_us that HBM time hides adds nothing; unrolling lets trips "
+        "overlap it)",
     )
     memory_us: Real
     overhead_us: Real = Field(

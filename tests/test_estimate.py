@@ -610,11 +610,11 @@ def test_trips_that_wait_for_their_results_are_priced_and_the_advice_says_to_unr
     from jaxbench_mcp.perf import estimator
     from jaxbench_mcp.sandbox import protocol
 
-    def estimate(depth_bundles, loop_waits):
+    def estimate(depth_bundles, loop_waits, hbm_bytes=0):
         schedule = protocol.Schedule(
             name="k", bundles=110, slot_use={}, depth_bundles=depth_bundles, kernel="_k", loop_waits=loop_waits
         )
-        flow = _flow("_k", 4).model_copy(update={"in_kernel_loops": 1, "loop_ratio": 8.0})
+        flow = _flow("_k", 4).model_copy(update={"in_kernel_loops": 1, "loop_ratio": 8.0, "hbm_bytes": hbm_bytes})
         return estimator.assemble(
             protocol.ProfileTrace(traffic=[flow]),
             protocol.ProfileCompile(schedules=[schedule], outside=None, module_file="lowered_v5e.mlir"),
@@ -635,6 +635,12 @@ def test_trips_that_wait_for_their_results_are_priced_and_the_advice_says_to_unr
     assert advice(quick) == [] and quick.kernels[0].loop_wait_us == 0
     assert advice(estimate([10, 40, 60], [0, 5])) == []  # 5 slots against 60 bundles a trip: not worth a word
     assert estimate([10, 100], [0, 200]).kernels[0].loop_wait_us == 0  # the compiler unrolled it
+    # Where the HBM time hides the waits they add only to the share of compute the pipeline leaves unhidden (here a
+    # quarter of the 6.4 us, over 4 steps), and unrolling would not help: no advice.
+    hidden = estimate([10, 40, 60], [0, 200], hbm_bytes=100_000_000)
+    assert hidden.kernels[0].bottleneck == "memory-bound"
+    assert hidden.kernels[0].loop_wait_us == pytest.approx(6.4 / 4)
+    assert advice(hidden) == []
 
 
 @pytest.mark.slow

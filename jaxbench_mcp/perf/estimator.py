@@ -95,10 +95,9 @@ class Estimate(BaseModel):
             + (f"{k.runs} runs x " if k.runs != 1 else "")
             + f"{k.grid_steps} steps x {k.bundles_per_step} bundles"
             + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
-            + f"; compute {k.compute_us:,.1f} us"
-            + (f" ({k.loop_wait_us:,.1f} of it rolled loops waiting for results)" if k.loop_wait_us >= 0.05 else "")
-            + f", HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB), "
+            + f"; compute {k.compute_us:,.1f} us, HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB), "
             f"not overlapped {k.exposed_us:,.1f} us, step DMA waits {k.overhead_us:,.1f} us -> {k.bottleneck}"
+            + (f"; rolled loops waiting for results add {k.loop_wait_us:,.1f} us" if k.loop_wait_us >= 0.05 else "")
             for k in self.kernels
         )
         if self.outside_us is not None:
@@ -476,6 +475,9 @@ def kernel_estimate(
     cost = cost_model.pipelined_cost(
         executed, flow.steps, flow.hbm_bytes, generation, spb, calibration, stages, cores, flow.mxu_pushes
     )
+    unwaited = cost_model.pipelined_cost(
+        executed - waited, flow.steps, flow.hbm_bytes, generation, spb, calibration, stages, cores, flow.mxu_pushes
+    )
     runs = max(0, flow.runs)  # a kernel inside a loop runs once per trip: each run costs the same
     followed = flow.steps_exact and flow.runs_exact and flow.run_ratio_exact and flow.exact
     floor_s = 0.0 if followed else operand_floor_s(flow, generation, calibration)
@@ -512,7 +514,7 @@ def kernel_estimate(
         bottleneck=cost_model.bottleneck(cost, schedule.slot_use),
         runs=runs,
         floored=floored,
-        loop_wait_us=waited * spb * calibration.compute_scale / cores * 1e6 * runs,
+        loop_wait_us=0.0 if floored else (cost.estimate_s - unwaited.estimate_s) * 1e6 * runs,
     )
 
 
