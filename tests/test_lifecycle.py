@@ -35,7 +35,7 @@ def test_a_spare_that_idled_past_its_warm_up_budget_still_takes_the_next_check()
     checker = Checker(spares=1, slots=1)
     checker.start()
     try:
-        spare = checker.pool._warm[0]
+        spare = checker.pool._warm[False][0]  # one spare: not a tracer, so it takes the job after the trace
         with selectors.DefaultSelector() as sel:  # wait until its 'ready' is in the pipe, unread
             sel.register(spare._events, selectors.EVENT_READ)
             assert sel.select(180), "the spare never got ready"
@@ -48,24 +48,28 @@ def test_a_spare_that_idled_past_its_warm_up_budget_still_takes_the_next_check()
 
 
 def test_no_spare_warms_up_beside_a_running_check_and_one_is_ready_after_it():
-    checker = Checker(spares=1, slots=1)
+    checker = Checker(spares=2, slots=1)  # a tracer and a worker for the job after the trace
     checker.start()
-    warming_during_check = []
+    started_during_check: list[set] = []
+
+    def look(message: str) -> None:
+        if message.startswith(("load", "run")):  # the trace job's stage, then the check job's
+            started_during_check.append(set(jobs.REGISTRY.live()) - spares)
+
     try:
-        assert checker.pool.wait_warm(), "the first spare never got ready"
-        verdict, outcome = checker.check(
-            CheckRequest.of("12p_RMSNorm", GOOD),
-            on_progress=lambda m: (
-                warming_during_check.append(len(jobs.REGISTRY.live()) - 1) if m.startswith("load: done") else None
-            ),
-        )
+        assert checker.pool.wait_warm(), "the first spares never got ready"
+        spares = set(jobs.REGISTRY.live())
+        assert len(spares) == 2 and [len(kept) for kept in checker.pool._warm.values()] == [1, 1]
+        verdict, outcome = checker.check(CheckRequest.of("12p_RMSNorm", GOOD), on_progress=look)
         outcome.cleanup()
         assert verdict.status == "correct", verdict.summary()
-        assert warming_during_check == [0], "a replacement worker started while the check ran"
+        assert len(started_during_check) == 4, started_during_check  # load, then three seeds
+        assert not any(started_during_check), "a replacement worker started while the check ran"
         deadline = time.monotonic() + 10
-        while not checker.pool._warm and time.monotonic() < deadline:
+        while sum(map(len, checker.pool._warm.values())) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert checker.pool.wait_warm() and len(checker.pool._warm) == 1, "no spare after the check ended"
+        refilled = [len(kept) for kept in checker.pool._warm.values()]
+        assert checker.pool.wait_warm() and refilled == [1, 1], f"spares after the check ended: {refilled}"
     finally:
         checker.close()
 

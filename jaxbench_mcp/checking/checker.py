@@ -108,7 +108,7 @@ class Checker:
         self.queue = JobQueue(slots or default_slots(self.tier))
         if spares is None:
             # Only one process can hold a TPU: there, the next worker starts when the last one is done.
-            # Elsewhere two per slot: a check takes one for the candidate's trace, one for the rest.
+            # Elsewhere two per slot: a check takes a tracer for the candidate's trace, and a worker for the rest.
             spares = 0 if self.tier is targets.Tier.TPU else 2 * self.queue.slots
         self.pool = WorkerPool(
             self.default_target if self.tier is targets.Tier.CPU_LIBTPU else None, self.tier, self.limits, spares
@@ -126,17 +126,15 @@ class Checker:
 
     # ---- running any job ----
 
-    def _ready_worker(self, dump_schedules: bool = False, cpu_only: bool = False) -> Worker:
-        """A worker that said 'ready'; a worker that fails to start is replaced once before giving up. On a TPU
-        host, `cpu_only` starts one that leaves the TPU alone (a trace job needs none)."""
+    def _ready_worker(self, dump_schedules: bool = False, tracer: bool = False) -> Worker:
+        """A worker that said 'ready'; a worker that fails to start is replaced once before giving up. A tracer is
+        for a trace job (it warms up for tracing alone, and leaves a TPU alone)."""
         tail = ""
         for _ in range(2):
             if dump_schedules:
                 worker = Worker(None, self.tier, self.limits, dump_schedules=True)
-            elif cpu_only and self.tier is targets.Tier.TPU:
-                worker = Worker(None, self.tier, self.limits, cpu_only=True)
             else:
-                worker = self.pool.take()
+                worker = self.pool.take(tracer)
             if worker.wait_ready():
                 return worker
             tail = worker.tail("stderr.log")[-2000:]
@@ -156,7 +154,7 @@ class Checker:
         """The candidate's own process: it loads and traces the candidate, and writes the recorded programs. Its
         outcome, and the program files read across the wall (none when it ended any other way: its outcome is
         then the job's, with its load or trace failure, violation or kill)."""
-        worker = self._ready_worker(cpu_only=True)
+        worker = self._ready_worker(tracer=True)
         try:
             (worker.job_dir / "candidate.py").write_text(source)
         except BaseException:

@@ -281,7 +281,9 @@ class Worker:
         limits: Limits,
         dump_schedules: bool = False,
         isolation: sandbox.Isolation | None = None,
-        cpu_only: bool = False,  # a TPU host's trace worker: it needs no TPU, and one process at a time holds it
+        # For a trace job: it warms up for tracing alone, and needs no TPU (on a TPU host one process at a time
+        # holds it).
+        tracer: bool = False,
     ):
         self.limits = limits
         self.isolation = isolation or sandbox.detect()
@@ -305,7 +307,7 @@ class Worker:
         read_fd, write_fd = os.pipe()
         self._stdout = open(self.root / "stdout.log", "wb")
         self._stderr = open(self.root / "stderr.log", "wb")
-        env = _scrubbed_env(inside, tier, cpu_only)
+        env = _scrubbed_env(inside, tier, cpu_only=tracer)
         if dump_schedules:
             # libtpu reads its flags once, at start: a worker that dumps schedules is started for it.
             (self.job_dir / "dumps").mkdir()
@@ -316,7 +318,8 @@ class Worker:
         try:
             self.process = _SPAWNER.start(
                 lambda: sandbox.launch(
-                    [sys.executable, "-m", "jaxbench_mcp.sandbox.worker", str(write_fd), generation or "-"],
+                    [sys.executable, "-m", "jaxbench_mcp.sandbox.worker", str(write_fd), generation or "-"]
+                    + (["trace"] if tracer else []),
                     self.job_dir,
                     env,
                     self._stdout,
@@ -608,7 +611,8 @@ class _Feeder:
 
 @dataclass
 class WorkerPool:
-    """Keeps `spares` warm workers and hands each out once. A replacement is started when a job ends (`refill`),
+    """Keeps `spares` warm workers and hands each out once: half of them (rounded down) tracers, for the trace job
+    that starts every check, the rest for the jobs after it. A replacement is started when a job ends (`refill`),
     not when a spare is taken: a warm-up (about a CPU-second) running beside a check slowed it by up to 2x on a
     2-core host, while an agent's think time between checks easily covers it."""
 
@@ -616,24 +620,30 @@ class WorkerPool:
     tier: targets.Tier
     limits: Limits = field(default_factory=Limits)
     spares: int = 1
-    _warm: list[Worker] = field(default_factory=list)
+    _warm: dict[bool, list[Worker]] = field(default_factory=lambda: {False: [], True: []})  # keyed by tracer
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closed: bool = False
 
+    def _start(self, tracer: bool) -> Worker:
+        # A tracer is told no generation: it compiles nothing, so it has no compiler to warm up.
+        return Worker(None if tracer else self.generation, self.tier, self.limits, tracer=tracer)
+
     def fill(self) -> None:
         with self._lock:
-            while not self._closed and len(self._warm) < self.spares:
-                self._warm.append(Worker(self.generation, self.tier, self.limits))
+            for tracer, wanted in ((False, self.spares - self.spares // 2), (True, self.spares // 2)):
+                while not self._closed and len(self._warm[tracer]) < wanted:
+                    self._warm[tracer].append(self._start(tracer))
 
-    def take(self) -> Worker:
+    def take(self, tracer: bool = False) -> Worker:
         with self._lock:
-            return self._warm.pop(0) if self._warm else Worker(self.generation, self.tier, self.limits)
+            kept = self._warm[tracer]
+            return kept.pop(0) if kept else self._start(tracer)
 
     def wait_warm(self) -> bool:
         """Block until every spare said 'ready' (or failed to); whether all are ready. For a caller that starts no
         check meanwhile (a benchmark, a test): the spares' pipes are read here."""
         with self._lock:
-            spares = list(self._warm)
+            spares = self._warm[False] + self._warm[True]
         return all(worker.wait_ready() for worker in spares)
 
     def refill(self) -> None:
@@ -643,9 +653,10 @@ class WorkerPool:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for worker in self._warm:
-                worker.dispose()
-            self._warm.clear()
+            for kept in self._warm.values():
+                for worker in kept:
+                    worker.dispose()
+                kept.clear()
 
 
 class JobQueue:

@@ -60,11 +60,13 @@ class Reporter:
         self.send(protocol.StageEvent(stage=stage, state=state, **fields))
 
 
-def warm_up(generation: str | None) -> None:
+def warm_up(generation: str | None, tracer: bool = False) -> None:
     """Pay the one-off costs up front: jax import, libtpu init, and the first trace, lowering, compile and
     interpret run of a kernel that uses what most kernels use (a grid, scratch, pl.when, a dot, and the row
     reductions and elementwise ops of norms, softmax and activations: jax lowers each op the first time it
-    meets it, ~40 ms of a candidate's first run otherwise)."""
+    meets it, ~40 ms of a candidate's first run otherwise). A tracer (a worker for a trace job, which only loads,
+    traces and records the candidate) stops once the kernel is recorded: the compile and the interpret run cost
+    it ~1.2 CPU-seconds of a 2.3-second start that it would never use."""
     workloads.all_workloads()
 
     def body(a_ref, b_ref, o_ref, acc_ref):
@@ -99,8 +101,11 @@ def warm_up(generation: str | None) -> None:
     chip = generation or targets.DEFAULT_CPU_TARGET
     with targets.chip_context(chip):
         closed = jax.make_jaxpr(f)(*args)
-    # A worker may record the candidate's program or rebuild one: both ways, the first time costs the most.
-    closed = jaxpr_codec.decode(jaxpr_codec.encode(closed))
+    # A worker records the candidate's program or rebuilds one: both ways, the first time costs the most.
+    recorded = jaxpr_codec.encode(closed)
+    if tracer:
+        return
+    closed = jaxpr_codec.decode(recorded)
     jaxpr_codec.type_check(closed)
     # The trace stage's analyses cost ~70 ms the first time in a process (their own jit and XLA:CPU compiles).
     kernel_analysis.describe_kernels(closed.jaxpr)
@@ -705,7 +710,7 @@ _MODES: dict[str, Callable[[Any, Reporter, Path], None]] = {
 def main() -> None:
     event_fd, generation = int(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None)
     report = Reporter(event_fd)
-    warm_up(generation)
+    warm_up(generation, tracer=sys.argv[3:] == ["trace"])
     report.send(protocol.Ready())
     line = sys.stdin.readline()
     if not line:
