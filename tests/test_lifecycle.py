@@ -47,6 +47,19 @@ def test_a_spare_that_idled_past_its_warm_up_budget_still_takes_the_next_check()
         checker.close()
 
 
+def test_a_tracer_warms_up_for_tracing_alone_and_any_other_worker_for_compiling_and_interpreting(monkeypatch):
+    from jaxbench_mcp.catalog import targets
+    from jaxbench_mcp.sandbox import worker
+
+    paid: list[str] = []
+    monkeypatch.setattr(targets, "deviceless_compile", lambda *a, **k: paid.append("compile"))
+    monkeypatch.setattr(targets, "interpret_on_cpu", lambda *a, **k: paid.append("interpret"))
+    worker.warm_up("v6e", tracer=True)  # it records the warm-up kernel: what a trace job does
+    assert paid == []
+    worker.warm_up("v6e")
+    assert paid == ["compile", "interpret"]
+
+
 def test_no_spare_warms_up_beside_a_running_check_and_one_is_ready_after_it():
     checker = Checker(spares=2, slots=1)  # a tracer and a worker for the job after the trace
     checker.start()
@@ -60,6 +73,8 @@ def test_no_spare_warms_up_beside_a_running_check_and_one_is_ready_after_it():
         assert checker.pool.wait_warm(), "the first spares never got ready"
         spares = set(jobs.REGISTRY.live())
         assert len(spares) == 2 and [len(kept) for kept in checker.pool._warm.values()] == [1, 1]
+        # The tracer's process is told its role (the last argument), the other one is not.
+        assert [kept[0].process.args[-1] == "trace" for kept in checker.pool._warm.values()] == [False, True]
         verdict, outcome = checker.check(CheckRequest.of("12p_RMSNorm", GOOD), on_progress=look)
         outcome.cleanup()
         assert verdict.status == "correct", verdict.summary()
