@@ -2,7 +2,6 @@
 
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import check_two_at_a_time
 from jaxbench_mcp.catalog import workloads
 from jaxbench_mcp.checking.checker import Checker
 from jaxbench_mcp.checking.comparison import compare
@@ -41,15 +41,8 @@ def verdicts():
     checker = Checker(limits=TEST_LIMITS, spares=2, slots=2)
     checker.start()
     try:
-
-        def run(case):
-            name, workload_id, _, _ = case
-            verdict, outcome = checker.check(CheckRequest.of(workload_id, (KERNELS / name).read_text()))
-            outcome.cleanup()
-            return name, verdict
-
-        with ThreadPoolExecutor(2) as pool:
-            results = dict(pool.map(run, corpus()))
+        requests = {name: CheckRequest.of(workload, (KERNELS / name).read_text()) for name, workload, *_ in corpus()}
+        results = check_two_at_a_time(checker, requests)
         # After hangs, crashes and memory bombs the same checker still answers correctly.
         again, outcome = checker.check(CheckRequest.of("12p_RMSNorm", (KERNELS / "good_rmsnorm.py").read_text()))
         outcome.cleanup()

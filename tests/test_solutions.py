@@ -9,13 +9,13 @@ import dataclasses
 import json
 import re
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
 import pytest
 from mcp import Client
 
+from conftest import check_two_at_a_time
 from jaxbench_mcp import api
 from jaxbench_mcp.catalog import workloads
 from jaxbench_mcp.checking.checker import Checker
@@ -69,15 +69,8 @@ def verdicts():
     checker = Checker(spares=2, slots=2)
     checker.start()
     try:
-
-        def run(path: Path):
-            verdict, outcome = checker.check(CheckRequest.of(path.stem, path.read_text(), seeds=SEEDS))
-            if outcome is not None:
-                outcome.cleanup()
-            return path.name, verdict
-
-        with ThreadPoolExecutor(2) as pool:
-            return dict(pool.map(run, solution_files()))
+        requests = {p.name: CheckRequest.of(p.stem, p.read_text(), seeds=SEEDS) for p in solution_files()}
+        return check_two_at_a_time(checker, requests)
     finally:
         checker.close()
 
