@@ -25,8 +25,8 @@ put in cost_model.CALIBRATION are printed last. Without --fit the script reports
 
 The compiles (schedules and XLA's work around the kernels: the slow part) are cached under
 ~/.cache/jaxbench-mcp/fidelity, keyed by the config, the jax and libtpu versions, the code that reads them and
-the result latencies a loop's waits are timed with (cost_model.RESULT_LATENCY_BUNDLES); the trace analysis is
-redone on every run.
+the result latencies the waits are timed with (cost_model.RESULT_LATENCY_BUNDLES and STRAIGHT_LATENCY_BUNDLES); the
+trace analysis is redone on every run.
 
 Usage: python benchmarks/estimate_fidelity.py [--quick] [--per-op N] [--budget SECONDS] [--fit] [--ops a,b]
   --quick: 3 configs per op and generation; default 8; the numbers reported for issue #12 used --per-op 12.
@@ -269,14 +269,15 @@ def roofline_us(c: Config) -> float:
 
 def _cache_key(c: Config) -> str:
     """The compile's cache key: the config, the jax and libtpu versions, the code that reads the compile and the
-    result latencies its loop waits were timed with (estimator.read_compile)."""
+    result latencies its waits were timed with (estimator.read_compile)."""
     import jax
 
     from jaxbench_mcp.catalog import targets
     from jaxbench_mcp.perf import cost_model
 
     code = hashlib.sha256(b"".join((ROOT / p).read_bytes() for p in _COMPILE_SOURCES)).hexdigest()[:16]
-    versions = [jax.__version__, targets.libtpu_version(), code, cost_model.RESULT_LATENCY_BUNDLES]
+    latencies = [cost_model.RESULT_LATENCY_BUNDLES, cost_model.STRAIGHT_LATENCY_BUNDLES]
+    versions = [jax.__version__, targets.libtpu_version(), code, *latencies]
     text = json.dumps([c.op, c.generation, c.spec_key, c.config_key, *versions])
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -2,8 +2,9 @@
 
 Each case is STEPS grid steps, each a fori_loop over HEADS heads (or another trip count) applying one op to each
 head's tiles, its results accumulated in VMEM scratch; every looped case has an unrolled twin. The first group,
-16p_Mamba2_SSD's shapes one kind of op per kernel, is what cost_model.RESULT_LATENCY_BUNDLES is fit on; the second
-is held out from that fit: chained ops in one trip, deeper, tinier and larger matmuls, other trip counts.
+16p_Mamba2_SSD's shapes one kind of op per kernel, is what the latencies are fit on (cost_model.RESULT_LATENCY_BUNDLES
+on its looped cases, STRAIGHT_LATENCY_BUNDLES on their unrolled twins); the second is held out from that fit: chained
+ops in one trip, deeper, tinier and larger matmuls, other trip counts.
 
 Measured (benchmarks/data/loop_matmuls_v5e.json: one v5e, jax 0.10.2; two runs a day apart agree within 0.1%;
 estimates with jax 0.12.0.1 and libtpu 0.0.50.1):
@@ -12,19 +13,28 @@ estimates with jax 0.12.0.1 and libtpu 0.0.50.1):
   and 1.00x for 2 trips of (1024, 1024) @ (1024, 256).
 - Why: in the schedule (libtpu's final_bundles dump) a small loop body pops its first matmul or transpose result a
   few bundles after pushing the work, so the pop stalls until the unit has it, every trip; unrolled, one head's
-  results are popped while the next head's operands are pushed. No bundle count holds that stall.
+  results are popped while the next head's operands are pushed, where the heads are independent. No bundle count
+  holds that stall.
 - The estimate times it (cost_model.result_wait: in each rolled loop body, bundles issue in order and a unit's
   first result of the trip is ready its latency after the push; later results stream behind it). The latencies,
   MXU 170 and XLU 150 bundle slots, make the worst ratio of the five looped fit cases that wait smallest. They are
   effective figures, not the units' own: a large matmul's schedule pops results 50-120 bundles after their pushes
   and runs at speed, so the first result's latency in a trip carries costs of the loop around it too.
-- Fit group, looped: 0.88-1.11 of the measured time (0.39-0.70 before the wait was counted).
+- Unrolled, the waits do not vanish: a chain (a transpose into a matmul, scores into the product with values)
+  stalls at each link, head after head. The estimate times straight-line code the same way, but every result
+  waits (cost_model.STRAIGHT_LATENCY_BUNDLES: MXU 90, XLU 170, fit on the unrolled twins of the fit group, the MXU's
+  no more than 8p_GEMM's schedule allows: it pops its results about 100 slots after their pushes at full speed).
+- Fit group, looped: 0.88-1.11 of the measured time (0.39-0.70 before the wait was counted). Unrolled: 0.73-1.04,
+  with keys^T queries 0.82 -> 0.99 and the transpose 0.83 -> 0.91 once straight-line code waits (the f32 state
+  product's 0.73 is not a wait: its f32 matmul's passes).
 - Held out, looped: 0.72-1.22 (0.32-0.95 before): the attention trip (a transpose, then two chained matmuls)
-  0.72, 32 tiny trips 1.22, the large products 0.94-0.95. 16p_Mamba2_SSD's solution
-  (benchmarks/measured_fidelity.py), a loop of 4,096 trips of chained transposes and matmuls: 0.86 (0.55 before).
-- Every looped/unrolled order is right, but chained ops unrolled are estimated low (attention 0.42, transpose into
-  a matmul 0.59: straight-line code's waits are not counted), so those pairs' ratios are overstated (2.6x and 3.8x
-  estimated against 1.5x and 2.3x measured).
+  0.72, 32 tiny trips 1.22, the large products 0.94-0.95. Unrolled: 0.80-1.06, where straight-line code waited for
+  nothing 0.42-1.06 (attention 0.42 -> 0.89, the transpose into a matmul 0.59 -> 0.80, the large products
+  unchanged at 0.93-0.95). 16p_Mamba2_SSD's solution (benchmarks/measured_fidelity.py), a loop of 4,096 trips of
+  chained transposes and matmuls: 0.86 (0.55 before).
+- Every looped/unrolled order is right, and the ratios are closer (before the straight-line waits): attention 1.21x
+  estimated against 1.50x measured (2.59x), the transpose into a matmul 2.80x against 2.34x (3.79x), keys^T queries
+  2.61x against 2.32x (3.15x), four (512, 512) products 1.03x against 1.02x.
 
 Usage: python benchmarks/loop_matmuls.py --measure [--out FILE]   (TPU host)
        python benchmarks/loop_matmuls.py [--record FILE]          (CPU host with libtpu)

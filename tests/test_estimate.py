@@ -227,8 +227,15 @@ def test_only_loop_bodies_repeat():
     waited = cost_model.executed_bundles([100, 50, 10], 160, 4, True, **counts, loop_waits=[999, 30])
     assert waited == 100 + 4 * (50 + (10 + 30) * 8)
     assert cost_model.executed_bundles([80, 3600], 3680, 1, False, **counts, loop_waits=[30]) == 80 + (3600 + 30) * 8
-    # Unrolled, no trip waits on its own: the scheduler overlaps them, and their bundles are all in the schedule.
+    # Unrolled, no trip of a loop waits on its own: their bundles are all in the schedule, straight-line code.
     assert cost_model.executed_bundles([10, 400], 410, 4, True, **counts, loop_waits=[999]) == 10 + 4 * 400
+    # Straight-line code stalls too (straight_waits per depth from 0: the code at exactly that depth), with the code
+    # it stalls: around the grid once, the step's body every step, here beside its own rolled loop's trips.
+    unrolled = cost_model.executed_bundles([10, 400], 410, 4, True, **counts, straight_waits=[5, 70])
+    assert unrolled == 10 + 5 + 4 * (400 + 70)
+    waits = {"loop_waits": [0, 30], "straight_waits": [0, 7]}
+    rolled = cost_model.executed_bundles([100, 50, 10], 160, 4, True, **counts, **waits)
+    assert rolled == 100 + 4 * ((50 + 7) + (10 + 30) * 8)
 
 
 def test_a_pipeline_hides_all_but_one_step_of_the_smaller_term():
@@ -561,6 +568,13 @@ def test_a_result_popped_before_its_unit_has_it_stalls_the_trip_until_it_is_read
     # The units are independent: two MXUs' pops in one bundle wait for the later of the two.
     two = _trip((0, "push", "mxu0"), (5, "push", "mxu1"), (6, "pop", "mxu0"), (6, "pop", "mxu1"))
     assert cost_model.result_wait(two) == mxu - 1
+    # In straight-line code every result waits for its own push (STRAIGHT_LATENCY_BUNDLES): a second matmul pushed
+    # after the first's result was popped (its operand, in a chain) issues late, and its own pop waits again; a
+    # rolled loop's trip waits for its first result only.
+    straight = cost_model.STRAIGHT_LATENCY_BUNDLES["mxu"]
+    again = _trip((0, "push", "mxu0"), (1, "pop", "mxu0"), (2, "push", "mxu0"), (3, "pop", "mxu0"))
+    assert cost_model.result_wait(again, straight=True) == 2 * (straight - 1)
+    assert cost_model.result_wait(again) == mxu - 1
 
 
 def test_the_final_schedule_is_read_into_loop_bodies_with_their_result_traffic(tmp_path):
@@ -568,6 +582,7 @@ def test_the_final_schedule_is_read_into_loop_bodies_with_their_result_traffic(t
     loop body's first bundle): the bodies per depth, and their ops that push work into a unit (a bf16 matmul returns
     two f32 vregs, an f32 one one, a transpose's all come from its last part) or pop its results."""
     from jaxbench_mcp.internals import libtpu
+    from jaxbench_mcp.perf import estimator
 
     lines = [
         "  0x0   : { %s1 = smov 0 }",
@@ -576,18 +591,34 @@ def test_the_final_schedule_is_read_into_loop_bodies_with_their_result_traffic(t
         "  0x3   : >> { %3 = vxpose.binary.xlu0.c.b16.end [2/2] (short) %v1, %v1, 128 /* not a pop: vpop.trf.xlu0 */ }",
         "  0x4   : >> { %v4 = vpop.trf.xlu0  ;;  %v5 = vpop.trf.xlu0 }",
         "  0x5   : >> { %6 = vmatmul.msk.bf16.vlgmr.msra.gmra.mxu0 %vm0, %v4  ;;  %7 = vmatmul.f32.gmra.mxu1 %v5 }",
-        "  0x6   : > { %8 = vst [vmem:[%s1] sm:$0xff] %v5 }",
+        "  0x6   : > { %8 = vst [vmem:[%s1] sm:$0xff] %v5  ;;  %16 = vmatmul.f32.gmra.mxu2 %v5 }",
         "  0x7   : >> { %v9 = vpop.f32.mrf.mxu0  ;;  %v10 = vpop.f32.mrf.mxu1  ;;  %11 = vmatpush.bf16.msra.mxu0 %v1 }",
         "  0x8   : >> { %v12 = vpop.f32.mrf.mxu0  ;;  %13 = sbr.rel (!%p1) target = $region9 }",
-        "  0x9   : > { %14 = vst [vmem:[%s1] sm:$0xff] %v12 }",
+        "  0x9   : > { %14 = vst [vmem:[%s1] sm:$0xff] %v12  ;;  %v17 = vpop.f32.mrf.mxu2 }",
         "  0xa   :  { %15 = vsyncpa [#allocation3], 1 }",
     ]
     path = tmp_path / "1-kernel-02-final_bundles.txt"
     path.write_text("\n".join(["// kernel: kernel", *lines, "iteration_bounds: (4)"]) + "\n")
     depth_bundles, bodies = libtpu.read_bundles(path)
     assert depth_bundles == (2, 3, 6)
-    grid_body, inner = bodies
-    assert (grid_body.depth, grid_body.bundles, inner.depth, inner.bundles) == (1, 9, 2, 6)
+    whole, grid_body, inner = bodies
+    assert (whole.depth, whole.bundles, grid_body.depth, grid_body.bundles, inner.depth, inner.bundles) == (
+        0,
+        11,
+        1,
+        9,
+        2,
+        6,
+    )
+    # Each op knows its own depth: the whole schedule holds the inner loop's and the grid body's own matmul (counted
+    # from the schedule's first bundle), none around the grid.
+    assert [(op.bundle, op.depth) for op in whole.ops] == [
+        *[(3, 2), (4, 2), (4, 2), (5, 2), (5, 2)],
+        (6, 1),
+        *[(7, 2), (7, 2), (8, 2)],
+        (9, 1),
+    ]
+    assert [op.depth for op in inner.ops] == [2] * 8
     # The store at depth 1 between the inner loop's bundles is not one of its bundles; a weight push is no result.
     assert [(op.bundle, op.pushes, op.results, op.pops) for op in inner.ops] == [
         (1, "xlu0", 1, None),
@@ -602,6 +633,11 @@ def test_the_final_schedule_is_read_into_loop_bodies_with_their_result_traffic(t
     # Its trip: the transpose's pops wait for the XLU, the matmuls pushed after them, and their pops for the MXU.
     latency = cost_model.RESULT_LATENCY_BUNDLES
     assert cost_model.result_wait(inner.ops) == (latency["xlu"] - 1) + (latency["mxu"] - 1)
+    # What the estimate takes of them: a trip of the inner loop waits as above, and the step's straight-line code (the
+    # grid body outside its loop) pops its own matmul 3 bundles after pushing it; nothing waits around the grid.
+    trip = cost_model.result_wait(inner.ops)
+    assert estimator._loop_waits(bodies)[1] == trip
+    assert estimator._straight_waits(bodies)[:2] == [0, cost_model.STRAIGHT_LATENCY_BUNDLES["mxu"] - 3]
 
 
 def test_trips_that_wait_for_their_results_are_priced_and_the_advice_says_to_unroll():
@@ -667,11 +703,19 @@ def test_a_rolled_loop_of_small_matmuls_is_estimated_slower_than_its_unrolled_tw
         "x = jax.ShapeDtypeStruct((128, 64, 256), jnp.bfloat16)\n"
         "looped, unrolled = (jaxbench_mcp.estimate(twin(u), x, x, target='v5e') for u in (False, True))\n"
         "found = [(e.kernels[0].compute_us, e.kernels[0].loop_wait_us, e.advice) for e in (looped, unrolled)]\n"
-        "print('RESULT', found)\n"
+        "from jaxbench_mcp.internals import libtpu\n"
+        "from jaxbench_mcp.perf import estimator\n"
+        "dumped = libtpu.parse_dump(estimator._process_dump_root() / 'target-v5e')\n"
+        "(kernel,) = [s for s in dumped if s.kernel == 'body']\n"
+        "print('RESULT', [*found, estimator._straight_waits(kernel.loop_bodies)])\n"
     )
-    (looped_us, looped_wait, looped_advice), (unrolled_us, unrolled_wait, _) = _result_in_fresh_process(code)
+    looped, unrolled, straight = _result_in_fresh_process(code)
+    (looped_us, looped_wait, looped_advice), (unrolled_us, unrolled_wait, _) = looped, unrolled
     with changed("the MXU pushes and result pops of a final_bundles file", "libtpu.read_bundles"):
         assert looped_wait > 0 and unrolled_wait == 0
+        # The unrolled twin (the last compile): its step's straight-line body waits for results too, less than the
+        # rolled loop's trips do.
+        assert straight[1] > 0
     assert looped_us > 1.5 * unrolled_us
     assert any("kept rolled" in a for a in looped_advice)
 

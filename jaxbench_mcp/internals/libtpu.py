@@ -81,11 +81,13 @@ class ResultOp:
     pushes: str | None = None  # the unit it pushes work into ("mxu0", "xlu1")
     results: int = 0  # the result vregs that work returns (a transpose's: 1, all popped after its last part)
     pops: str | None = None  # the unit whose next result it pops
+    depth: int = 0  # the loops around its bundle (its body's depth, or deeper in an inner loop of that body)
 
 
 @dataclass(frozen=True)
 class LoopBody:
-    """One loop body of a final schedule: its bundles and, in order, its ops that push or pop results."""
+    """One loop body of a final schedule (or, at depth 0, the whole schedule): its bundles and, in order, its ops
+    that push or pop results."""
 
     depth: int  # the loops around its bundles, its own included (a gridded kernel's grid is depth 1)
     bundles: int
@@ -136,7 +138,7 @@ def call_shapes(schedule_text: str) -> str | None:
 
 def _result_ops(text: str) -> list[tuple[str | None, int, str | None]]:
     """The ops of one bundle line's text (after its '{') that push or pop results, as ResultOp's fields but its
-    bundle."""
+    bundle and depth."""
     found: list[tuple[str | None, int, str | None]] = []
     for part in _COMMENT.sub("", text).rsplit("}", 1)[0].split(";;"):
         op = _OP_MNEMONIC.match(part)
@@ -151,8 +153,9 @@ def _result_ops(text: str) -> list[tuple[str | None, int, str | None]]:
 
 
 def read_bundles(path: Path) -> tuple[tuple[int, ...], tuple[LoopBody, ...]]:
-    """A final_bundles file's bundles per loop nesting depth, and its loop bodies: at each depth, the bundles of
-    that depth or deeper, split where a loop body begins (a body holds its inner loops' bundles once)."""
+    """A final_bundles file's bundles per loop nesting depth, and its bodies: the whole schedule (depth 0), then its
+    loop bodies: at each depth, the bundles of that depth or deeper, split where a loop body begins (a body holds
+    its inner loops' bundles once)."""
     counts: dict[int, int] = {}
     bodies: dict[int, list[tuple[int, list[ResultOp]]]] = {}  # depth -> [(bundles, ops)]
     with open(path, errors="replace") as f:
@@ -162,13 +165,13 @@ def read_bundles(path: Path) -> tuple[tuple[int, ...], tuple[LoopBody, ...]]:
                 continue
             depth = len(match.group("depth"))
             counts[depth] = counts.get(depth, 0) + 1
-            parsed = _result_ops(line[match.end() :]) if depth else []
-            for d in range(1, depth + 1):
+            parsed = _result_ops(line[match.end() :])
+            for d in range(depth + 1):
                 open_bodies = bodies.setdefault(d, [])
-                if not open_bodies or (match.group("mark") == "LB" and d == depth):
+                if not open_bodies or (match.group("mark") == "LB" and d == depth and d):
                     open_bodies.append((0, []))
                 size, ops = open_bodies[-1]
-                ops.extend(ResultOp(size, *fields) for fields in parsed)
+                ops.extend(ResultOp(size, *fields, depth=depth) for fields in parsed)
                 open_bodies[-1] = (size + 1, ops)
     depth_bundles = tuple(counts.get(d, 0) for d in range(max(counts) + 1)) if counts else ()
     loop_bodies = tuple(LoopBody(d, size, tuple(ops)) for d, found in sorted(bodies.items()) for size, ops in found)

@@ -33,7 +33,7 @@ from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.internals import hlo
 
 # Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
-MODEL_VERSION = 6
+MODEL_VERSION = 7
 # How long a grid step's DMAs take beyond their bytes at the bandwidth (issue to completion), measured on a v5e
 # (benchmarks/grid_steps.py: x * 2 over 64 MiB of f32 in 1024 to 64 steps, 0.18-0.22 us a step more than the
 # bytes; the same steps under compute cost nothing more than their bundles). Other generations assume it.
@@ -144,6 +144,7 @@ def executed_bundles(
     flat_ratio: float,
     in_kernel_loops: int,
     loop_waits=(),
+    straight_waits=(),
 ) -> float:
     """Bundles a whole run executes, from the schedule's bundles per loop depth.
 
@@ -153,11 +154,15 @@ def executed_bundles(
     body `body_ratio` of its code. When the trace has in-kernel loops but the schedule none, the compiler
     unrolled them (every trip is in the schedule): the whole body runs `flat_ratio` of its code. A trip of the
     body's own loops also stalls for its matmul and transpose results: `loop_waits` per loop depth from 1 (the
-    schedule's, from result_wait), taken at the depth of the body's outermost own loops.
+    schedule's, from result_wait), taken at the depth of the body's outermost own loops; and so does the
+    straight-line code: `straight_waits` per depth from 0 (result_wait(..., straight=True) of the code at exactly
+    that depth), with the code it stalls.
     """
     depths = list(depth_bundles) or [bundles]
     grid = 1 if has_grid_loop and len(depths) > 1 else 0  # the grid loop's depth, 0 if the schedule has none
-    once, body, inner = (depths[0] if grid else 0), depths[grid], sum(depths[grid + 1 :])
+    straight = [straight_waits[d] if len(straight_waits) > d else 0 for d in range(grid + 1)]
+    once = depths[0] + straight[0] if grid else 0
+    body, inner = depths[grid] + straight[grid], sum(depths[grid + 1 :])
     if inner and in_kernel_loops:
         wait = loop_waits[grid] if len(loop_waits) > grid else 0
         per_step = body * body_ratio + (inner + wait) * loop_ratio
@@ -173,19 +178,28 @@ def executed_bundles(
 # Effective figures that carry the loop's own costs too, not the units' latencies: a large matmul's schedule pops
 # results 50-120 bundles after their pushes and runs at speed.
 RESULT_LATENCY_BUNDLES = {"mxu": 170, "xlu": 150}
+# The same for every result of straight-line code (a grid step's body outside its own loops; an unrolled loop is
+# straight-line code): fitted on the unrolled twins of benchmarks/loop_matmuls.py's fit group, the MXU's bounded by
+# 8p_GEMM's schedule, which keeps eight matmuls in flight and pops each result about 100 slots after its push at full
+# speed (its v5e time 1.02x its estimate without waits).
+STRAIGHT_LATENCY_BUNDLES = {"mxu": 90, "xlu": 170}
 
 
-def result_wait(ops) -> int:
-    """Bundle slots one trip of a loop body (libtpu.LoopBody.ops) stalls waiting for matmul and transpose results,
-    its bundles issuing in order: a bundle issues one slot after the previous one, or once the result it pops is
-    ready, whichever is later.
+def result_wait(ops, straight: bool = False) -> int:
+    """Bundle slots the ops of one trip of a loop body (libtpu.LoopBody.ops), or of a run of straight-line code
+    (`straight`), stall waiting for matmul and transpose results, their bundles issuing in order: a bundle issues one
+    slot after the previous one, or once the result it pops is ready, whichever is later.
 
     A unit returns results in the order its work went in, so the j-th of its Q pops takes the result of push
     j * P // Q of its P (a matmul's push counts once per result vreg, so P = Q; a transpose's vregs all come with
-    its last part), ready the unit's latency after that push issued. Only a unit's first result of the trip waits:
-    the rest stream behind it (benchmarks/loop_matmuls.py: a loop of four (512, 512) products a step measured within
-    2% of its unrolled twin, where a wait per result estimated it 1.55x). A pop whose push comes later in the body
-    takes the previous trip's result, ready by then."""
+    its last part). In a rolled loop's trip only a unit's first result waits (ready RESULT_LATENCY_BUNDLES after its
+    push): the rest stream behind it (benchmarks/loop_matmuls.py: a loop of four (512, 512) products a step measured
+    within 2% of its unrolled twin, where a wait per result estimated it 1.55x). In straight-line code every result is
+    ready STRAIGHT_LATENCY_BUNDLES after its push: the scheduler pops most of them that late anyway, and a chain (a
+    transpose into a matmul, scores into the product with values) stalls at each link, head after head of an
+    unrolled loop (benchmarks/loop_matmuls.py: unrolled attention 0.42x of its measured time when no wait was
+    counted). A pop whose push comes later in the body takes the previous trip's result, ready by then."""
+    latencies = STRAIGHT_LATENCY_BUNDLES if straight else RESULT_LATENCY_BUNDLES
     pushed_total: dict[str, int] = {}
     popped_total: dict[str, int] = {}
     for op in ops:
@@ -206,8 +220,8 @@ def result_wait(ops) -> int:
                 j = popped.get(op.pops, 0)
                 popped[op.pops] = j + 1
                 paired = j * pushed_total[op.pops] // popped_total[op.pops]
-                if paired < len(pushed[op.pops]) and op.pops not in waited:
-                    latency = RESULT_LATENCY_BUNDLES[op.pops.rstrip("0123456789")]
+                if paired < len(pushed[op.pops]) and (straight or op.pops not in waited):
+                    latency = latencies[op.pops.rstrip("0123456789")]
                     issue = max(issue, pushed[op.pops][paired] + latency)
                     waited.add(op.pops)
             last += 1

@@ -243,6 +243,7 @@ def read_compile(compiled, generation: str, dump_root: Path, module_file: str) -
                 kernel=k.kernel,
                 call_shapes=k.call_shapes if k.call_shapes is None or len(k.call_shapes) <= 2000 else None,
                 loop_waits=_loop_waits(k.loop_bodies),
+                straight_waits=_straight_waits(k.loop_bodies),
             )
             for k in schedules
         ],
@@ -255,7 +256,17 @@ def _loop_waits(bodies: Sequence[libtpu.LoopBody]) -> list[int]:
     """Per loop depth from 1, the stall of one trip of each of its bodies, summed."""
     waits = [0] * max((b.depth for b in bodies), default=0)
     for body in bodies:
-        waits[body.depth - 1] += cost_model.result_wait(body.ops)
+        if body.depth:
+            waits[body.depth - 1] += cost_model.result_wait(body.ops)
+    return waits
+
+
+def _straight_waits(bodies: Sequence[libtpu.LoopBody]) -> list[int]:
+    """Per depth from 0, the stall of the straight-line code at exactly that depth (a body's ops outside its inner
+    loops), once per trip of each of its bodies, summed."""
+    waits = [0] * (max((b.depth for b in bodies), default=-1) + 1)
+    for body in bodies:
+        waits[body.depth] += cost_model.result_wait([op for op in body.ops if op.depth == body.depth], straight=True)
     return waits
 
 
@@ -462,8 +473,9 @@ def kernel_estimate(
         flow.flat_ratio,
         flow.in_kernel_loops,
     )
-    executed = cost_model.executed_bundles(*counts, loop_waits=schedule.loop_waits)
-    waited = executed - cost_model.executed_bundles(*counts)
+    straight = schedule.straight_waits
+    executed = cost_model.executed_bundles(*counts, loop_waits=schedule.loop_waits, straight_waits=straight)
+    waited = executed - cost_model.executed_bundles(*counts, straight_waits=straight)
     # A kernel that pipelines its own DMAs inside a loop overlaps them across the loop's trips.
     stages = flow.steps * (max(1.0, flow.loop_ratio) if flow.in_kernel_loops and flow.dma_bytes else 1.0)
     if flow.cores > 1:

@@ -358,6 +358,11 @@ class Schedule(_Strict):
         description="Per loop depth from 1: the bundle slots one trip of its bodies stalls for matmul and transpose "
         "results (cost_model.result_wait)",
     )
+    straight_waits: list[int] = Field(
+        default_factory=list,
+        description="Per loop depth from 0: the bundle slots the straight-line code at exactly that depth stalls for "
+        "matmul and transpose results, once per trip of its loop (cost_model.result_wait, straight)",
+    )
 
 
 class OutsideOp(_Strict):
