@@ -34,7 +34,11 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   held for the row max alone; the scheduler keeps a second f32 copy before the GELU when a tile of rows spans
   32 vregs or more (the epilogue rule, from benchmarks/vmem_sweeps.py's rows group: within 10% on all four
   generations now). 28k's LayerNorm + GELU (a 5-D block reshaped to rows) and 34k's norm kernel (v6e,
-  7x): 0.82x-0.86x, 1-2 MiB more, not modelled.
+  7x): 0.82x-0.86x, 1-2 MiB more, not modelled. In copies of their kernels on v6e: 34k's 2.9 MiB come from its
+  per-channel scale and shift, (C, 1, 1) refs broadcast over the (C, H, W) block (with constants in their place
+  the compiler keeps nothing beyond the blocks; with the refs 1.7 MiB at C = 32, 1.9 at 64, 2.9 at 128 and 4.2
+  at W = 256: not in proportion to anything modelled yet); 28k's do not come from its (1, W) scale and bias (2.97
+  MiB with the refs and with constants).
 - 32k's last-step logsumexp holds its (1024, 1024) f32 accumulator plus a bias for the row max: 3.8 MiB more than
   modelled on v6e, v5e and v5p (0.83x-0.86x) until a pl.when branch got room of its own beside the unconditional
   code before it (benchmarks/vmem_sweeps.py's branches group: 4.0 MiB more with the two matmuls before the
@@ -47,7 +51,11 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   stages a (512, 512) f32 strip of the converted block (modelled now: 1.00x on all four generations).
 - 5p, 7p (flex masks over unrolled heads, ragged pages): 2.4-5.6 MiB over, 1-2.3 modelled: the scheduler
   overlaps the unrolled heads, whose values the model frees head by head (benchmarks/vmem_sweeps.py's heads
-  group; 7p cut to 1, 2, 4 and 8 KV heads needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks on v6e). 15p's decayed
+  group; 7p cut to 1, 2, 4 and 8 KV heads needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks on v6e). Most of
+  7p's comes from reading K and V with an index on the page buffer's head axis (kv_buf[slot, :, :, 2 * h, :]): in
+  a copy of its loop on v6e, one head with K and V from contiguous blocks keeps nothing beyond its blocks, K read
+  that way alone nothing, V alone 0.07 MiB, both 1.48 MiB (2.73 at 8 heads); its mask and online softmax add 3.2
+  MiB at 8 heads (5.90 compiled, 0.69 modelled). 15p's decayed
   scores, read by a row reduction and by the second matmul, are kept whole on v6e, v5e and v5p (the fork rule:
   0.64x before, 0.95x now on v6e) but not on 7x (6.90 MiB compiled, 9.31 modelled: 1.35x).
 - Convolutions that build im2col patches in registers (25k, 28k's conv on v5e, 33k on v5e, 18k, 46k): 0.4-2.4
