@@ -37,8 +37,9 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   7x): 0.82x-0.86x, 1-2 MiB more, not modelled. In copies of their kernels on v6e: 34k's 2.9 MiB come from its
   per-channel scale and shift, (C, 1, 1) refs broadcast over the (C, H, W) block (with constants in their place
   the compiler keeps nothing beyond the blocks; with the refs 1.7 MiB at C = 32, 1.9 at 64, 2.9 at 128 and 4.2
-  at W = 256: not in proportion to anything modelled yet); 28k's do not come from its (1, W) scale and bias (2.97
-  MiB with the refs and with constants).
+  at W = 256; benchmarks/vmem_sweeps.py's affine group: about the block's f32 copy up to 3 MiB of it, then
+  erratic, and not the same on v5e, where 34k's own block keeps 0.24 MiB: left unmodelled); 28k's do not
+  come from its (1, W) scale and bias (2.97 MiB with the refs and with constants).
 - 32k's last-step logsumexp holds its (1024, 1024) f32 accumulator plus a bias for the row max: 3.8 MiB more than
   modelled on v6e, v5e and v5p (0.83x-0.86x) until a pl.when branch got room of its own beside the unconditional
   code before it (benchmarks/vmem_sweeps.py's branches group: 4.0 MiB more with the two matmuls before the

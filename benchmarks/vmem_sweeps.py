@@ -17,6 +17,8 @@ keeps of the body's values; the model's figure is vmem_bytes less the same block
   patches   one im2col convolution step: lane-shifted copies of a block stacked into a patch matrix, cast to bf16
             and multiplied (18k, 25k, 33k and 46k's convolutions)
   columns   sums over the rows of (R, C) blocks (21k's column sums), bf16 converted and f32 read straight
+  affine    34k's norm kernel: a (1, C, H, W) bf16 block converted to f32, times a per-channel scale plus a shift
+            read from (C, 1, 1) refs (broadcast over sublanes and lanes); the scale alone, constants, (C, 1, W) refs
 These are the measurements behind the column-strip and epilogue rules and the notes on what is still unmodelled.
 Open: the widths group (v6e) shows the hold rule (a value read after its row max is kept whole) over-modelling
 narrow values: for 2 MiB of f32 the compiler keeps 0.92 MiB at 2048 lanes, 0.59 at 512 and nothing at 128, where
@@ -32,6 +34,13 @@ rows); with M = 2048 about 4 MiB at N = 512 whatever K, and 1.2 MiB more than v6
 on v6e (5.81 MiB for both K = 1024 cases: over at N = 512, under at N = 1024). The patches group: one im2col step
 keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes, whose f32
 patch matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in them.
+The affine group: with constants, (C, 1, W) refs or the scale alone the compiler keeps nothing (at most 0.36 MiB)
+beyond the blocks; with a scale and a shift from (C, 1, 1) refs it keeps about the f32 copy of the block less what the
+registers hold while that is small (C = 8, 16, 32 and 48 of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32
+copies of 0.5 to 3 MiB), and beyond that an amount that follows nothing modelled: v6e 1.94, 2.22, 2.89 and 10.09
+MiB at C = 64, 96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24 for 34k's own 128 x 126 x 126 block (2.90
+on v6e). Left unmodelled: no rule on these inputs stays within 10% of both chips (34k's norm kernel: 0.85x on v6e,
+0.99x on v5e).
 benchmarks/vmem_fidelity.py measures the whole corpus.
 Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e] [--groups rows,dots]
 """
@@ -108,6 +117,41 @@ def _columns(rows: int, cols: int, dtype, convert: bool):
         )(w)
 
     return call, [jax.ShapeDtypeStruct((8192, 8192), dtype)]
+
+
+def _channel_affine(channels: int, height: int, width: int, per: str):
+    """34k's norm kernel: a (1, C, H, W) bf16 block converted to f32, times a per-channel scale plus a shift, both
+    read from (C, 1, 1) f32 refs ("scale and shift"), the scale alone ("scale"), constants ("constants"), or (C, 1, W)
+    refs ("lane-wide refs": broadcast over sublanes only)."""
+    vector = (channels, 1, width) if per == "lane-wide refs" else (channels, 1, 1)
+
+    def body(m_ref, s_ref, b_ref, o_ref):
+        m = m_ref[...].astype(jnp.float32)
+        if per == "constants":
+            y = m * 1.5 + 0.5
+        elif per == "scale":
+            y = m * s_ref[...]
+        else:
+            y = m * s_ref[...] + b_ref[...]
+        o_ref[...] = y.astype(o_ref.dtype)
+
+    block = (1, channels, height, width)
+
+    def call(m, s, b):
+        vec = pl.BlockSpec(vector, lambda i: (0, 0, 0))
+        return pl.pallas_call(
+            body,
+            grid=(4,),
+            in_specs=[pl.BlockSpec(block, lambda i: (i, 0, 0, 0)), vec, vec],
+            out_specs=pl.BlockSpec(block, lambda i: (i, 0, 0, 0)),
+            out_shape=jax.ShapeDtypeStruct((4, channels, height, width), jnp.bfloat16),
+        )(m, s, b)
+
+    return call, [
+        jax.ShapeDtypeStruct((4, channels, height, width), jnp.bfloat16),
+        jax.ShapeDtypeStruct(vector, jnp.float32),
+        jax.ShapeDtypeStruct(vector, jnp.float32),
+    ]
 
 
 def _heads(heads: int):
@@ -286,6 +330,18 @@ CASES = {
             (8, 9, 2048, jnp.bfloat16),
             (64, 3, 2048, jnp.bfloat16),
             (64, 9, 2048, jnp.bfloat16),
+        ]
+    ],
+    "affine": [
+        (f"{c} x {h} x {w}, {per}", _channel_affine(c, h, w, per))
+        for c, h, w, per in [
+            *((c, 128, 128, "scale and shift") for c in (8, 16, 32, 48, 64, 96, 128, 256)),
+            (32, 256, 128, "scale and shift"),
+            (32, 128, 512, "scale and shift"),
+            (128, 126, 126, "scale and shift"),
+            (128, 126, 126, "scale"),
+            (128, 126, 126, "constants"),
+            (128, 128, 128, "lane-wide refs"),
         ]
     ],
     "columns": [
