@@ -25,7 +25,8 @@ put in cost_model.CALIBRATION are printed last. Without --fit the script reports
 
 The compiles (schedules and XLA's work around the kernels: the slow part) are cached under
 ~/.cache/jaxbench-mcp/fidelity, keyed by the config, the jax and libtpu versions, the code that reads them and
-the result latencies the waits are timed with (cost_model.RESULT_LATENCY_BUNDLES and STRAIGHT_LATENCY_BUNDLES); the
+the result latencies the waits are timed with, and how (cost_model.RESULT_LATENCY_BUNDLES, STRAIGHT_LATENCY_BUNDLES
+and result_wait's source); the
 trace analysis is redone on every run.
 
 Usage: python benchmarks/estimate_fidelity.py [--quick] [--per-op N] [--budget SECONDS] [--fit] [--ops a,b]
@@ -47,6 +48,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import inspect
 import itertools
 import json
 import math
@@ -269,7 +271,7 @@ def roofline_us(c: Config) -> float:
 
 def _cache_key(c: Config) -> str:
     """The compile's cache key: the config, the jax and libtpu versions, the code that reads the compile and the
-    result latencies its waits were timed with (estimator.read_compile)."""
+    result latencies its waits were timed with, and the code that times them (estimator.read_compile)."""
     import jax
 
     from jaxbench_mcp.catalog import targets
@@ -277,7 +279,8 @@ def _cache_key(c: Config) -> str:
 
     code = hashlib.sha256(b"".join((ROOT / p).read_bytes() for p in _COMPILE_SOURCES)).hexdigest()[:16]
     latencies = [cost_model.RESULT_LATENCY_BUNDLES, cost_model.STRAIGHT_LATENCY_BUNDLES]
-    versions = [jax.__version__, targets.libtpu_version(), code, *latencies]
+    waits = hashlib.sha256(inspect.getsource(cost_model.result_wait).encode()).hexdigest()[:16]
+    versions = [jax.__version__, targets.libtpu_version(), code, *latencies, waits]
     text = json.dumps([c.op, c.generation, c.spec_key, c.config_key, *versions])
     return hashlib.sha256(text.encode()).hexdigest()
 

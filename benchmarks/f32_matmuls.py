@@ -18,8 +18,13 @@ v5e's raw model):
   passes (6.5x). The compiled schedules say the same on every generation (bundles per step, default f32 against
   HIGHEST: v5e 15,264 / 89,436, v6e 4,427 / 25,586, 7x 3,861 / 21,524), so the estimate prices passes from them.
 - The cases whose HBM time is close to their compute time come out at 0.83-0.85: the raw model gives v5e all of
-  its HBM bandwidth (no tokamax measurement fits v5e's calibration); about 80% of it would put those four within
-  5%. Four cases are too few to refit v5e on.
+  its HBM bandwidth (no tokamax measurement fits v5e's calibration); 80% of it puts those four at 1.02-1.04, as
+  benchmarks/grid_steps.py's streaming x * 2 in 1024-row blocks (67 MB in 102 us) suggests. Tried on the corpus
+  (benchmarks/measured_fidelity.py with v5e's HBM efficiency at 0.8): the candidates' mean |log(estimate /
+  measured)| 0.076 -> 0.072 (12p's RMSNorm 0.83 -> 1.03, 26k, 28k and 33k 0.84-0.85 -> 0.98-1.04), but 21k and
+  23k 1.01 -> 1.24, 11p 0.95 -> 1.18, and the experts' 0.078 -> 0.105 (6p's 1.41 -> 1.52, 11p's 1.04 -> 1.29):
+  kernels reach different shares of the bandwidth, and one share for all does not fit them better. v5e keeps
+  the raw model.
 
 Usage: python benchmarks/f32_matmuls.py --measure [--out FILE]   (TPU host)
        python benchmarks/f32_matmuls.py [--record FILE]          (CPU host with libtpu)

@@ -4,10 +4,10 @@ Each case is STEPS grid steps, each a fori_loop over HEADS heads (or another tri
 head's tiles, its results accumulated in VMEM scratch; every looped case has an unrolled twin. The first group,
 16p_Mamba2_SSD's shapes one kind of op per kernel, is what the latencies are fit on (cost_model.RESULT_LATENCY_BUNDLES
 on its looped cases, STRAIGHT_LATENCY_BUNDLES on their unrolled twins); the second is held out from that fit: chained
-ops in one trip, deeper, tinier and larger matmuls, other trip counts.
+ops in one trip (the attention trip at 2, 4 and 8 heads), deeper, tinier and larger matmuls, other trip counts.
 
-Measured (benchmarks/data/loop_matmuls_v5e.json: one v5e, jax 0.10.2; two runs a day apart agree within 0.1%;
-estimates with jax 0.12.0.1 and libtpu 0.0.50.1):
+Measured (benchmarks/data/loop_matmuls_v5e.json: one v5e, jax 0.10.2; three runs on different days agree within
+0.1%; estimates with jax 0.12.0.1 and libtpu 0.0.50.1):
 - Looped against unrolled measures 2.3x for 64-deep keys^T queries, 2.6x for a (64, 256) transpose, 1.5x for an
   f32 state product, 2.4x for 32 trips of (8, 128) @ (128, 128), but 1.02x for 4 trips of (512, 512) products
   and 1.00x for 2 trips of (1024, 1024) @ (1024, 256).
@@ -16,7 +16,9 @@ estimates with jax 0.12.0.1 and libtpu 0.0.50.1):
   results are popped while the next head's operands are pushed, where the heads are independent. No bundle count
   holds that stall.
 - The estimate times it (cost_model.result_wait: in each rolled loop body, bundles issue in order and a unit's
-  first result of the trip is ready its latency after the push; later results stream behind it). The latencies,
+  first result of the trip is ready its latency after the push; later results stream behind it, except the first
+  of a later burst: a push into a unit whose results were all popped, as the second of two chained matmuls,
+  waits again). The latencies,
   MXU 170 and XLU 150 bundle slots, make the worst ratio of the five looped fit cases that wait smallest. They are
   effective figures, not the units' own: a large matmul's schedule pops results 50-120 bundles after their pushes
   and runs at speed, so the first result's latency in a trip carries costs of the loop around it too.
@@ -26,15 +28,19 @@ estimates with jax 0.12.0.1 and libtpu 0.0.50.1):
   no more than 8p_GEMM's schedule allows: it pops its results about 100 slots after their pushes at full speed).
 - Fit group, looped: 0.88-1.11 of the measured time (0.39-0.70 before the wait was counted). Unrolled: 0.73-1.04,
   with keys^T queries 0.82 -> 0.99 and the transpose 0.83 -> 0.91 once straight-line code waits (the f32 state
-  product's 0.73 is not a wait: its f32 matmul's passes).
-- Held out, looped: 0.72-1.22 (0.32-0.95 before): the attention trip (a transpose, then two chained matmuls)
-  0.72, 32 tiny trips 1.22, the large products 0.94-0.95. Unrolled: 0.80-1.06, where straight-line code waited for
-  nothing 0.42-1.06 (attention 0.42 -> 0.89, the transpose into a matmul 0.59 -> 0.80, the large products
-  unchanged at 0.93-0.95). 16p_Mamba2_SSD's solution (benchmarks/measured_fidelity.py), a loop of 4,096 trips of
-  chained transposes and matmuls: 0.86 (0.55 before).
-- Every looped/unrolled order is right, and the ratios are closer (before the straight-line waits): attention 1.21x
-  estimated against 1.50x measured (2.59x), the transpose into a matmul 2.80x against 2.34x (3.79x), keys^T queries
-  2.61x against 2.32x (3.15x), four (512, 512) products 1.03x against 1.02x.
+  product's 0.73 is not a wait, nor its matmul's passes: f32 at the default precision takes one,
+  benchmarks/f32_matmuls.py; it is estimated memory-bound at all of v5e's HBM bandwidth).
+- Held out, looped: 0.89-1.22 (0.32-0.95 before any wait was counted): the attention trip (a transpose, then two
+  chained matmuls) 0.89-0.91 at 2, 4 and 8 heads (0.71-0.72 while only a trip's first result waited), 32 tiny trips
+  1.22, the large products 0.94-0.95. Unrolled: 0.80-1.06, where straight-line code waited for nothing 0.42-1.06
+  (attention 0.42 -> 0.89 at 8 heads, 0.86 and 0.88 at 2 and 4, measured after that fit; the transpose into a
+  matmul 0.59 -> 0.80, the large products unchanged at 0.93-0.95). 16p_Mamba2_SSD's solution
+  (benchmarks/measured_fidelity.py), a loop of 4,096 trips of chained transposes and matmuls: 0.86 (0.55 before).
+- Every looped/unrolled order is right, and the ratios are close: attention 1.22x, 1.40x and 1.52x estimated at 2,
+  4 and 8 heads against 1.19x, 1.37x and 1.50x measured (0.97x, 1.11x and 1.21x while only a trip's first result
+  waited: 2 heads the wrong way round; 2.59x at 8 before straight-line code waited), the transpose into a matmul
+  2.80x against 2.34x (3.79x), keys^T queries 2.61x against 2.32x (3.15x), four (512, 512) products 1.03x against
+  1.02x.
 
 Usage: python benchmarks/loop_matmuls.py --measure [--out FILE]   (TPU host)
        python benchmarks/loop_matmuls.py [--record FILE]          (CPU host with libtpu)
@@ -176,6 +182,9 @@ def _held_out_cases():
             f"2 trips of (1024, 1024) @ (1024, 256){twin}",
             *_looped(product, [tall_k, wide_n], (1024, 256), unroll, 2),
         )
+        for heads in (2, 4):  # fewer heads: shorter chains to overlap once unrolled
+            few = _tiles(D, C, heads=heads)
+            yield (f"attention trip, {heads} heads{twin}", *_looped(attention, [few] * 3, (D, C), unroll, heads))
 
 
 def _all_cases():

@@ -1,12 +1,12 @@
 """Does every profile return an estimate, and how long does one take? Over the solutions and big-tile variants.
 
 For each solutions/<workload>.py (and, with --big-tiles, a variant of it whose module-level block sizes, the
-integer constants named B*, BLOCK*, TILE* or T* but TOP_*, are set to 4x their value) a warm checker (spare worker
-ready, as the server keeps one) runs what `profile_kernel` runs: the check, then the profile for the target (CPU host
-with libtpu: static estimates). The first profile of a workload also computes its reference (bundle calibration,
-XLA's cost analysis of the baseline) and its expert's estimate, which the server then caches; --warm-refs runs
-those first (and the expert's estimate), untimed, so that the times printed are those of an agent's later
-profiles ("warm").
+integer constants named B*, BLOCK*, TILE* or T* but TOP_*, are set to 4x their value) a warm checker (one spare
+worker ready; the server keeps two per slot, one of them for traces) runs what `profile_kernel` runs: the check,
+then the profile for the target (CPU host with libtpu: static estimates). The first profile of a workload also
+computes its reference (bundle calibration, XLA's cost analysis of the baseline) and its expert's estimate, which
+the server then caches; --warm-refs runs those first (and the expert's estimate), untimed, so that the times
+printed are those of an agent's later profiles ("warm").
 
 Printed per kernel: seconds for check + profile, whether the profile holds an estimate for the target (else its
 reason), then the median and the worst time and the count of profiles without an estimate.

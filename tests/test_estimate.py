@@ -569,12 +569,15 @@ def test_a_result_popped_before_its_unit_has_it_stalls_the_trip_until_it_is_read
     two = _trip((0, "push", "mxu0"), (5, "push", "mxu1"), (6, "pop", "mxu0"), (6, "pop", "mxu1"))
     assert cost_model.result_wait(two) == mxu - 1
     # In straight-line code every result waits for its own push (STRAIGHT_LATENCY_BUNDLES): a second matmul pushed
-    # after the first's result was popped (its operand, in a chain) issues late, and its own pop waits again; a
-    # rolled loop's trip waits for its first result only.
+    # after the first's result was popped (its operand, in a chain) issues late, and its own pop waits again.
     straight = cost_model.STRAIGHT_LATENCY_BUNDLES["mxu"]
     again = _trip((0, "push", "mxu0"), (1, "pop", "mxu0"), (2, "push", "mxu0"), (3, "pop", "mxu0"))
     assert cost_model.result_wait(again, straight=True) == 2 * (straight - 1)
-    assert cost_model.result_wait(again) == mxu - 1
+    # In a rolled loop's trip the chain waits at each link too: the second push finds the unit drained, so it
+    # begins a burst whose first result waits; pushed while the first's result is still out, it streams behind it.
+    assert cost_model.result_wait(again) == 2 * (mxu - 1)
+    streamed = _trip((0, "push", "mxu0"), (1, "push", "mxu0"), (2, "pop", "mxu0"), (3, "pop", "mxu0"))
+    assert cost_model.result_wait(streamed) == mxu - 2
 
 
 def test_the_final_schedule_is_read_into_loop_bodies_with_their_result_traffic(tmp_path):

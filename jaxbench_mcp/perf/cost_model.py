@@ -33,7 +33,7 @@ from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.internals import hlo
 
 # Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
-MODEL_VERSION = 7
+MODEL_VERSION = 8
 # How long a grid step's DMAs take beyond their bytes at the bandwidth (issue to completion), measured on a v5e
 # (benchmarks/grid_steps.py: x * 2 over 64 MiB of f32 in 1024 to 64 steps, 0.18-0.22 us a step more than the
 # bytes; the same steps under compute cost nothing more than their bundles). Other generations assume it.
@@ -192,9 +192,13 @@ def result_wait(ops, straight: bool = False) -> int:
 
     A unit returns results in the order its work went in, so the j-th of its Q pops takes the result of push
     j * P // Q of its P (a matmul's push counts once per result vreg, so P = Q; a transpose's vregs all come with
-    its last part). In a rolled loop's trip only a unit's first result waits (ready RESULT_LATENCY_BUNDLES after its
-    push): the rest stream behind it (benchmarks/loop_matmuls.py: a loop of four (512, 512) products a step measured
-    within 2% of its unrolled twin, where a wait per result estimated it 1.55x). In straight-line code every result is
+    its last part). In a rolled loop's trip only the first result of each burst waits (ready RESULT_LATENCY_BUNDLES
+    after its push): a burst begins with a push into a unit whose earlier results were all popped (the trip's first
+    push; a matmul fed by the one before it, once its results are out), and the rest of the burst streams behind
+    its first (benchmarks/loop_matmuls.py: a loop of four (512, 512) products a step measured within 2% of its
+    unrolled twin, where a wait per result estimated it 1.55x; an attention trip's two chained matmuls, scores then
+    values, 0.71x-0.72x of their measured time at 2 to 8 heads while only the trip's first result waited, 0.89x-0.91x
+    since). In straight-line code every result is
     ready STRAIGHT_LATENCY_BUNDLES after its push: the scheduler pops most of them that late anyway, and a chain (a
     transpose into a matmul, scores into the product with values) stalls at each link, head after head of an
     unrolled loop (benchmarks/loop_matmuls.py: unrolled attention 0.42x of its measured time when no wait was
@@ -208,8 +212,8 @@ def result_wait(ops, straight: bool = False) -> int:
         if op.pops:
             popped_total[op.pops] = popped_total.get(op.pops, 0) + 1
     pushed: dict[str, list[int]] = {unit: [] for unit in pushed_total}
+    bursts: dict[str, list[bool]] = {unit: [] for unit in pushed_total}  # per pushed result: does it begin a burst
     popped: dict[str, int] = {}
-    waited: set[str] = set()
     stall, index = 0, 0
     while index < len(ops):
         bundle = ops[index].bundle
@@ -220,15 +224,17 @@ def result_wait(ops, straight: bool = False) -> int:
                 j = popped.get(op.pops, 0)
                 popped[op.pops] = j + 1
                 paired = j * pushed_total[op.pops] // popped_total[op.pops]
-                if paired < len(pushed[op.pops]) and (straight or op.pops not in waited):
+                if paired < len(pushed[op.pops]) and (straight or bursts[op.pops][paired]):
                     latency = latencies[op.pops.rstrip("0123456789")]
                     issue = max(issue, pushed[op.pops][paired] + latency)
-                    waited.add(op.pops)
             last += 1
         stall = issue - bundle
         for op in ops[index:last]:
             if op.pushes:
-                pushed[op.pushes].extend([issue] * op.results)
+                unit = op.pushes
+                out = popped.get(unit, 0) * pushed_total[unit] // max(1, popped_total.get(unit, 0))
+                bursts[unit].extend([len(pushed[unit]) <= out] + [False] * (op.results - 1))
+                pushed[unit].extend([issue] * op.results)
         index = last
     return stall
 
