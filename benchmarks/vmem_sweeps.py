@@ -21,19 +21,21 @@ keeps of the body's values; the model's figure is vmem_bytes less the same block
             read from (C, 1, 1) refs (broadcast over sublanes and lanes); the scale alone, constants, (C, 1, W) refs
 These are the measurements behind the column-strip and epilogue rules and the notes on what is still unmodelled.
 Open: the widths group (v6e) shows the hold rule (a value read after its row max is kept whole) over-modelling
-narrow values: for 2 MiB of f32 the compiler keeps 0.92 MiB at 2048 lanes, 0.59 at 512 and nothing at 128, where
-the model keeps 1.81 (the whole value less what the registers hold); it holds at 4096 lanes and wider. And the
-heads group shows the scheduler overlapping the unrolled heads, which the model prices one at a time: 0.31 MiB
-for one head (modelled 0.31), then about 0.21 MiB more per head with (256, 512) scores (1.80 MiB for eight), 0.71
-more per head with (512, 512) ones -- about each head's two (rows, 128) f32 results (p @ v and its row sum) kept
-until the division. 7p's misses are this: with 1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38
-and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69. The dots group: on v6e the model holds at N = 1024
-and is 0.5-1.5 MiB over at N = 512 (two MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at
-N = 512 and only the LHS at N = 1024 (no f32 partial tile), which the model now follows (_dot_staging's small
-rows); with M = 2048 about 4 MiB at N = 512 whatever K, and 1.2 MiB more than v6e at N = 1024, still modelled as
-on v6e (5.81 MiB for both K = 1024 cases: over at N = 512, under at N = 1024). The patches group: one im2col step
-keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes, whose f32
-patch matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in them.
+narrow values: for 2 MiB of f32 the compiler keeps 0.92 MiB at 2048 lanes, 0.59 at 512 and nothing at 128, where the
+model keeps 1.81 (the whole value less what the registers hold); it holds at 4096 lanes and wider. And the heads
+group shows the scheduler overlapping the unrolled heads, which the model prices one at a time: 0.31 MiB for one
+head (modelled 0.31), then about 0.21 MiB more per head with (256, 512) scores (1.80 MiB for eight), 0.71 more per
+head with (512, 512) ones -- about each head's two (rows, 128) f32 results (p @ v and its row sum) kept until the
+division: with p @ v stored undivided nothing grows with the heads (0.31 MiB at 1 and at 8), with the row sums alone
+0.08 MiB a head (0.89 at 8). 7p's misses are partly this (benchmarks/vmem_fidelity.py: partly its strided K and V
+reads): with 1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks (v6e),
+modelled 0.56-0.69. The dots group: on v6e the model holds at N = 1024 and is 0.5-1.5 MiB over at N = 512 (two
+MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at N = 512 and only the LHS at N = 1024 (no f32
+partial tile), which the model now follows (_dot_staging's small rows); with M = 2048 about 4 MiB at N = 512
+whatever K, and 1.2 MiB more than v6e at N = 1024, still modelled as on v6e (5.81 MiB for both K = 1024 cases: over
+at N = 512, under at N = 1024). The patches group: one im2col step keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e:
+most with 32 channels x 27 taps over 1024 lanes, whose f32 patch matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the
+corpus's convolutions miss come from elsewhere in them.
 The affine group: with constants, (C, 1, W) refs or the scale alone the compiler keeps nothing (at most 0.36 MiB)
 beyond the blocks; with a scale and a shift from (C, 1, 1) refs it keeps about the f32 copy of the block less what the
 registers hold while that is small (C = 8, 16, 32 and 48 of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32
@@ -154,15 +156,21 @@ def _channel_affine(channels: int, height: int, width: int, per: str):
     ]
 
 
-def _heads(heads: int):
+def _heads(heads: int, store: str = "p @ v / sum(p)"):
     """Softmax attention of (256, 128) bf16 queries against (512, 128) keys and values, unrolled over `heads` heads
-    of one block (7p's loop over its KV heads): each head's scores are (256, 512) f32."""
+    of one block (7p's loop over its KV heads): each head's scores are (256, 512) f32. Each head stores `store`:
+    its normalised output, p @ v undivided, or the row sums alone."""
 
     def body(q_ref, k_ref, v_ref, o_ref):
         for h in range(heads):
             s = jax.lax.dot_general(q_ref[h], k_ref[h], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
             p = jnp.exp(s - _row_max(s))
-            o_ref[h] = _dot(p, v_ref.at[h]) / _row_sum(p)
+            if store == "p @ v":
+                o_ref[h] = _dot(p, v_ref.at[h])
+            elif store == "sum(p)":
+                o_ref[h] = _row_sum(p)
+            else:
+                o_ref[h] = _dot(p, v_ref.at[h]) / _row_sum(p)
 
     def call(q, k, v):
         spec = pl.BlockSpec((heads, 256, 128), lambda i: (i, 0, 0))
@@ -310,7 +318,10 @@ CASES = {
         ("(p * p + p) @ v", _scores(lambda p, v_ref: _dot(p * p + p, v_ref))),
         ("p @ v", _scores(lambda p, v_ref: _dot(p, v_ref))),
     ],
-    "heads": [(f"softmax attention, {h} heads unrolled", _heads(h)) for h in (1, 2, 4, 8)],
+    "heads": [
+        *((f"softmax attention, {h} heads unrolled", _heads(h)) for h in (1, 2, 4, 8)),
+        *((f"{store} stored, {h} heads unrolled", _heads(h, store)) for store in ("p @ v", "sum(p)") for h in (1, 8)),
+    ],
     "branches": [
         (f"logsumexp of acc{' + b' if bias else ''}, accumulation {where}", _branches(where != "before it", bias))
         for bias in (True, False)
