@@ -27,15 +27,17 @@ group shows the scheduler overlapping the unrolled heads, which the model prices
 head (modelled 0.31), then about 0.21 MiB more per head with (256, 512) scores (1.80 MiB for eight), 0.71 more per
 head with (512, 512) ones -- about each head's two (rows, 128) f32 results (p @ v and its row sum) kept until the
 division: with p @ v stored undivided nothing grows with the heads (0.31 MiB at 1 and at 8), with the row sums alone
-0.08 MiB a head (0.89 at 8). 7p's misses are partly this (benchmarks/vmem_fidelity.py: partly its strided K and V
-reads): with 1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks (v6e),
-modelled 0.56-0.69. The dots group: on v6e the model holds at N = 1024 and is 0.5-1.5 MiB over at N = 512 (two
-MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at N = 512 and only the LHS at N = 1024 (no f32
-partial tile), which the model now follows (_dot_staging's small rows); with M = 2048 about 4 MiB at N = 512
-whatever K, and 1.2 MiB more than v6e at N = 1024, still modelled as on v6e (5.81 MiB for both K = 1024 cases: over
-at N = 512, under at N = 1024). The patches group: one im2col step keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e:
-most with 32 channels x 27 taps over 1024 lanes, whose f32 patch matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the
-corpus's convolutions miss come from elsewhere in them.
+0.08 MiB a head (0.89 at 8). Keeping both operands of such a division to the body's end fits these (8 heads: v6e
+2.06 MiB modelled, 1.80 compiled; v5e 2.06, 2.35) but moves no corpus kernel, none of which divides a matmul's
+result by its row sums in unrolled heads: not in the model. 7p's misses are partly this
+(benchmarks/vmem_fidelity.py: partly its strided K and V reads): with 1, 2, 4 and 8 of its KV heads its kernel needs
+1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69. The dots group: on v6e the model holds at
+N = 1024 and is 0.5-1.5 MiB over at N = 512 (two MXU-wide column tiles). 7x stages differently: with M = 1024
+nothing at N = 512 and only the LHS at N = 1024 (no f32 partial tile), which the model now follows (_dot_staging's
+small rows); with M = 2048 about 4 MiB at N = 512 whatever K, and 1.2 MiB more than v6e at N = 1024, still modelled
+as on v6e (5.81 MiB for both K = 1024 cases: over at N = 512, under at N = 1024). The patches group: one im2col step
+keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes, whose f32 patch
+matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in them.
 The affine group: with constants, (C, 1, W) refs or the scale alone the compiler keeps nothing (at most 0.36 MiB)
 beyond the blocks; with a scale and a shift from (C, 1, 1) refs it keeps about the f32 copy of the block less what the
 registers hold while that is small (C = 8, 16, 32 and 48 of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32
