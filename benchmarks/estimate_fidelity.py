@@ -26,7 +26,7 @@ put in cost_model.CALIBRATION are printed last. Without --fit the script reports
 The compiles (schedules and XLA's work around the kernels: the slow part) are cached under
 ~/.cache/jaxbench-mcp/fidelity, keyed by the config, the jax and libtpu versions, the code that reads them and
 the result latencies the waits are timed with, and how (cost_model.RESULT_LATENCY_BUNDLES, STRAIGHT_LATENCY_BUNDLES
-and result_wait's source); the
+and result_wait's code); the
 trace analysis is redone on every run.
 
 Usage: python benchmarks/estimate_fidelity.py [--quick] [--per-op N] [--budget SECONDS] [--fit] [--ops a,b]
@@ -46,6 +46,7 @@ way round, estimated 2% apart. On v5p, ours ranks 0.99 against the roofline's 0.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import hashlib
 import inspect
@@ -54,6 +55,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -279,7 +281,9 @@ def _cache_key(c: Config) -> str:
 
     code = hashlib.sha256(b"".join((ROOT / p).read_bytes() for p in _COMPILE_SOURCES)).hexdigest()[:16]
     latencies = [cost_model.RESULT_LATENCY_BUNDLES, cost_model.STRAIGHT_LATENCY_BUNDLES]
-    waits = hashlib.sha256(inspect.getsource(cost_model.result_wait).encode()).hexdigest()[:16]
+    wait_code = ast.parse(textwrap.dedent(inspect.getsource(cost_model.result_wait))).body[0]
+    wait_code.body = wait_code.body[1:]  # its docstring aside
+    waits = hashlib.sha256(ast.unparse(wait_code).encode()).hexdigest()[:16]
     versions = [jax.__version__, targets.libtpu_version(), code, *latencies, waits]
     text = json.dumps([c.op, c.generation, c.spec_key, c.config_key, *versions])
     return hashlib.sha256(text.encode()).hexdigest()

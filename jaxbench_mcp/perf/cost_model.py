@@ -173,7 +173,7 @@ def executed_bundles(
     return once + steps * per_step
 
 
-# How many bundle slots after its work was pushed a unit's first result of a rolled loop's trip can be popped (the
+# How many bundle slots after its work was pushed the first result of a burst in a rolled loop's trip can be popped (the
 # estimate's unit of issue time): fitted on benchmarks/loop_matmuls.py's v5e record; other generations assume v5e's.
 # Effective figures that carry the loop's own costs too, not the units' latencies: a large matmul's schedule pops
 # results 50-120 bundles after their pushes and runs at speed.
@@ -194,15 +194,15 @@ def result_wait(ops, straight: bool = False) -> int:
     j * P // Q of its P (a matmul's push counts once per result vreg, so P = Q; a transpose's vregs all come with
     its last part). In a rolled loop's trip only the first result of each burst waits (ready RESULT_LATENCY_BUNDLES
     after its push): a burst begins with a push into a unit whose earlier results were all popped (the trip's first
-    push; a matmul fed by the one before it, once its results are out), and the rest of the burst streams behind
-    its first (benchmarks/loop_matmuls.py: a loop of four (512, 512) products a step measured within 2% of its
-    unrolled twin, where a wait per result estimated it 1.55x; an attention trip's two chained matmuls, scores then
-    values, 0.71x-0.72x of their measured time at 2 to 8 heads while only the trip's first result waited, 0.89x-0.91x
-    since). In straight-line code every result is
-    ready STRAIGHT_LATENCY_BUNDLES after its push: the scheduler pops most of them that late anyway, and a chain (a
-    transpose into a matmul, scores into the product with values) stalls at each link, head after head of an
-    unrolled loop (benchmarks/loop_matmuls.py: unrolled attention 0.42x of its measured time when no wait was
-    counted). A pop whose push comes later in the body takes the previous trip's result, ready by then."""
+    push; a matmul fed by the one before it, once its results are out), and the rest of the burst streams behind its
+    first (benchmarks/loop_matmuls.py: a loop of four (512, 512) products a step measured within 2% of its unrolled
+    twin, where a wait per result estimated it 1.55x; an attention trip's two chained matmuls, scores then values,
+    0.71x-0.72x of their measured time at 2 to 8 heads while only the trip's first result waited, 0.89x-0.91x
+    since). In straight-line code every result is ready STRAIGHT_LATENCY_BUNDLES after its push: the scheduler pops
+    most of them that late anyway, and a chain (a transpose into a matmul, scores into the product with values)
+    stalls at each link, head after head of an unrolled loop (benchmarks/loop_matmuls.py: unrolled attention 0.42x
+    of its measured time when no wait was counted). A pop whose push comes later in the body takes the previous
+    trip's result, ready by then."""
     latencies = STRAIGHT_LATENCY_BUNDLES if straight else RESULT_LATENCY_BUNDLES
     pushed_total: dict[str, int] = {}
     popped_total: dict[str, int] = {}
