@@ -23,8 +23,8 @@ v5e's raw model):
   (benchmarks/measured_fidelity.py with v5e's HBM efficiency at 0.8): the candidates' mean |log(estimate /
   measured)| 0.076 -> 0.072 (12p's RMSNorm 0.83 -> 1.03, 26k, 28k and 33k 0.84-0.85 -> 0.98-1.04), but 21k and
   23k 1.01 -> 1.24, 11p 0.95 -> 1.18, and the experts' 0.078 -> 0.105 (6p's 1.41 -> 1.52, 11p's 1.04 -> 1.29):
-  kernels reach different shares of the bandwidth, and one share for all does not fit them better. v5e keeps
-  the raw model.
+  kernels reach different shares of the bandwidth (benchmarks/hbm_mix.py: reads more than writes), and one share
+  for all does not fit them better. v5e keeps the raw model.
 
 Usage: python benchmarks/f32_matmuls.py --measure [--out FILE]   (TPU host)
        python benchmarks/f32_matmuls.py [--record FILE]          (CPU host with libtpu)
