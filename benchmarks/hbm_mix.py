@@ -21,11 +21,12 @@ v5e's raw model: all of the peak, plus each grid step's fixed cost):
   1 read : 1 write, 32 / 512    204.8 / 203.0         0.92 / 0.82   0.80 / 0.81
   writes only, 32 / 512 rows    102.5 / 103.7         1.05 / 0.82   0.80 / 0.79
 Whatever the block size, a stream that writes runs at 0.79-0.81 of the peak (its time does not change from 8 to 128
-steps: their fixed cost is hidden), and reads alone at 0.89-0.91 with 8 to 32 steps (0.82 with 128, where the
-steps' cost shows). This is why one HBM efficiency for v5e did not fit the corpus (benchmarks/f32_matmuls.py):
-kernels that mostly read (21k's and 23k's sums, 6p, 11p) are estimated at 0.92-1.01 of their measured time, those
-that write as much as they read (12p's RMSNorm, 26k, 28k, 33k) at 0.83-0.85. Not modelled yet: the estimate's
-memory term prices every byte alike, and adds the steps' fixed cost to a stream that writes, where it is hidden.
+steps: their fixed cost hides under DMAs of 0.5 MiB and more, where benchmarks/grid_steps.py's 32 KiB blocks show
+it), and reads alone at 0.89-0.91 with 8 to 32 steps (0.82 with 128, where the steps' cost shows). This is why one
+HBM efficiency for v5e did not fit the corpus (benchmarks/f32_matmuls.py): kernels that mostly read (21k's and 23k's
+sums, 6p, 11p) are estimated at 0.92-1.01 of their measured time, those that write as much as they read (12p's
+RMSNorm, 26k, 28k, 33k) at 0.83-0.85. Not modelled yet: the estimate's memory term prices every byte alike, and adds
+the steps' fixed cost to a stream that writes even where it hides.
 
 Usage: python benchmarks/hbm_mix.py --measure [--out FILE]   (TPU host)
        python benchmarks/hbm_mix.py [--record FILE]          (CPU host with libtpu)
