@@ -24,10 +24,9 @@ put in cost_model.CALIBRATION are printed last. Without --fit the script reports
 (cost_model.CALIBRATION), on the validation half and on all sampled configs.
 
 The compiles (schedules and XLA's work around the kernels: the slow part) are cached under
-~/.cache/jaxbench-mcp/fidelity, keyed by the config, the jax and libtpu versions, the code that reads them and
-the result latencies the waits are timed with, and how (cost_model.RESULT_LATENCY_BUNDLES, STRAIGHT_LATENCY_BUNDLES
-and result_wait's code); the
-trace analysis is redone on every run.
+~/.cache/jaxbench-mcp/fidelity, keyed by the config, the jax and libtpu versions, the code that reads them, and the
+result latencies the waits are timed with and how (cost_model.RESULT_LATENCY_BUNDLES, STRAIGHT_LATENCY_BUNDLES and
+result_wait's code); the trace analysis is redone on every run.
 
 Usage: python benchmarks/estimate_fidelity.py [--quick] [--per-op N] [--budget SECONDS] [--fit] [--ops a,b]
   --quick: 3 configs per op and generation; default 8; the numbers reported for issue #12 used --per-op 12.
