@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,17 @@ def read(path: Path) -> tuple[dict[str, Any], str]:
     generation = targets.generation_of_device_kind(record["device_kind"])
     print(f"{path.name}: {record['device_kind']} ({generation}), measured under jax {record['jax']}")
     return record, generation
+
+
+def estimated(cases: Iterable[Case], record: dict[str, Any], generation: str) -> Iterator[tuple[str, float, Any]]:
+    """(name, measured us, the estimate for `generation`) of each case the record measured, in the cases' order; each
+    case is one kernel (found.kernels[0])."""
+    import jaxbench_mcp
+
+    for name, fn, abstract in cases:
+        measured = record["times_us"].get(name)
+        if measured is not None:
+            yield name, measured, jaxbench_mcp.estimate(fn, *abstract, target=generation)
 
 
 def main(doc: str, cases: Callable[[], Iterable[Case]], estimate: Callable[[Path], None], record: Path) -> None:

@@ -82,19 +82,11 @@ def _cases():
 
 
 def estimate(record_path: Path) -> None:
-    import jaxbench_mcp
-
     record, generation = device_record.read(record_path)
-    times = record["times_us"]
     print(f"{'case':<44} {'measured':>9} {'estimate':>9} {'ratio':>6}  bottleneck")
-    for name, fn, abstract in _cases():
-        if name not in times:
-            continue
-        found = jaxbench_mcp.estimate(fn, *abstract, target=generation)
-        (k,) = found.kernels
-        print(
-            f"{name:<44} {times[name]:9.1f} {found.total_us:9.1f} {found.total_us / times[name]:6.2f}  {k.bottleneck}"
-        )
+    for name, measured, found in device_record.estimated(_cases(), record, generation):
+        ratio = found.total_us / measured
+        print(f"{name:<44} {measured:9.1f} {found.total_us:9.1f} {ratio:6.2f}  {found.kernels[0].bottleneck}")
 
 
 if __name__ == "__main__":

@@ -73,16 +73,10 @@ def _cases():
 
 
 def estimate(record_path: Path) -> None:
-    import jaxbench_mcp
-
     record, generation = device_record.read(record_path)
     print(f"{'case':<34} {'measured':>9} {'estimate':>9} {'ratio':>6} {'before':>9} {'ratio':>6}  bottleneck")
     now_ratios, before_ratios = [], []
-    for name, fn, abstract in _cases():
-        measured = record["times_us"].get(name)
-        if measured is None:
-            continue
-        found = jaxbench_mcp.estimate(fn, *abstract, target=generation)
+    for name, measured, found in device_record.estimated(_cases(), record, generation):
         (k,) = found.kernels
         before = max(k.compute_us, k.memory_us) + k.exposed_us + k.grid_steps * BEFORE_STEP_S * 1e6
         now_ratios.append(found.total_us / measured)

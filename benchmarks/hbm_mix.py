@@ -100,24 +100,19 @@ def _cases():
 
 
 def estimate(record_path: Path) -> None:
-    import jaxbench_mcp
     from jaxbench_mcp.catalog import targets
     from jaxbench_mcp.perf import cost_model
 
     record, generation = device_record.read(record_path)
-    times = record["times_us"]
     peak = targets.chip_facts(generation).hbm_bytes_per_second
     print(f"{'case':<32} {'measured':>9} {'estimate':>9} {'ratio':>6} {'MB moved':>9} {'share':>6} {'net':>6}")
-    for name, fn, abstract in _cases():
-        if name not in times:
-            continue
-        found = jaxbench_mcp.estimate(fn, *abstract, target=generation)
-        (k,) = found.kernels
-        share = k.hbm_bytes / (times[name] * 1e-6) / peak
+    for name, measured, found in device_record.estimated(_cases(), record, generation):
+        k = found.kernels[0]
+        share = k.hbm_bytes / (measured * 1e-6) / peak
         # Net of the grid steps' fixed cost (cost_model.STEP_OVERHEAD_S a step, measured on this chip).
-        net = k.hbm_bytes / (times[name] * 1e-6 - k.grid_steps * cost_model.STEP_OVERHEAD_S) / peak
+        net = k.hbm_bytes / (measured * 1e-6 - k.grid_steps * cost_model.STEP_OVERHEAD_S) / peak
         print(
-            f"{name:<32} {times[name]:9.1f} {found.total_us:9.1f} {found.total_us / times[name]:6.2f} "
+            f"{name:<32} {measured:9.1f} {found.total_us:9.1f} {found.total_us / measured:6.2f} "
             f"{k.hbm_bytes / 1e6:9.1f} {share:6.2f} {net:6.2f}"
         )
 

@@ -194,22 +194,17 @@ def _all_cases():
 
 
 def estimate(record_path: Path) -> None:
-    import jaxbench_mcp
-
     record, generation = device_record.read(record_path)
     times, estimates = record["times_us"], {}
     print(f"{'case':<44} {'measured':>9} {'estimate':>9} {'ratio':>6} {'waits us':>9}  bottleneck")
     first_held_out = next(_held_out_cases())[0]
-    for name, fn, abstract in _all_cases():
-        if name not in times:
-            continue
+    for name, measured, found in device_record.estimated(_all_cases(), record, generation):
         if name == first_held_out:
             print("held out from the fit:")
-        found = jaxbench_mcp.estimate(fn, *abstract, target=generation)
         (k,) = found.kernels
         estimates[name] = found.total_us
         print(
-            f"{name:<44} {times[name]:9.1f} {found.total_us:9.1f} {found.total_us / times[name]:6.2f} "
+            f"{name:<44} {measured:9.1f} {found.total_us:9.1f} {found.total_us / measured:6.2f} "
             f"{k.loop_wait_us:9.1f}  {k.bottleneck}",
             flush=True,
         )
