@@ -39,12 +39,12 @@ as on v6e (5.81 MiB for both K = 1024 cases: over at N = 512, under at N = 1024)
 keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes, whose f32 patch
 matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in them.
 The affine group: with constants, (C, 1, W) refs or the scale alone the compiler keeps nothing (at most 0.36 MiB)
-beyond the blocks; with a scale and a shift from (C, 1, 1) refs it keeps about the f32 copy of the block less what the
-registers hold while that is small (C = 8, 16, 32 and 48 of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32
-copies of 0.5 to 3 MiB), and beyond that an amount that follows nothing modelled: v6e 1.94, 2.22, 2.89 and 10.09
-MiB at C = 64, 96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24 for 34k's own 128 x 126 x 126 block (2.90
-on v6e). Left unmodelled: no rule on these inputs stays within 10% of both chips (34k's norm kernel: 0.85x on v6e,
-0.99x on v5e).
+beyond the blocks; with a scale and a shift from (C, 1, 1) refs it keeps about the f32 copy of the block less what
+the registers hold while that is small (C = 8, 16, 32 and 48 of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32
+copies of 0.5 to 3 MiB), and beyond that an amount that follows nothing modelled: v6e 1.94, 2.22, 2.89 and 10.09 MiB
+at C = 64, 96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24 for 34k's own 128 x 126 x 126 block (2.90 on
+v6e). Left unmodelled: neither chip's figures follow the block's size, and they differ between chips (34k's norm
+kernel as modelled now: 0.85x on v6e, 0.99x on v5e).
 benchmarks/vmem_fidelity.py measures the whole corpus.
 Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e] [--groups rows,dots]
 """
