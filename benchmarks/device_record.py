@@ -53,6 +53,17 @@ def estimated(cases: Iterable[Case], record: dict[str, Any], generation: str) ->
             yield name, measured, jaxbench_mcp.estimate(fn, *abstract, target=generation)
 
 
+def unsplit_us(kernel: Any, generation: str) -> float:
+    """A kernel's estimate as priced before HBM reads and writes were told apart: every byte at the chip's peak, and
+    every grid step's fixed cost (cost_model.STEP_OVERHEAD_S) added, whatever it writes."""
+    from jaxbench_mcp.catalog import targets
+    from jaxbench_mcp.perf import cost_model
+
+    memory_us = kernel.hbm_bytes / targets.chip_facts(generation).hbm_bytes_per_second * 1e6
+    overhead_us = kernel.grid_steps * cost_model.STEP_OVERHEAD_S * 1e6
+    return max(kernel.compute_us, memory_us + overhead_us) + kernel.exposed_us
+
+
 def main(doc: str, cases: Callable[[], Iterable[Case]], estimate: Callable[[Path], None], record: Path) -> None:
     """--measure times `cases` on the attached TPU into $OUT (or --out); otherwise `estimate` reads --record."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])

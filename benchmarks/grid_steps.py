@@ -4,15 +4,19 @@ Three kernels over an (8192, 1024) array in row blocks of 8 to 1024 rows: x * 2 
 matmul of each block by a resident (1024, 1024) weight (MXU work per step) and 48 rounds of f32 multiply-adds per
 element (vector-bound). On an attached TPU (--measure, which writes a JSON record such as
 benchmarks/data/grid_steps_v5e.json) each is timed by perf/measuring (device time from a profiler trace); on a CPU
-host with libtpu each is estimated for the record's generation and printed beside its measurement, with the
-model as it stands and with the model before (every step adding 0.35 us after max(compute, memory)).
+host with libtpu each is estimated for the record's generation and printed beside its measurement, with the model
+as it stands and "unsplit" (device_record.unsplit_us: every HBM byte at the peak, every step's fixed cost added).
 
 Measured (benchmarks/data/grid_steps_v5e.json: one v5e, jax 0.10.2; estimates with jax 0.12.0.1 and libtpu
-0.0.50.1, v5e's raw model): x * 2 takes 270 us in 1024 steps and 102 us in 8 (0.18-0.22 us a step beyond the
-bytes at the bandwidth: cost_model.STEP_OVERHEAD_S), while the multiply-adds take 444 us in 1024 steps and 340
-in 8, and the bundles of the schedule already hold that difference (a step's DMA issue and waits): a step's DMA
-wait is hidden under a step that computes longer. Estimate / measured over the 24 cases: 0.83-1.08 now,
-0.84-1.83 before (1.54 and 1.83 for the 1024-step matmul and multiply-adds).
+0.0.50.1): x * 2 takes 270 us in 1024 steps and 102 us in 8, while the multiply-adds take 444 us in 1024 steps and
+340 in 8, and the bundles of the schedule already hold that difference (a step's DMA issue and waits): a step's DMA
+wait is hidden under a step that computes longer. x * 2 reads and writes alike, so on v5e it streams at 0.8 of the
+peak (benchmarks/hbm_mix.py) and its steps cost 0.16-0.19 us each beyond that in 1024 and 512 steps, 0.11 in 256,
+0.02 in 128 and nothing from 64 on: the write-back of the step before covers a step's fixed cost once it lasts
+longer than that cost twice over (cost_model.pipelined_cost). Estimate / measured over the 24 cases: 0.88-1.18
+(x * 2: 1.14, 1.03, 1.18 and 0.97 in 1024 to 128 steps, 1.00-1.01 beyond), 0.83-1.08 unsplit (x * 2 in 64 to 8
+steps 0.83-0.92), 0.84-1.83 with a quoted 0.35 us added to every step before STEP_OVERHEAD_S (1.54 and 1.83 for the
+1024-step matmul and multiply-adds).
 
 Usage: python benchmarks/grid_steps.py --measure [--out FILE]   (TPU host)
        python benchmarks/grid_steps.py [--record FILE]          (CPU host with libtpu)
@@ -31,7 +35,6 @@ import device_record  # noqa: E402  (benchmarks/, beside this script)
 ROWS, COLS = 8192, 1024
 BLOCK_ROWS = (8, 16, 32, 64, 128, 256, 512, 1024)
 MULTIPLY_ADDS = 48
-BEFORE_STEP_S = 0.35e-6  # the model before: a quoted per-step cost, added after max(compute, memory)
 
 
 def _cases():
@@ -74,21 +77,21 @@ def _cases():
 
 def estimate(record_path: Path) -> None:
     record, generation = device_record.read(record_path)
-    print(f"{'case':<34} {'measured':>9} {'estimate':>9} {'ratio':>6} {'before':>9} {'ratio':>6}  bottleneck")
-    now_ratios, before_ratios = [], []
+    print(f"{'case':<34} {'measured':>9} {'estimate':>9} {'ratio':>6} {'unsplit':>9} {'ratio':>6}  bottleneck")
+    now_ratios, unsplit_ratios = [], []
     for name, measured, found in device_record.estimated(_cases(), record, generation):
         (k,) = found.kernels
-        before = max(k.compute_us, k.memory_us) + k.exposed_us + k.grid_steps * BEFORE_STEP_S * 1e6
+        unsplit = device_record.unsplit_us(k, generation)
         now_ratios.append(found.total_us / measured)
-        before_ratios.append(before / measured)
+        unsplit_ratios.append(unsplit / measured)
         print(
-            f"{name:<34} {measured:9.1f} {found.total_us:9.1f} {now_ratios[-1]:6.2f} {before:9.1f} "
-            f"{before_ratios[-1]:6.2f}  {k.bottleneck}",
+            f"{name:<34} {measured:9.1f} {found.total_us:9.1f} {now_ratios[-1]:6.2f} {unsplit:9.1f} "
+            f"{unsplit_ratios[-1]:6.2f}  {k.bottleneck}",
             flush=True,
         )
     print(
         f"estimate / measured over {len(now_ratios)} cases: {min(now_ratios):.2f}-{max(now_ratios):.2f} now, "
-        f"{min(before_ratios):.2f}-{max(before_ratios):.2f} before (a quoted 0.35 us a step on top)"
+        f"{min(unsplit_ratios):.2f}-{max(unsplit_ratios):.2f} unsplit (every byte at the peak, every step's cost added)"
     )
 
 

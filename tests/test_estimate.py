@@ -11,6 +11,7 @@ import pytest
 
 from canaries import changed
 from jaxbench_mcp.analysis import kernels as kernel_analysis, replay as kernel_replay
+from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.perf import cost_model
 
 KERNELS = Path(__file__).parent / "kernels"
@@ -176,8 +177,55 @@ def test_scalar_prefetch_index_maps_are_followed_with_known_values():
     block = 128 * 128 * 4
     kernel = _traffic(call, np.array([0, 0, 1, 1], np.int32), jnp.zeros((512, 128), jnp.float32))
     assert kernel["exact"] and kernel["hbm_bytes"] == 2 * block + 4 * block
+    assert kernel["hbm_written_bytes"] == 4 * block  # the output's blocks
     unknown = _traffic(call, jax.ShapeDtypeStruct((4,), jnp.int32), jnp.zeros((512, 128), jnp.float32))
     assert not unknown["exact"] and unknown["hbm_bytes"] == 4 * block + 4 * block
+
+
+def test_copies_into_hbm_are_writes_and_copies_out_of_it_reads():
+    """The chip streams reads faster than writes (cost_model.memory_seconds): the traffic tells them apart."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def double(x_hbm, o_hbm, buf, sems):
+        for half in range(2):  # two reads of a (128, 128) block, one write of both
+            fetch = pltpu.make_async_copy(x_hbm.at[pl.ds(128 * half, 128)], buf.at[pl.ds(128 * half, 128)], sems.at[0])
+            fetch.start()
+            fetch.wait()
+        buf[...] = buf[...] * 2
+        store = pltpu.make_async_copy(buf, o_hbm, sems.at[1])
+        store.start()
+        store.wait()
+
+    call = pl.pallas_call(
+        double,
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        scratch_shapes=[pltpu.VMEM((256, 128), jnp.float32), pltpu.SemaphoreType.DMA((2,))],
+        out_shape=jax.ShapeDtypeStruct((256, 128), jnp.float32),
+    )
+    kernel = _traffic(call, jnp.zeros((256, 128), jnp.float32))
+    block = 128 * 128 * 4
+    assert kernel["exact"] and kernel["hbm_bytes"] == 4 * block and kernel["hbm_written_bytes"] == 2 * block
+    assert kernel["floor_bytes"] == 4 * block and kernel["floor_written_bytes"] == 2 * block
+
+
+def test_interleaved_reads_stream_at_the_writes_pace():
+    # benchmarks/hbm_mix.py: a stream that writes as much as it reads runs at the writes' share of the peak.
+    paced = cost_model.Calibration(hbm_efficiency=0.9, hbm_write_efficiency=0.8)
+    bandwidth = targets.chip_facts("v5e").hbm_bytes_per_second
+
+    def share(read, written):
+        return (read + written) / bandwidth / cost_model.memory_seconds(read + written, written, "v5e", paced)
+
+    assert share(1e9, 0) == pytest.approx(0.9)
+    assert share(1e9, 1e9) == pytest.approx(0.8) and share(0, 1e9) == pytest.approx(0.8)
+    assert 0.8 < share(3e9, 1e9) < 0.9
+    # One efficiency for both (every generation not measured apart): every byte alike, as before the split.
+    raw = cost_model.memory_seconds(2e9, 1e9, "v5e")
+    assert raw == pytest.approx(2e9 / bandwidth)
 
 
 def test_only_loop_bodies_repeat():
@@ -240,10 +288,25 @@ def test_only_loop_bodies_repeat():
 
 def test_a_pipeline_hides_all_but_one_step_of_the_smaller_term():
     spb = 1e-9
-    one = cost_model.pipelined_cost(1000, 1, 1.6e6, "v6e", spb)
-    many = cost_model.pipelined_cost(1000, 100, 1.6e6, "v6e", spb)
+    one = cost_model.pipelined_cost(1000, 1, 1.6e6, 0, "v6e", spb)
+    many = cost_model.pipelined_cost(1000, 100, 1.6e6, 0, "v6e", spb)
     assert one.exposed_s == pytest.approx(min(one.compute_s, one.memory_s))  # one step: nothing overlaps
     assert many.exposed_s == pytest.approx(min(many.compute_s, many.memory_s) / 100)
+
+
+def test_a_steps_fixed_cost_hides_under_the_write_back_before_it():
+    # benchmarks/hbm_mix.py (v5e): streams that write 0.5 MiB a step take as long in 128 steps as in 8; reads do not.
+    def overhead(written_bytes, steps=128):
+        return cost_model.pipelined_cost(0, steps, 2**27, written_bytes, "v5e", 1e-9).overhead_s
+
+    fixed = 128 * cost_model.STEP_OVERHEAD_S
+    assert overhead(0) == pytest.approx(fixed)
+    assert overhead(2**26) == 0.0
+    # A write-back covers the step after it only beyond a fixed cost of its own: 128 KiB a step (0.16 us at the
+    # peak) covers nothing, 192 KiB (0.24 us) covers 0.04 us of the 0.2 us.
+    assert overhead(128 * 2**17) == pytest.approx(fixed)
+    writing = cost_model.memory_seconds(128 * 3 * 2**16, 128 * 3 * 2**16, "v5e")
+    assert overhead(128 * 3 * 2**16) == pytest.approx(fixed - (writing - fixed)) and fixed < writing < 2 * fixed
 
 
 @pytest.mark.parametrize("twice", [False, True])
@@ -442,8 +505,8 @@ def test_a_megacore_chip_splits_parallel_grids_and_matmuls_never_beat_the_mxu_pe
     # The device's roofline counts both cores of a megacore chip.
     chip = targets.chip_facts("v5p")
     assert targets.roofline_seconds(chip.peak_bf16_flops, 0, "v5p")[0] == pytest.approx(0.5)
-    one = cost_model.pipelined_cost(1e6, 8, 1e9, "v5p", 1e-9)
-    two = cost_model.pipelined_cost(1e6, 8, 1e9, "v5p", 1e-9, cores=2)
+    one = cost_model.pipelined_cost(1e6, 8, 1e9, 0, "v5p", 1e-9)
+    two = cost_model.pipelined_cost(1e6, 8, 1e9, 0, "v5p", 1e-9, cores=2)
     assert two.compute_s == pytest.approx(one.compute_s / 2) and two.memory_s == pytest.approx(one.memory_s / 2)
     # Parallel steps are dealt out whole: 3 on 2 cores take 2 steps' time; one step, or a one-core chip, no split.
     assert cost_model.parallel_split(3, "v5p") == pytest.approx(1.5) and cost_model.parallel_split(64, "v5p") == 2
@@ -451,13 +514,13 @@ def test_a_megacore_chip_splits_parallel_grids_and_matmuls_never_beat_the_mxu_pe
     # A schedule that claims less time than the matmuls need at peak is floored at the peak, and so is a calibration
     # that scales the bundles' issue rate down: no constant makes the MXUs faster than their peak.
     peak = 1e6 * cost_model.MXU_PUSH_FLOPS / targets.chip_facts("v6e").peak_bf16_flops
-    floor = cost_model.pipelined_cost(1, 1, 0, "v6e", 1e-12, mxu_pushes=1e6)
+    floor = cost_model.pipelined_cost(1, 1, 0, 0, "v6e", 1e-12, mxu_pushes=1e6)
     assert floor.compute_s == pytest.approx(peak)
     fast = cost_model.Calibration(compute_scale=0.5)
-    assert cost_model.pipelined_cost(1.5 * peak / 1e-9, 1, 0, "v6e", 1e-9, fast, mxu_pushes=1e6).compute_s == (
+    assert cost_model.pipelined_cost(1.5 * peak / 1e-9, 1, 0, 0, "v6e", 1e-9, fast, mxu_pushes=1e6).compute_s == (
         pytest.approx(peak)
     )
-    assert cost_model.pipelined_cost(4 * peak / 1e-9, 1, 0, "v6e", 1e-9, fast, mxu_pushes=1e6).compute_s == (
+    assert cost_model.pipelined_cost(4 * peak / 1e-9, 1, 0, 0, "v6e", 1e-9, fast, mxu_pushes=1e6).compute_s == (
         pytest.approx(2 * peak)
     )
 
@@ -531,6 +594,7 @@ def _flow(kernel, steps, call_shapes=None):
         steps=steps,
         steps_exact=True,
         hbm_bytes=0,
+        hbm_written_bytes=0,
         exact=True,
         run_ratio=1.0,
         run_ratio_exact=True,

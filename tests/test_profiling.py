@@ -234,7 +234,7 @@ def test_a_constant_fed_to_a_kernel_is_not_returned_as_a_copy():
 
 def test_estimate_terms_and_bottleneck():
     def cost(bundles, steps, hbm_bytes):
-        return cost_model.pipelined_cost(bundles * steps, steps, hbm_bytes, "v6e", spb=1e-9)
+        return cost_model.pipelined_cost(bundles * steps, steps, hbm_bytes, 0, "v6e", spb=1e-9)
 
     computing = cost(1000, 10, 0)
     assert computing.compute_s == 1e-5 and computing.overhead_s == 10 * cost_model.STEP_OVERHEAD_S

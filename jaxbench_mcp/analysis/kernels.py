@@ -570,9 +570,10 @@ def kernel_traffic(jaxpr, known: dict[int, list] | None = None) -> list[dict]:
 
 def operand_floor(eqn) -> dict:
     """The work a kernel's operands imply, whatever its grid and loops do: reading every array input and writing
-    every output once (`floor_bytes`), and, for a kernel that does matmuls, a matmul of its first matrix input into
-    its first output when they share their rows (x (.., M, K) -> out (.., M, N): 2 x out elements x K FLOPs,
-    `floor_flops`; else 0). A bound for when the replay cannot follow the kernel (an unknown trip count)."""
+    every output once (`floor_bytes`, of which `floor_written_bytes` written), and, for a kernel that does matmuls,
+    a matmul of its first matrix input into its first output when they share their rows (x (.., M, K) -> out
+    (.., M, N): 2 x out elements x K FLOPs, `floor_flops`; else 0). A bound for when the replay cannot follow the
+    kernel (an unknown trip count)."""
 
     def arrays(vs):
         return [
@@ -585,7 +586,10 @@ def operand_floor(eqn) -> dict:
         ]
 
     ins, outs = arrays(eqn.invars), arrays(eqn.outvars)
-    nbytes = sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in ins + outs)
+
+    def nbytes(avals) -> int:
+        return sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in avals)
+
     flops = 0.0
     body = mesh_kernel_body(eqn) if eqn.primitive.name in _MESH_KERNELS else pallas_call_info(eqn).kernel
     has_dot = any(e.primitive.name == "dot_general" for e in _walk_eqns(body))
@@ -594,7 +598,7 @@ def operand_floor(eqn) -> dict:
         x, out = matrices[0], outs[0]
         if x.shape[-2] == out.shape[-2] or x.shape[0] == out.shape[0]:
             flops = 2.0 * float(np.prod(out.shape, dtype=np.float64)) * x.shape[-1]
-    return {"floor_bytes": int(nbytes), "floor_flops": flops}
+    return {"floor_bytes": nbytes(ins + outs), "floor_written_bytes": nbytes(outs), "floor_flops": flops}
 
 
 def _walk_runs(jaxpr, runs: int = 1, exact: bool = True):
@@ -724,15 +728,21 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
                 env[v] = kr.RefBox(space, kr.Known(value) if value is not None and "smem" in space else None)
         replay.run(body, env, np.arange(cores))
         summary = kr.summarise(replay, kr.scheduled_work(body, replay.removed))
-        dma = float(replay.dma.sum())
-        moved = dma if dma > 0 else sum(_nbytes(v.aval) for v in (*eqn.invars, *eqn.outvars))
+        dma_lanes = replay.dma["read"] + replay.dma["written"]
+        dma = float(dma_lanes.sum())
+        if dma > 0:
+            moved, written = dma, float(replay.dma["written"].sum())
+        else:  # copies we could not follow: each operand read and each result written once
+            moved = sum(_nbytes(v.aval) for v in (*eqn.invars, *eqn.outvars))
+            written = sum(_nbytes(v.aval) for v in eqn.outvars)
         # The busiest core sets the time: its share of the matmul pushes (else of the vector ops, else of the bytes).
-        loads = (replay.mxu[False] + replay.mxu[True], replay.vec[False] + replay.vec[True], replay.dma)
+        loads = (replay.mxu[False] + replay.mxu[True], replay.vec[False] + replay.vec[True], dma_lanes)
         load = next((w for w in loads if w.sum() > 0), None)
         return {
             "steps": 1,
             "steps_exact": True,
             "hbm_bytes": int(moved),
+            "hbm_written_bytes": int(written),
             "exact": dma > 0 and replay.trips_exact,
             "run_ratio_exact": replay.exact,
             "dma_bytes": int(dma),
@@ -771,8 +781,9 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     else:
         points = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
     total: float = 0  # bytes; the DMAs followed add a float
+    written = 0.0  # of which written back to HBM (the outputs' blocks, the copies into HBM)
     exact = True
-    for bm in info.blocks:
+    for position, bm in enumerate(info.blocks):
         shape = [d.size or 1 for d in bm.block_shape]
         block_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize
         whole = int(np.prod(bm.array_shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize
@@ -780,16 +791,19 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
             continue  # moved by the kernel's own DMAs, counted below
         indices = _index_map_blocks(bm, points, grid, prefetch) if points is not None and grid else None
         if indices is None:
-            total += block_bytes * steps if grid else whole
+            moved = block_bytes * steps if grid else whole
             exact = exact and not grid
-            continue
-        total += block_traffic(indices, block_bytes)
+        else:
+            moved = block_traffic(indices, block_bytes)
+        total += moved
+        written += moved if position >= info.num_inputs else 0
     kernel_jaxpr = info.kernel
     if points is None:
         return {
             "steps": steps,
             "steps_exact": steps_exact,
             "hbm_bytes": int(total),
+            "hbm_written_bytes": int(written),
             "exact": False,
             "run_ratio": 1.0,
             "run_ratio_exact": False,
@@ -818,17 +832,22 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
 
     replay = kr.replay_kernel(kernel_jaxpr, grid, points, kernel_env)
     summary = kr.summarise(replay, kr.scheduled_work(kernel_jaxpr, replay.removed))
-    dma = float(replay.dma.sum())
-    hbm_blocks = [bm for bm in info.blocks if bm.in_hbm]
-    if hbm_blocks and dma <= 0:  # manual copies we could not follow: each such operand once (a lower bound)
-        total += sum(int(np.prod(bm.array_shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize for bm in hbm_blocks)
-        exact = False
+    dma = float(replay.dma["read"].sum() + replay.dma["written"].sum())
+    if dma <= 0:  # manual copies we could not follow: each such operand once (a lower bound)
+        for position, bm in enumerate(info.blocks):
+            if bm.in_hbm:
+                whole = int(np.prod(bm.array_shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize
+                total += whole
+                written += whole if position >= info.num_inputs else 0
+                exact = False
     total += dma
+    written += float(replay.dma["written"].sum())
     exact = exact and replay.trips_exact
     return {
         "steps": steps,
         "steps_exact": steps_exact,
         "hbm_bytes": int(total),
+        "hbm_written_bytes": int(written),
         "exact": exact,
         "run_ratio_exact": replay.exact,
         "dma_bytes": int(dma),

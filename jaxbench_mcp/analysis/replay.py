@@ -323,10 +323,11 @@ class KernelReplay:
         self.P = points.shape[1] if points.ndim == 2 else 1
         self.max_trips = max_trips
         self.evals = 0  # equations evaluated so far (bounds the replay of long loops)
-        # executed work per lane: MXU pushes and vector ops, outside and inside in-kernel loops; HBM DMA bytes
+        # executed work per lane: MXU pushes and vector ops, outside and inside in-kernel loops; HBM bytes the
+        # kernel's own DMAs read and write (the chip streams reads faster than writes: cost_model.memory_seconds)
         self.mxu = {False: np.zeros(self.P), True: np.zeros(self.P)}
         self.vec = {False: np.zeros(self.P), True: np.zeros(self.P)}
-        self.dma = np.zeros(self.P)
+        self.dma = {"read": np.zeros(self.P), "written": np.zeros(self.P)}
         self.exact = True
         self.trips_exact = True
         self.loop_ids: set[int] = set()  # the in-kernel loops met (not fully unrolled)
@@ -437,12 +438,14 @@ class KernelReplay:
         if vec:
             self.vec[in_loop][lane_ids] += vec
 
-    def _dma_bytes(self, env, eqn, n: int):
-        """HBM bytes one dma_start moves, per lane (0 for a copy that touches no HBM)."""
+    def _dma_bytes(self, env, eqn, n: int) -> tuple:
+        """HBM bytes one dma_start moves, per lane (0 for a copy that touches no HBM), and whether it reads them
+        ("read") or writes them ("written": a copy into HBM, from HBM too)."""
         src, dst = dma_source_and_target(eqn)
-        boxes = [env.get(getattr(r, "ref", r)) for r in (src, dst)]
-        if not any(isinstance(b, RefBox) and in_hbm(b.space) for b in boxes):
-            return 0.0
+        hbm = [isinstance(b, RefBox) and in_hbm(b.space) for b in (env.get(getattr(r, "ref", r)) for r in (src, dst))]
+        direction = "written" if hbm[1] else "read"
+        if not any(hbm):
+            return 0.0, direction
         base = getattr(src, "ref", src)
         shape = list(base.aval.shape)
         dtype = base.aval.dtype
@@ -464,7 +467,7 @@ class KernelReplay:
         total = np.ones(n)
         for s in shape:
             total = total * np.broadcast_to(np.asarray(s, dtype=np.float64), (n,))
-        return total * np.dtype(dtype).itemsize
+        return total * np.dtype(dtype).itemsize, direction
 
     # -- running --
 
@@ -506,7 +509,8 @@ class KernelReplay:
                 outs = [self._swap(eqn, env, ins, n)]
                 self._count(eqn, lane_ids, in_loop)
             elif name == "dma_start":
-                self.dma[lane_ids] += self._dma_bytes(env, eqn, n)
+                moved, direction = self._dma_bytes(env, eqn, n)
+                self.dma[direction][lane_ids] += moved
                 outs = []
             else:
                 subs = _info(eqn)[4]
@@ -614,28 +618,29 @@ class KernelReplay:
         return {
             "mxu": {k: v.copy() for k, v in self.mxu.items()},
             "vec": {k: v.copy() for k, v in self.vec.items()},
-            "dma": self.dma.copy(),
+            "dma": {k: v.copy() for k, v in self.dma.items()},
         }
 
     def _restore(self, snap):
         self.mxu = {k: v.copy() for k, v in snap["mxu"].items()}
         self.vec = {k: v.copy() for k, v in snap["vec"].items()}
-        self.dma = snap["dma"].copy()
+        self.dma = {k: v.copy() for k, v in snap["dma"].items()}
 
     def _diff(self, snap):
         d = {
             "mxu": {k: self.mxu[k] - snap["mxu"][k] for k in self.mxu},
             "vec": {k: self.vec[k] - snap["vec"][k] for k in self.vec},
-            "dma": self.dma - snap["dma"],
+            "dma": {k: self.dma[k] - snap["dma"][k] for k in self.dma},
         }
-        d["weight"] = sum(d["mxu"].values()) * 1e6 + sum(d["vec"].values()) + d["dma"] * 1e-3
+        d["weight"] = sum(d["mxu"].values()) * 1e6 + sum(d["vec"].values()) + sum(d["dma"].values()) * 1e-3
         return d
 
     def _add(self, d, sign: float = 1.0):
         for k in self.mxu:
             self.mxu[k] += sign * d["mxu"][k]
             self.vec[k] += sign * d["vec"][k]
-        self.dma += sign * d["dma"]
+        for direction in self.dma:
+            self.dma[direction] += sign * d["dma"][direction]
 
     def _credit_exclusive(self, jaxpr, env, unknown_conds, lane_ids):
         """Conds with unknown predicates that can never both take their non-empty branch (pl.when(p) and
@@ -741,7 +746,7 @@ class KernelReplay:
                 {
                     "mxu": {k: v * scale for k, v in mean["mxu"].items()},
                     "vec": {k: v * scale for k, v in mean["vec"].items()},
-                    "dma": mean["dma"] * scale,
+                    "dma": {k: v * scale for k, v in mean["dma"].items()},
                 }
             )
         return [None] * len(eqn.outvars)
@@ -764,7 +769,7 @@ def _mean(diffs: list[dict]) -> dict:
     return {
         "mxu": {k: sum(d["mxu"][k] for d in diffs) / n for k in (False, True)},
         "vec": {k: sum(d["vec"][k] for d in diffs) / n for k in (False, True)},
-        "dma": sum(d["dma"] for d in diffs) / n,
+        "dma": {k: sum(d["dma"][k] for d in diffs) / n for k in ("read", "written")},
         "weight": sum(d["weight"] for d in diffs) / n,
     }
 
@@ -797,7 +802,8 @@ def replay_kernel(jaxpr, grid: list[int], points, make_env: Callable[[], dict]) 
         for part in (False, True):
             in_order.mxu[part][point] = step.mxu[part][0]
             in_order.vec[part][point] = step.vec[part][0]
-        in_order.dma[point] = step.dma[0]
+        for direction in in_order.dma:
+            in_order.dma[direction][point] = step.dma[direction][0]
         in_order.exact = in_order.exact and step.exact
         in_order.trips_exact = in_order.trips_exact and step.trips_exact
         in_order.loop_ids |= step.loop_ids

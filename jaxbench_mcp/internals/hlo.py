@@ -82,6 +82,7 @@ class OutsideOp:
     opcode: str
     flops: float
     bytes: float
+    written_bytes: float  # of `bytes`, those it writes
     count: int = 1
     vector_ops: float = 0.0  # elements its non-matmul arithmetic processes (at the vector units' rate), per run
     padding_flops: float = 0.0  # what its convolutions' narrow features cost the MXUs beyond `flops`, per run
@@ -534,6 +535,7 @@ def _collect(name: str, computations: dict, count: int, ops: list, seen: set, mx
                 opcode=op,
                 flops=work.flops,
                 bytes=operand_bytes + out_bytes,
+                written_bytes=out_bytes,
                 count=count,
                 vector_ops=work.vector,
                 padding_flops=work.padding_flops,

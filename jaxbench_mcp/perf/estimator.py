@@ -224,6 +224,7 @@ def read_compile(compiled, generation: str, dump_root: Path, module_file: str) -
                     opcode=o.opcode[:60],
                     flops=o.flops,
                     bytes=o.bytes,
+                    written_bytes=o.written_bytes,
                     count=o.count,
                     vector_ops=o.vector_ops,
                     padding_flops=o.padding_flops,
@@ -451,7 +452,16 @@ def pair_kernels(
 
 def _work_of(flow: protocol.KernelTraffic) -> tuple:
     """What a kernel's schedule is priced with: two kernels alike in all of it are interchangeable in a pairing."""
-    return (flow.steps, flow.hbm_bytes, flow.dma_bytes, flow.mxu_pushes, flow.floor_flops, flow.run_ratio, flow.runs)
+    return (
+        flow.steps,
+        flow.hbm_bytes,
+        flow.hbm_written_bytes,
+        flow.dma_bytes,
+        flow.mxu_pushes,
+        flow.floor_flops,
+        flow.run_ratio,
+        flow.runs,
+    )
 
 
 def kernel_estimate(
@@ -484,12 +494,9 @@ def kernel_estimate(
         cores = 1.0 / flow.core_share
     else:
         cores = cost_model.parallel_split(flow.parallel_steps, generation)
-    cost = cost_model.pipelined_cost(
-        executed, flow.steps, flow.hbm_bytes, generation, spb, calibration, stages, cores, flow.mxu_pushes
-    )
-    unwaited = cost_model.pipelined_cost(
-        executed - waited, flow.steps, flow.hbm_bytes, generation, spb, calibration, stages, cores, flow.mxu_pushes
-    )
+    priced = (flow.hbm_bytes, flow.hbm_written_bytes, generation, spb, calibration, stages, cores, flow.mxu_pushes)
+    cost = cost_model.pipelined_cost(executed, flow.steps, *priced)
+    unwaited = cost_model.pipelined_cost(executed - waited, flow.steps, *priced)
     runs = max(0, flow.runs)  # a kernel inside a loop runs once per trip: each run costs the same
     followed = flow.steps_exact and flow.runs_exact and flow.run_ratio_exact and flow.exact
     floor_s = 0.0 if followed else operand_floor_s(flow, generation, calibration)
@@ -503,7 +510,10 @@ def kernel_estimate(
                 cost.compute_s, flow.floor_flops / (chip.peak_bf16_flops * calibration.mxu_efficiency * cores_here)
             ),
             memory_s=max(
-                cost.memory_s, flow.floor_bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency * cores_here)
+                cost.memory_s,
+                cost_model.memory_seconds(
+                    flow.floor_bytes, flow.floor_written_bytes, generation, calibration, cores_here
+                ),
             ),
             overhead_s=cost.overhead_s,
             exposed_s=cost.exposed_s,
@@ -536,7 +546,7 @@ def operand_floor_s(flow: protocol.KernelTraffic, generation: str, calibration: 
     chip = targets.chip_facts(generation)
     cores = targets.cores_per_device(generation)
     return max(
-        flow.floor_bytes / (chip.hbm_bytes_per_second * calibration.hbm_efficiency * cores),
+        cost_model.memory_seconds(flow.floor_bytes, flow.floor_written_bytes, generation, calibration, cores),
         flow.floor_flops / (chip.peak_bf16_flops * calibration.mxu_efficiency * cores),
     )
 

@@ -318,6 +318,7 @@ class KernelTraffic(_Strict):
     steps: int
     steps_exact: bool
     hbm_bytes: int
+    hbm_written_bytes: int  # of hbm_bytes, those written to HBM (output blocks, copies into HBM)
     exact: bool
     run_ratio: float
     run_ratio_exact: bool
@@ -341,6 +342,7 @@ class KernelTraffic(_Strict):
     runs_exact: bool = True
     # The work its operands imply (kernel_analysis.operand_floor): a bound when the replay cannot follow the kernel.
     floor_bytes: int = 0
+    floor_written_bytes: int = 0
     floor_flops: float = 0.0
 
 
@@ -370,6 +372,7 @@ class OutsideOp(_Strict):
     opcode: Annotated[str, Field(max_length=60)]
     flops: float
     bytes: float
+    written_bytes: float  # of `bytes`, those it writes
     count: int = 1
     vector_ops: float = 0.0  # elements its non-matmul arithmetic processes, per run (internals.hlo)
     padding_flops: float = 0.0  # MXU work its convolutions' narrow features waste, per run (internals.hlo)
