@@ -101,7 +101,9 @@ CALIBRATION: dict[str, Calibration] = {
         fitted_on="calibrated on 30 tokamax 7x configs",
     ),
     # Not fit on kernels: v5e's writes measured apart (benchmarks/hbm_mix.py: a stream that writes, alone or
-    # interleaved with as many reads, reaches 0.79-0.81 of the peak). Its tokamax data is too small to fit the rest.
+    # interleaved with as many reads, reaches 0.79-0.81 of the peak). Reads keep the full peak: with each step's fixed
+    # cost added they come out at 0.94-1.11 of hbm_mix's times, and 0.9 fit the v5e corpus no better. Its tokamax
+    # data is too small to fit the rest.
     "v5e": Calibration(hbm_write_efficiency=0.8, fitted_on="raw model; HBM writes at 0.8 of the peak, as measured"),
     "v5p": Calibration(
         compute_scale=0.8,
