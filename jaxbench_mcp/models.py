@@ -571,6 +571,9 @@ class KernelEstimate(BaseModel):
         description="Average use per bundle of each VLIW slot kind, as a fraction of capacity"
     )
     hbm_bytes: int = Field(description="HBM bytes the BlockSpecs move over the grid, re-fetches included")
+    hbm_written_bytes: int = Field(
+        0, description="Of hbm_bytes, those written to HBM: on a v5e writes stream at ~0.8 of the peak, reads faster"
+    )
     hbm_bytes_exact: bool = Field(description="False when index maps depend on scalar prefetch or blocks stay in HBM")
     run_ratio: Real = Field(
         1.0,
@@ -768,7 +771,8 @@ class Profile(BaseModel):
                     + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
                     + f"; compute {k.compute_us:,.1f} us, "
                     f"HBM {k.memory_us:,.1f} us "
-                    f"({k.hbm_bytes / 2**20:,.0f} MiB{'' if k.hbm_bytes_exact else ', approx.'}), "
+                    f"({k.hbm_bytes / 2**20:,.0f} MiB, {k.hbm_written_bytes / 2**20:,.0f} written"
+                    f"{'' if k.hbm_bytes_exact else ', approx.'}), "
                     f"step DMA waits {k.overhead_us:,.1f} us"
                     + (f", not overlapped {k.exposed_us:,.1f} us" if k.exposed_us else "")
                     + f" -> {k.bottleneck}"

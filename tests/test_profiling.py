@@ -308,6 +308,7 @@ def test_profile_text_says_what_the_numbers_are():
                 bundles_per_step=900,
                 slot_use={},
                 hbm_bytes=2**30,
+                hbm_written_bytes=2**28,
                 hbm_bytes_exact=True,
                 run_ratio=0.62,
                 compute_us=8800.0,
@@ -339,7 +340,7 @@ def test_profile_text_says_what_the_numbers_are():
         and "speedup vs XLA n/a" in text
     )
     assert "  aim for 20,000.0 us: 40% of the roofline (XLA's baseline figure is implausible here" in text
-    assert "64 steps x 900 bundles x 0.62 run; compute 8,800.0 us, HBM 1,300.0 us (1,024 MiB)" in text
+    assert "64 steps x 900 bundles x 0.62 run; compute 8,800.0 us, HBM 1,300.0 us (1,024 MiB, 256 written)" in text
     assert "read: performance#reading-profile" in text and "{" not in text
 
 

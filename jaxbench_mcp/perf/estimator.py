@@ -95,7 +95,8 @@ class Estimate(BaseModel):
             + (f"{k.runs} runs x " if k.runs != 1 else "")
             + f"{k.grid_steps} steps x {k.bundles_per_step} bundles"
             + (f" x {k.run_ratio:.2f} run" if k.run_ratio != 1 else "")
-            + f"; compute {k.compute_us:,.1f} us, HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB), "
+            + f"; compute {k.compute_us:,.1f} us, HBM {k.memory_us:,.1f} us ({k.hbm_bytes / 2**20:,.1f} MiB, "
+            f"{k.hbm_written_bytes / 2**20:,.1f} written), "
             f"not overlapped {k.exposed_us:,.1f} us, step DMA waits {k.overhead_us:,.1f} us -> {k.bottleneck}"
             + (f"; rolled loops waiting for results add {k.loop_wait_us:,.1f} us" if k.loop_wait_us >= 0.05 else "")
             for k in self.kernels
@@ -524,6 +525,7 @@ def kernel_estimate(
         bundles_per_step=schedule.bundles,
         slot_use=schedule.slot_use,
         hbm_bytes=flow.hbm_bytes * runs,
+        hbm_written_bytes=flow.hbm_written_bytes * runs,
         hbm_bytes_exact=flow.exact,
         run_ratio=flow.run_ratio,
         run_ratio_exact=flow.run_ratio_exact,
