@@ -10,12 +10,14 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-Case = tuple[str, Callable[..., Any], list[Any]]  # (name, function, abstract arguments)
+# (name, function, arguments): abstract ones (jax.ShapeDtypeStruct) get random normal values, concrete ones (small
+# integer inputs such as lengths and page tables) are used as they are, timed and estimated alike.
+Case = tuple[str, Callable[..., Any], list[Any]]
 
 
 def time_cases(cases: Iterable[Case], out: Path, iterations: int) -> None:
-    """Time each case on random normal inputs of its abstract arguments (perf/measuring's device time); write the
-    record {device_kind, jax, times_us: {name: median}}."""
+    """Time each case on random normal values of its abstract arguments and its concrete ones as given
+    (perf/measuring's device time); write the record {device_kind, jax, times_us: {name: median}}."""
     import jax
 
     from jaxbench_mcp.perf import measuring
@@ -25,7 +27,10 @@ def time_cases(cases: Iterable[Case], out: Path, iterations: int) -> None:
 
         def inputs_for(i: int, abstract: list[Any] = abstract) -> tuple[Any, ...]:
             keys = jax.random.split(jax.random.PRNGKey(i), len(abstract))
-            return tuple(jax.random.normal(k, a.shape, a.dtype) for k, a in zip(keys, abstract, strict=True))
+            return tuple(
+                jax.random.normal(k, a.shape, a.dtype) if isinstance(a, jax.ShapeDtypeStruct) else a
+                for k, a in zip(keys, abstract, strict=True)
+            )
 
         record["times_us"][name] = measuring.time_on_device(fn, (), inputs_for, iterations).median_us
         print(f"{name:<44} {record['times_us'][name]:9.1f} us", flush=True)

@@ -29,10 +29,10 @@ roofline 62.5%, 0.90; 8 of 8 and 1.01x before writes were priced apart; 1.05x wi
 slower than XLA said right for 23 of 24 workloads. The misses: XLA's baselines of 25k (2.40x), 46k (1.67x), 28k (0.62x)
 and 11p (0.64x). The lowest candidates are 22k and 29k (0.81x), 18k and 25k (0.82x). 7p's expert is 1.05x (its v6e
 compile, ~55 s here, ran on the trace stage's 60 s budget until the worker announced each compile before it began); 6p's
-is the highest, 1.53x (1.42x before writes were priced apart): its wrapper's two transposes of the 0.5 GB page arrays
-now cost 3.3 ms, and its kernel alone is estimated at 5.8 ms against 5.9 ms measured for the whole, so the kernel is
-what is over-estimated (its schedule holds two predicated regions that issue the page copies, 4,552 and 2,578 of the
-loop body's 7,557 bundles, charged on every trip).
+is the highest, 1.53x (1.42x before writes were priced apart): timed in parts (benchmarks/paged_expert_parts.py), its
+wrapper's two transposes of the 0.5 GB page arrays take 3,235 us, estimated 3,278 (2,623 with every byte at the peak),
+and its kernel alone 2,669 us, estimated 5,763: the kernel is what is over-estimated (its schedule holds two predicated
+regions that only issue page copies, 4,552 and 2,578 of the loop body's 7,557 bundles, counted on every trip).
 
 Usage: python benchmarks/measured_fidelity.py [--record FILE] [--only SUBSTRINGS] [--budget SECONDS]
 """
