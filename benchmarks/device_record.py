@@ -61,10 +61,10 @@ def estimated(cases: Iterable[Case], record: dict[str, Any], generation: str) ->
 def unsplit_us(kernel: Any, generation: str) -> float:
     """A kernel's estimate as priced before HBM reads and writes were told apart: every byte at the chip's peak, and
     every grid step's fixed cost (cost_model.STEP_OVERHEAD_S) added, whatever it writes."""
-    from jaxbench_mcp.catalog import targets
     from jaxbench_mcp.perf import cost_model
 
-    memory_us = kernel.hbm_bytes / targets.chip_facts(generation).hbm_bytes_per_second * 1e6
+    # The raw calibration has no write efficiency of its own: every byte alike, at the peak.
+    memory_us = cost_model.memory_seconds(kernel.hbm_bytes, kernel.hbm_written_bytes, generation) * 1e6
     overhead_us = kernel.grid_steps * cost_model.STEP_OVERHEAD_S * 1e6
     return max(kernel.compute_us, memory_us + overhead_us) + kernel.exposed_us
 

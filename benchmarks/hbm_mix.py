@@ -23,7 +23,7 @@ Whatever the block size, a stream that writes runs at 0.79-0.81 of the peak, and
 128 steps: the steps' fixed cost hides under write-backs of 0.5 MiB. Reads alone run at 0.89-0.91 with 8 to 32
 steps (0.82 with 128, where the steps' cost shows). v5e's calibration takes writes, and as many reads as there are
 writes, at 0.8 of the peak, and the rest of the reads at the full peak with each step's fixed cost added
-(cost_model.memory_seconds, pipelined_cost): 0.91-1.11 of the measured times, against 0.82-1.05 unsplit. The same
+(cost_model.memory_seconds, pipelined_cost): 0.94-1.11 of the measured times, against 0.82-1.05 unsplit. The same
 change took the v5e corpus's kernels that write as much as they read (12p's RMSNorm, 26k, 28k, 33k) from 0.83-0.85
 of their measured times to 0.97-1.01 (benchmarks/measured_fidelity.py).
 

@@ -500,22 +500,13 @@ def kernel_estimate(
     unwaited = cost_model.pipelined_cost(executed - waited, flow.steps, *priced)
     runs = max(0, flow.runs)  # a kernel inside a loop runs once per trip: each run costs the same
     followed = flow.steps_exact and flow.runs_exact and flow.run_ratio_exact and flow.exact
-    floor_s = 0.0 if followed else operand_floor_s(flow, generation, calibration)
-    floored = floor_s > cost.estimate_s
+    floor_compute_s, floor_memory_s = (0.0, 0.0) if followed else operand_floor(flow, generation, calibration)
+    floored = max(floor_compute_s, floor_memory_s) > cost.estimate_s
     if floored:
         # What could not be followed is bounded by the work the operands imply, never priced below it.
-        chip = targets.chip_facts(generation)
-        cores_here = targets.cores_per_device(generation)
         cost = cost_model.KernelCost(
-            compute_s=max(
-                cost.compute_s, flow.floor_flops / (chip.peak_bf16_flops * calibration.mxu_efficiency * cores_here)
-            ),
-            memory_s=max(
-                cost.memory_s,
-                cost_model.memory_seconds(
-                    flow.floor_bytes, flow.floor_written_bytes, generation, calibration, cores_here
-                ),
-            ),
+            compute_s=max(cost.compute_s, floor_compute_s),
+            memory_s=max(cost.memory_s, floor_memory_s),
             overhead_s=cost.overhead_s,
             exposed_s=cost.exposed_s,
         )
@@ -542,14 +533,16 @@ def kernel_estimate(
     )
 
 
-def operand_floor_s(flow: protocol.KernelTraffic, generation: str, calibration: cost_model.Calibration) -> float:
+def operand_floor(
+    flow: protocol.KernelTraffic, generation: str, calibration: cost_model.Calibration
+) -> tuple[float, float]:
     """One run's time bound from the work the kernel's operands imply (kernel_analysis.operand_floor), on all the
-    device's cores: the larger of its bytes at the bandwidth and its matmul at the MXUs' peak."""
+    device's cores, as (compute, memory) seconds: its matmul at the MXUs' peak, its bytes at the bandwidth."""
     chip = targets.chip_facts(generation)
     cores = targets.cores_per_device(generation)
-    return max(
-        cost_model.memory_seconds(flow.floor_bytes, flow.floor_written_bytes, generation, calibration, cores),
+    return (
         flow.floor_flops / (chip.peak_bf16_flops * calibration.mxu_efficiency * cores),
+        cost_model.memory_seconds(flow.floor_bytes, flow.floor_written_bytes, generation, calibration, cores),
     )
 
 
