@@ -24,15 +24,14 @@ its matmul and transpose results: flash attention's 1p, 2p and 4p 0.94-0.95 -> 0
 results (benchmarks/loop_matmuls.py), when 16p's loop of 4,096 small chained trips was 0.55x; 1.03x and 0.98 while every
 grid step added a quoted 0.35 us after max(compute, memory), 94% and 0.97 before XLA's work around the kernels was
 priced at the bytes of its HBM tiles: 28k 0.60x -> 0.88x, 33k 0.60x -> 0.84x); XLA baseline 91.7% of 48 (1.03x, 0.93;
-roofline 54%, 0.66; 87.5% and 0.86 before convolutions were priced at the MXU's width); expert 7 of 8 (1.03x, 1.00;
-roofline 62.5%, 0.90; 8 of 8 and 1.01x before writes were priced apart; 1.05x with the quoted step cost); faster or
-slower than XLA said right for 23 of 24 workloads. The misses: XLA's baselines of 25k (2.40x), 46k (1.67x), 28k (0.62x)
-and 11p (0.64x). The lowest candidates are 22k and 29k (0.81x), 18k and 25k (0.82x). 7p's expert is 1.05x (its v6e
-compile, ~55 s here, ran on the trace stage's 60 s budget until the worker announced each compile before it began); 6p's
-is the highest, 1.53x (1.42x before writes were priced apart): timed in parts (benchmarks/paged_expert_parts.py), its
-wrapper's two transposes of the 0.5 GB page arrays take 3,235 us, estimated 3,278 (2,623 with every byte at the peak),
-and its kernel alone 2,669 us, estimated 5,763: the kernel is what is over-estimated (its schedule holds two predicated
-regions that only issue page copies, 4,552 and 2,578 of the loop body's 7,557 bundles, counted on every trip).
+roofline 54%, 0.66; 87.5% and 0.86 before convolutions were priced at the MXU's width); expert 8 of 8 (1.03x, 1.00,
+mean |log| 0.039; roofline 62.5%, 0.90; 7 of 8 and 0.077 until regions that only issue copies were charged as often as
+their copies start; 1.05x with the quoted step cost); faster or slower than XLA said right for 23 of 24 workloads.
+The misses: XLA's baselines of 25k (2.40x), 46k (1.67x), 28k (0.62x) and 11p (0.64x). The lowest candidates are 22k
+and 29k (0.81x), 18k and 25k (0.82x). 7p's expert is 1.04x (its v6e compile, ~55 s here, ran on the trace stage's 60 s
+budget until the worker announced each compile before it began); 6p's is 1.08x, 1.53x while its kernel's two
+predicated regions that only issue page copies (4,552 and 2,578 of its loop body's 7,557 bundles, the first run once)
+counted on every trip (benchmarks/paged_expert_parts.py times it in parts).
 
 Usage: python benchmarks/measured_fidelity.py [--record FILE] [--only SUBSTRINGS] [--budget SECONDS]
 """

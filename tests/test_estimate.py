@@ -141,6 +141,27 @@ def test_scalar_state_carried_from_step_to_step_is_followed_in_grid_order():
     assert not kernel["run_ratio_exact"]
 
 
+def test_values_a_kernel_computes_in_a_lax_cond_are_followed():
+    """jax's paged attention picks its next block in a lax.cond and prefetches it only if there is one: a cond's
+    outputs are known wherever its predicate is, so what they steer is followed. Here steps below n_ref[0] = 1 run
+    3 matmul trips and the others 1: 3 + 1 + 1 + 1 = 6 over 4 steps."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def pick(n_ref, x_ref, o_ref):
+        trips = jax.lax.cond(pl.program_id(0) < n_ref[0], lambda: 3, lambda: 1)
+
+        def body(i, acc):
+            return acc + jnp.dot(x_ref[...], x_ref[...], preferred_element_type=jnp.float32)
+
+        o_ref[...] = jax.lax.fori_loop(0, trips, body, jnp.zeros(o_ref.shape, jnp.float32))
+
+    call, x = _prefetch_call(pick)
+    kernel = _traffic(call, np.array([1], np.int32), x)
+    assert kernel["loop_ratio"] == 6 / 4 and kernel["run_ratio_exact"]
+
+
 def test_a_long_counted_loop_is_extrapolated_past_the_replayed_trips():
     import jax
     import jax.numpy as jnp
@@ -666,8 +687,8 @@ def test_the_final_schedule_is_read_into_loop_bodies_with_their_result_traffic(t
     ]
     path = tmp_path / "1-kernel-02-final_bundles.txt"
     path.write_text("\n".join(["// kernel: kernel", *lines, "iteration_bounds: (4)"]) + "\n")
-    depth_bundles, bodies = libtpu.read_bundles(path)
-    assert depth_bundles == (2, 3, 6)
+    depth_bundles, bodies, copy_bundles = libtpu.read_bundles(path)
+    assert depth_bundles == (2, 3, 6) and copy_bundles == (0, 0, 0)
     whole, grid_body, inner = bodies
     assert (whole.depth, whole.bundles, grid_body.depth, grid_body.bundles, inner.depth, inner.bundles) == (
         0,
@@ -705,6 +726,101 @@ def test_the_final_schedule_is_read_into_loop_bodies_with_their_result_traffic(t
     trip = cost_model.result_wait(inner.ops)
     assert estimator._loop_waits(bodies)[1] == trip
     assert estimator._straight_waits(bodies)[:2] == [0, cost_model.STRAIGHT_LATENCY_BUNDLES["mxu"] - 3]
+
+
+def test_regions_that_only_issue_copies_are_read_from_the_final_schedule(tmp_path):
+    """A predicated region runs from a conditional branch over it to the PF-marked bundle whose comment names it
+    (libtpu's format; the branch's delay slots are printed at no depth). One that issues DMAs and no vector work is a
+    copy branch; one with vector work is not, nor is one that spans a loop; a copy region inside another counts once."""
+    from jaxbench_mcp.internals import libtpu
+
+    lines = [
+        "  0x0   : { %s1 = smov 0 }",
+        "  0x1 LB: > { %2 = sbr.rel (%p1) target = $region7 }",
+        "  0x2   :  {}",
+        "  0x3   : > { %s3 = sld [smem:[#allocation2 + %s1]]  ;;  %4 = sbr.rel (%p2) target = $region8 }",
+        "  0x4   : > { %5 = dma.hbm_to_vmem [thread:$0]  %s3, 64, %s1, [#allocation3] }",
+        "  0x5 PF: > { %s6 = sadd.s32 1, %s1 } /* Start/End empty region 8 */",
+        "  0x6   : > { %7 = dma.hbm_to_vmem [thread:$0]  %s6, 64, %s1, [#allocation3] }",
+        "  0x7 PF: > { %s8 = smov 1 } /* Start/End empty region 7 :: Start region 70 */",
+        "  0x8   : > { %9 = sbr.rel (%p3) target = $region9 }",
+        "  0x9   : > { %10 = dma.hbm_to_vmem [thread:$0]  %s6, 64, %s1, [#allocation3]  ;;  %v11 = vld [vmem:[%s1]] }",
+        "  0xa PF: > { %s12 = smov 2 } /* Start/End empty region 9 */",
+        "  0xb   : > { %13 = sbr.rel (%p4) target = $region10 }",
+        "  0xc LB: >> { %14 = dma.hbm_to_vmem [thread:$0]  %s6, 64, %s1, [#allocation3] }",
+        "  0xd PF: > { %s15 = smov 3 } /* Start/End empty region 10 */",
+        "  0xe   : > { %16 = sbr.rel (!%p5) target = $region3 }",
+    ]
+    path = tmp_path / "1-kernel-02-final_bundles.txt"
+    path.write_text("\n".join(["// kernel: kernel", *lines]) + "\n")
+    with changed("the predicated regions of a final_bundles file", "libtpu.read_bundles"):
+        _, _, copy_bundles = libtpu.read_bundles(path)
+        assert copy_bundles == (0, 5, 0)  # region 7: bundles 0x2-0x6 (region 8 inside it); 9 loads, 10 loops
+
+
+def test_copy_branches_run_as_often_as_the_copies_they_start():
+    """jax's paged attention starts its first pages in a pl.when on the first step of a run and the next block's
+    in another, each a region of the schedule that only issues DMAs. Those regions are charged as often as their
+    copies start, not at the matmul work's rate that the rest of the loop body follows."""
+    # A grid body of 50 bundles around a rolled loop of 1,000 bundles, 900 of them copy branches; 2 trips a step.
+    counts = {"body_ratio": 1.0, "loop_ratio": 2.0, "flat_ratio": 1.0, "in_kernel_loops": 1}
+    plain = cost_model.executed_bundles([10, 50, 1000], 1060, 8, True, **counts)
+    assert plain == 10 + 8 * (50 + 1000 * 2)
+    # The copies start 1.25 times a step (once every trip, and one step in four once more).
+    copies = {"copy_branch_bundles": [0, 0, 900], "copy_branch_ratios": (None, 1.25)}
+    assert cost_model.executed_bundles([10, 50, 1000], 1060, 8, True, **counts, **copies) == 10 + 8 * (
+        50 + 100 * 2 + 900 * 1.25
+    )
+    # Where the trace found no copy branch the regions count as the code around them.
+    unknown = {"copy_branch_bundles": [0, 0, 900], "copy_branch_ratios": (None, None)}
+    assert cost_model.executed_bundles([10, 50, 1000], 1060, 8, True, **counts, **unknown) == plain
+    # A grid step's copy branch outside loops, run on one step in 8 (a first-step prefetch).
+    flat = {"body_ratio": 1.0, "loop_ratio": 1.0, "flat_ratio": 1.0, "in_kernel_loops": 0}
+    first = {"copy_branch_bundles": [0, 400], "copy_branch_ratios": (1 / 8, None)}
+    assert cost_model.executed_bundles([10, 500], 510, 8, True, **flat, **first) == 10 + 8 * (100 + 400 / 8)
+
+
+def test_the_replay_counts_copies_started_in_copy_branches_against_the_schedule():
+    """Per part of the body (outside and inside its own loops): copies started in branches that only start copies,
+    executed per step over scheduled. Here a first-step prefetch (one step in 4) and a next-block prefetch on every
+    trip but a step's last of 2, beside a matmul branch that is no copy branch."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(n_ref, x_hbm, o_ref, buf, sem):
+        step = pl.program_id(0)
+
+        @pl.when(step == 0)
+        def _first():
+            pltpu.make_async_copy(x_hbm.at[pl.ds(0, 128)], buf, sem).start()
+
+        def trip(i, acc):
+            @pl.when(i + 1 < n_ref[0])
+            def _next():
+                pltpu.make_async_copy(x_hbm.at[pl.ds(0, 128)], buf, sem).start()
+
+            pltpu.make_async_copy(x_hbm.at[pl.ds(0, 128)], buf, sem).wait()
+            return acc + jnp.dot(buf[...], buf[...], preferred_element_type=jnp.float32)
+
+        o_ref[...] = jax.lax.fori_loop(0, n_ref[0], trip, jnp.zeros(o_ref.shape, jnp.float32))
+
+    spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=1,
+        grid=(4,),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec((128, 128), lambda i, n: (i, 0)),
+        scratch_shapes=[pltpu.VMEM((128, 128), jnp.float32), pltpu.SemaphoreType.DMA(())],
+    )
+
+    def call(n, x):
+        return pl.pallas_call(kernel, grid_spec=spec, out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32))(n, x)
+
+    kernel_flow = _traffic(call, np.array([2], np.int32), jnp.zeros((512, 128), jnp.float32))
+    assert kernel_flow["copy_branch_body_ratio"] == 1 / 4
+    assert kernel_flow["copy_branch_loop_ratio"] == 1.0  # 1 of 2 trips start the next block's copy
+    assert kernel_flow["loop_ratio"] == 2.0 and kernel_flow["run_ratio_exact"]
 
 
 def test_trips_that_wait_for_their_results_are_priced_and_the_advice_says_to_unroll():
@@ -785,6 +901,44 @@ def test_a_rolled_loop_of_small_matmuls_is_estimated_slower_than_its_unrolled_tw
         assert straight[1] > 0
     assert looped_us > 1.5 * unrolled_us
     assert any("kept rolled" in a for a in looped_advice)
+
+
+@pytest.mark.slow
+def test_a_prefetch_on_the_first_step_alone_costs_less_than_one_on_every_step():
+    """A canary as well: a real compile's final schedule gives a pl.when that only starts copies a region of its own
+    (libtpu.read_bundles finds it at the grid body's depth), which the estimate charges on the steps that start them:
+    128 page copies on the first of 64 steps, or on every step (a scalar-prefetch flag, concrete, says which: one
+    program, two estimates). A region of 16 such copies the compiler predicates instead (every step issues its
+    bundles, as charged)."""
+    code = (
+        "import jax, jax.numpy as jnp, numpy as np, jaxbench_mcp\n"
+        "from jax.experimental import pallas as pl\n"
+        "from jax.experimental.pallas import tpu as pltpu\n"
+        "def body(every_ref, x_hbm, o_ref, buf, sem):\n"
+        "    step = pl.program_id(0)\n"
+        "    @pl.when(jnp.logical_or(step == 0, every_ref[0] == 1))\n"
+        "    def _prefetch():\n"
+        "        for page in range(128):\n"
+        "            pltpu.make_async_copy(x_hbm.at[step * 128 + page], buf.at[page], sem).start()\n"
+        "    o_ref[...] = jnp.zeros(o_ref.shape, o_ref.dtype)\n"
+        "spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, grid=(64,),\n"
+        "    in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec((8, 128), lambda i, e: (i, 0)),\n"
+        "    scratch_shapes=[pltpu.VMEM((128, 8, 128), jnp.bfloat16), pltpu.SemaphoreType.DMA(())])\n"
+        "call = pl.pallas_call(body, grid_spec=spec, out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32))\n"
+        "x = jax.ShapeDtypeStruct((8192, 8, 128), jnp.bfloat16)\n"
+        "once, every = (jaxbench_mcp.estimate(call, np.array([e], np.int32), x, target='v5e') for e in (0, 1))\n"
+        "from jaxbench_mcp.internals import libtpu\n"
+        "from jaxbench_mcp.perf import estimator\n"
+        "dumped = libtpu.parse_dump(estimator._process_dump_root() / 'target-v5e')\n"
+        "found = [e.kernels[0].compute_us for e in (once, every)] + [every.bottleneck, every.advice]\n"
+        "print('RESULT', [*found, dumped[0].copy_branch_bundles])\n"
+    )
+    once_us, every_us, bottleneck, advice, copy_bundles = _result_in_fresh_process(code)
+    with changed("the predicated regions of a final_bundles file", "libtpu.read_bundles"):
+        assert len(copy_bundles) >= 2 and copy_bundles[1] > 0 and sum(copy_bundles) == copy_bundles[1]
+    assert once_us < 0.5 * every_us
+    # Starting 128 copies of 2 KiB a step takes longer than moving them, and the profile says so.
+    assert bottleneck == "copy-issue-bound" and any("move more per copy" in a for a in advice)
 
 
 def test_kernel_schedules_pair_with_traced_kernels_by_name_not_by_position():

@@ -19,7 +19,7 @@ from jaxbench_mcp.requests import ProfileRequest
 from jaxbench_mcp.store import Store
 
 KERNELS = Path(__file__).parent / "kernels"
-BOTTLENECKS = {"MXU-bound", "memory-bound", "grid-step-overhead-bound", "vector-unit-bound"}
+BOTTLENECKS = {"MXU-bound", "memory-bound", "grid-step-overhead-bound", "vector-unit-bound", "copy-issue-bound"}
 
 
 def test_block_traffic_counts_a_fetch_per_index_change():
@@ -242,6 +242,9 @@ def test_estimate_terms_and_bottleneck():
     assert computing.estimate_s == 1e-5
     assert cost_model.bottleneck(computing, {"MXU": 0.7, "VALU": 0.2}) == "MXU-bound"
     assert cost_model.bottleneck(computing, {"MXU": 0.1, "VALU": 0.9}) == "vector-unit-bound"
+    # Most of the compute time in branches that only start copies (jax's paged attention): starting them limits it.
+    assert cost_model.bottleneck(computing, {"MXU": 0.1, "VALU": 0.9}, copy_share=0.6) == "copy-issue-bound"
+    assert cost_model.bottleneck(computing, {"MXU": 0.7, "VALU": 0.2}, copy_share=0.4) == "MXU-bound"
     # Small steps that wait on their DMAs pay the wait beyond their bytes.
     tiny = cost(10, 10**6, 1e6)
     assert tiny.estimate_s == pytest.approx(tiny.memory_s + 10**6 * cost_model.STEP_OVERHEAD_S + tiny.exposed_s)

@@ -323,15 +323,34 @@ class KernelReplay:
         self.P = points.shape[1] if points.ndim == 2 else 1
         self.max_trips = max_trips
         self.evals = 0  # equations evaluated so far (bounds the replay of long loops)
-        # executed work per lane: MXU pushes and vector ops, outside and inside in-kernel loops; HBM bytes the
-        # kernel's own DMAs read and write (the chip streams reads faster than writes: cost_model.memory_seconds)
-        self.mxu = {False: np.zeros(self.P), True: np.zeros(self.P)}
-        self.vec = {False: np.zeros(self.P), True: np.zeros(self.P)}
-        self.dma = {"read": np.zeros(self.P), "written": np.zeros(self.P)}
+        # Executed work per lane: MXU pushes, vector ops and copies started in copy branches, outside and inside
+        # in-kernel loops (keyed by in_loop); HBM bytes the kernel's own DMAs read and write (the chip streams reads
+        # faster than writes: cost_model.memory_seconds).
+        self.tally: dict[str, dict[Any, np.ndarray]] = {
+            unit: {False: np.zeros(self.P), True: np.zeros(self.P)} for unit in ("mxu", "vec", "copies")
+        }
+        self.tally["dma"] = {"read": np.zeros(self.P), "written": np.zeros(self.P)}
+        self._in_copy_branch = 0  # > 0 while running a branch whose only work is starting copies
         self.exact = True
         self.trips_exact = True
         self.loop_ids: set[int] = set()  # the in-kernel loops met (not fully unrolled)
         self.removed: dict[int, int] = {}  # id(cond eqn) -> the branch a compile-time constant picks
+
+    @property
+    def mxu(self) -> dict:
+        return self.tally["mxu"]
+
+    @property
+    def vec(self) -> dict:
+        return self.tally["vec"]
+
+    @property
+    def copies(self) -> dict:
+        return self.tally["copies"]
+
+    @property
+    def dma(self) -> dict:
+        return self.tally["dma"]
 
     # -- values --
 
@@ -482,10 +501,9 @@ class KernelReplay:
             name = eqn.primitive.name
             ins = [self._read(env, v) for v in eqn.invars]
             if name == "cond":
-                charged = self._cond(eqn, env, ins, lane_ids, in_loop)
+                outs, charged = self._cond(eqn, env, ins, lane_ids, in_loop)
                 if charged is not None:
                     unknown_conds.append((position, charged))
-                outs = [None] * len(eqn.outvars)
             elif name == "scan":
                 outs = self._scan(eqn, ins, lane_ids, in_loop)
             elif name == "while":
@@ -511,6 +529,8 @@ class KernelReplay:
             elif name == "dma_start":
                 moved, direction = self._dma_bytes(env, eqn, n)
                 self.dma[direction][lane_ids] += moved
+                if self._in_copy_branch:
+                    self.copies[in_loop][lane_ids] += 1
                 outs = []
             else:
                 subs = _info(eqn)[4]
@@ -581,66 +601,85 @@ class KernelReplay:
         return old
 
     def _cond(self, eqn, env, ins, lane_ids, in_loop):
-        """Run the branch each lane takes; returns the work charged when the predicate is unknown (else None)."""
+        """Run the branch each lane takes. Returns the cond's outputs (known where the taken branches compute them:
+        a kernel picks its next block in a lax.cond) and the work charged when the predicate is unknown (else
+        None)."""
         branches = jx.cond_branches(eqn)
         index, operands = ins[0], ins[1:]
+        n = len(lane_ids)
         if index is not None and index.static and not index.lanes:
             taken = int(np.clip(index.v, 0, len(branches) - 1))
             self.removed[id(eqn)] = taken
-            self._branch(branches[taken], operands, lane_ids, np.arange(len(lane_ids)), in_loop)
-            return None
+            return self._branch(branches[taken], operands, lane_ids, np.arange(n), in_loop), None
         if index is not None:
-            picks = np.clip(np.broadcast_to(index.v, (len(lane_ids),)), 0, len(branches) - 1)
+            picks = np.clip(np.broadcast_to(index.v, (n,)), 0, len(branches) - 1)
+            taken_outs = []
             for b, branch in enumerate(branches):
                 chosen = np.nonzero(picks == b)[0]
                 if len(chosen):
-                    self._branch(branch, operands, lane_ids, chosen, in_loop)
-            return None
+                    taken_outs.append((chosen, self._branch(branch, operands, lane_ids, chosen, in_loop)))
+            return self._join_branches(eqn, taken_outs, n), None
         # Unknown predicate: each lane is charged its heaviest branch.
         self.exact = False
         before = self._snapshot()
         works = []
         for branch in branches:
             self._restore(before)
-            self._branch(branch, operands, lane_ids, np.arange(len(lane_ids)), in_loop)
+            self._branch(branch, operands, lane_ids, np.arange(n), in_loop)
             works.append(self._diff(before))
         heaviest = max(range(len(works)), key=lambda b: works[b]["weight"].sum())
         self._restore(before)
         self._add(works[heaviest])
-        return works[heaviest]
+        return [None] * len(eqn.outvars), works[heaviest]
 
-    def _branch(self, branch, operands, lane_ids, chosen, in_loop):
+    def _branch(self, branch, operands, lane_ids, chosen, in_loop) -> list:
         inner = dict(zip(branch.jaxpr.constvars, [_const(c) for c in branch.consts], strict=True))
         inner.update(zip(branch.jaxpr.invars, [self._subset(o, chosen) for o in operands], strict=True))
-        self.run(branch.jaxpr, inner, lane_ids[chosen], in_loop)
+        copy_branch = is_copy_branch(branch.jaxpr)
+        self._in_copy_branch += copy_branch
+        try:
+            self.run(branch.jaxpr, inner, lane_ids[chosen], in_loop)
+        finally:
+            self._in_copy_branch -= copy_branch
+        return [self._read(inner, v) for v in branch.jaxpr.outvars]
+
+    def _join_branches(self, eqn, taken_outs, n: int) -> list:
+        """A cond's outputs per lane from the branches its lanes took ([(lanes, outputs)]); an output is known only
+        where every taken branch computed it (small outputs only: they are the scalars a kernel steers by)."""
+        if not _info(eqn)[1]:
+            return [None] * len(eqn.outvars)
+        joined: list[Known | None] = []
+        for k, var in enumerate(eqn.outvars):
+            parts = [(chosen, outs[k]) for chosen, outs in taken_outs]
+            if not all(isinstance(out, Known) for _, out in parts):
+                joined.append(None)
+                continue
+            shape = tuple(getattr(var.aval, "shape", ()))
+            values = np.empty((n, *shape), dtype=var.aval.dtype)
+            try:
+                for chosen, out in parts:
+                    values[chosen] = out.v if out.lanes else np.broadcast_to(out.v, (len(chosen), *shape))
+            except ValueError:  # a value whose shape is not the output's: left unknown
+                joined.append(None)
+                continue
+            joined.append(Known(values, True, False))
+        return joined
 
     def _snapshot(self):
-        return {
-            "mxu": {k: v.copy() for k, v in self.mxu.items()},
-            "vec": {k: v.copy() for k, v in self.vec.items()},
-            "dma": {k: v.copy() for k, v in self.dma.items()},
-        }
+        return {unit: {k: v.copy() for k, v in parts.items()} for unit, parts in self.tally.items()}
 
     def _restore(self, snap):
-        self.mxu = {k: v.copy() for k, v in snap["mxu"].items()}
-        self.vec = {k: v.copy() for k, v in snap["vec"].items()}
-        self.dma = {k: v.copy() for k, v in snap["dma"].items()}
+        self.tally = {unit: {k: v.copy() for k, v in parts.items()} for unit, parts in snap.items()}
 
     def _diff(self, snap):
-        d = {
-            "mxu": {k: self.mxu[k] - snap["mxu"][k] for k in self.mxu},
-            "vec": {k: self.vec[k] - snap["vec"][k] for k in self.vec},
-            "dma": {k: self.dma[k] - snap["dma"][k] for k in self.dma},
-        }
+        d: dict = {unit: {k: v - snap[unit][k] for k, v in parts.items()} for unit, parts in self.tally.items()}
         d["weight"] = sum(d["mxu"].values()) * 1e6 + sum(d["vec"].values()) + sum(d["dma"].values()) * 1e-3
         return d
 
     def _add(self, d, sign: float = 1.0):
-        for k in self.mxu:
-            self.mxu[k] += sign * d["mxu"][k]
-            self.vec[k] += sign * d["vec"][k]
-        for direction in self.dma:
-            self.dma[direction] += sign * d["dma"][direction]
+        for unit, parts in self.tally.items():
+            for k in parts:
+                parts[k] += sign * d[unit][k]
 
     def _credit_exclusive(self, jaxpr, env, unknown_conds, lane_ids):
         """Conds with unknown predicates that can never both take their non-empty branch (pl.when(p) and
@@ -742,13 +781,7 @@ class KernelReplay:
             mean = _mean(diffs[len(diffs) // 2 :])
             scale = np.zeros(self.P)
             scale[lane_ids[active]] = remaining
-            self._add(
-                {
-                    "mxu": {k: v * scale for k, v in mean["mxu"].items()},
-                    "vec": {k: v * scale for k, v in mean["vec"].items()},
-                    "dma": {k: v * scale for k, v in mean["dma"].items()},
-                }
-            )
+            self._add({unit: {k: v * scale for k, v in mean[unit].items()} for unit in self.tally})
         return [None] * len(eqn.outvars)
 
     def _lanes(self, value, n):
@@ -766,12 +799,10 @@ class KernelReplay:
 
 def _mean(diffs: list[dict]) -> dict:
     n = len(diffs)
-    return {
-        "mxu": {k: sum(d["mxu"][k] for d in diffs) / n for k in (False, True)},
-        "vec": {k: sum(d["vec"][k] for d in diffs) / n for k in (False, True)},
-        "dma": {k: sum(d["dma"][k] for d in diffs) / n for k in ("read", "written")},
-        "weight": sum(d["weight"] for d in diffs) / n,
-    }
+    units = [unit for unit in diffs[0] if unit != "weight"]
+    mean: dict = {unit: {k: sum(d[unit][k] for d in diffs) / n for k in diffs[0][unit]} for unit in units}
+    mean["weight"] = sum(d["weight"] for d in diffs) / n
+    return mean
 
 
 def replay_kernel(jaxpr, grid: list[int], points, make_env: Callable[[], dict]) -> KernelReplay:
@@ -799,11 +830,9 @@ def replay_kernel(jaxpr, grid: list[int], points, make_env: Callable[[], dict]) 
         step.run(jaxpr, env, np.arange(1))
         if in_order.evals + step.evals > IN_ORDER_EVALS:
             return _approximate(replay)
-        for part in (False, True):
-            in_order.mxu[part][point] = step.mxu[part][0]
-            in_order.vec[part][point] = step.vec[part][0]
-        for direction in in_order.dma:
-            in_order.dma[direction][point] = step.dma[direction][0]
+        for unit, parts in in_order.tally.items():
+            for k in parts:
+                parts[k][point] = step.tally[unit][k][0]
         in_order.exact = in_order.exact and step.exact
         in_order.trips_exact = in_order.trips_exact and step.trips_exact
         in_order.loop_ids |= step.loop_ids
@@ -982,37 +1011,66 @@ def _leaf_work(eqn) -> tuple[float, float]:
     return 0.0, work / _VREG_ELEMENTS
 
 
-def scheduled_work(jaxpr, removed: dict[int, int], in_loop: bool = False, acc: dict | None = None) -> dict:
+_VECTOR_FREE: dict[int, tuple] = {}
+
+
+def is_copy_branch(jaxpr) -> bool:
+    """Whether a branch's only work is starting copies: it starts at least one DMA and uses no vector or matrix
+    unit (its other ops are scalar: index arithmetic, scalar-memory reads and writes). The compiler gives such a
+    branch a region of the schedule that issues DMAs only, which the steps that skip the branch jump over
+    (libtpu.KernelSchedule.copy_branch_bundles)."""
+    found = _VECTOR_FREE.get(id(jaxpr))
+    if found is None or found[0] is not jaxpr:
+        starts, vector = False, False
+        for eqn in jx.walk_eqns(jaxpr):
+            starts = starts or eqn.primitive.name == "dma_start"
+            if eqn.primitive.name == "dot_general" or any(_elements(v.aval) > 1 for v in eqn.outvars):
+                vector = True
+            elif eqn.primitive.name == "swap" and _elements(eqn.invars[1].aval) > 1:
+                vector = True
+        found = (jaxpr, starts and not vector)
+        if len(_VECTOR_FREE) > 10_000:
+            _VECTOR_FREE.clear()
+        _VECTOR_FREE[id(jaxpr)] = found
+    return found[1]
+
+
+def scheduled_work(
+    jaxpr, removed: dict[int, int], in_loop: bool = False, acc: dict | None = None, in_copy_branch: bool = False
+) -> dict:
     """The work in the compiled schedule: every branch the compiler kept, once; a loop body once per unrolled
-    copy (a fully unrolled loop is straight-line code). {"mxu": {in_loop: pushes}, "vec": {in_loop: ops}}."""
-    acc = acc if acc is not None else {"mxu": {False: 0.0, True: 0.0}, "vec": {False: 0.0, True: 0.0}}
+    copy (a fully unrolled loop is straight-line code). {"mxu": {in_loop: pushes}, "vec": {in_loop: ops},
+    "copies": {in_loop: copies started in copy branches}}."""
+    acc = acc if acc is not None else {unit: {False: 0.0, True: 0.0} for unit in ("mxu", "vec", "copies")}
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         if name == "cond":
             branches = jx.cond_branches(eqn)
             kept = [removed[id(eqn)]] if id(eqn) in removed else range(len(branches))
             for b in kept:
-                scheduled_work(branches[b].jaxpr, removed, in_loop, acc)
+                copying = in_copy_branch or is_copy_branch(branches[b].jaxpr)
+                scheduled_work(branches[b].jaxpr, removed, in_loop, acc, copying)
         elif name == "scan":
             scan = jx.scan_info(eqn)
             unrolled = _fully_unrolled(scan)
             copies = scan.length if unrolled else max(1, min(int(scan.unroll), scan.length))
-            inner = scheduled_work(scan.body.jaxpr, removed, in_loop or not unrolled)
-            for unit in ("mxu", "vec"):
+            inner = scheduled_work(scan.body.jaxpr, removed, in_loop or not unrolled, in_copy_branch=in_copy_branch)
+            for unit, parts in inner.items():
                 for k in (False, True):
-                    acc[unit][k] += copies * inner[unit][k]
+                    acc[unit][k] += copies * parts[k]
         elif name == "while":
             loop = jx.while_info(eqn)
-            scheduled_work(loop.cond.jaxpr, removed, True, acc)
-            scheduled_work(loop.body.jaxpr, removed, True, acc)
+            scheduled_work(loop.cond.jaxpr, removed, True, acc, in_copy_branch)
+            scheduled_work(loop.body.jaxpr, removed, True, acc, in_copy_branch)
         else:
             subs = list(jx.sub_jaxprs(eqn))
             for sub in subs:
-                scheduled_work(sub, removed, in_loop, acc)
+                scheduled_work(sub, removed, in_loop, acc, in_copy_branch)
             if not subs:
                 mxu, vec = _leaf_work(eqn)
                 acc["mxu"][in_loop] += mxu
                 acc["vec"][in_loop] += vec
+                acc["copies"][in_loop] += in_copy_branch and name == "dma_start"
     return acc
 
 
@@ -1024,7 +1082,7 @@ def summarise(replay: KernelReplay, sched: dict) -> dict:
     """Per-step ratios of executed to scheduled work: outside in-kernel loops (`body_ratio`), inside them
     (`loop_ratio`), over all the code when loops are counted as straight-line (`run_ratio`). Each is weighed
     in MXU pushes where that part holds matmuls (vector work mostly co-issues with them), else in vector ops."""
-    out = {}
+    out: dict[str, Any] = {}
     for part, key in ((False, "body_ratio"), (True, "loop_ratio")):
         unit = "mxu" if sched["mxu"][part] > 0 else "vec"
         executed = getattr(replay, unit)[part].mean() if replay.P else 0.0
@@ -1036,6 +1094,10 @@ def summarise(replay: KernelReplay, sched: dict) -> dict:
     loop_executed = float(getattr(replay, unit)[True].mean()) if replay.P else 0.0
     out["flat_ratio"] = _ratio(executed, sched[unit][False] + loop_executed) if loop_executed else out["run_ratio"]
     out["in_kernel_loops"] = len(replay.loop_ids)
+    # Copies started in copy branches, executed per scheduled: what the schedule's copy-only regions run.
+    for part, key in ((False, "copy_branch_body_ratio"), (True, "copy_branch_loop_ratio")):
+        scheduled = sched["copies"][part]
+        out[key] = _ratio(float(replay.copies[part].mean()), scheduled) if scheduled > 0 and replay.P else None
     # MXU pushes (8 x 128 x 128 MACs) the whole run executes: the floor of the compute time at the MXUs' peak.
     out["mxu_pushes"] = float(replay.mxu[False].sum() + replay.mxu[True].sum())
     return out

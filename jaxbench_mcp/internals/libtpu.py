@@ -35,6 +35,11 @@ _RESULT_POP = re.compile(r"vpop\.(?:[\w.]*?\bmrf\.(?P<mxu>mxu\d+)|trf\.(?P<xlu>x
 # An op of a bundle: "%<value> = <mnemonic> <operands>".
 _OP_MNEMONIC = re.compile(r"^\s*%[\w]+\s*=\s*(\S+)")
 _COMMENT = re.compile(r"/\*.*?\*/")
+# A predicated region: a conditional branch over it ("%7 = sbr.rel (%p3) target = $region9": jump to region 9 when
+# %p3 holds), and the bundle, marked PF, whose comment names that region ("Start/End empty region 9"): the region's
+# bundles lie between them.
+_SKIP_BRANCH = re.compile(r"=\s*sbr\.rel\s*\([^)]*\)\s*target\s*=\s*\$region(\d+)")
+_REGION_NAMED = re.compile(r"\bregion (\d+)\b")
 # The Mosaic module a kernel's custom call carries (base64 MLIR bytecode) in its schedule file's HLO text.
 _MOSAIC_BODY = re.compile(r'custom_call_target="tpu_custom_call".*?"custom_call_config":\{"body":"([A-Za-z0-9+/=]+)"')
 # Characters jax replaces by "_" when it names a Mosaic module after the kernel function (mlir.sanitize_name).
@@ -71,6 +76,9 @@ class KernelSchedule:
     # share a name (one kernel function called on several shapes). None when the dump does not show them.
     call_shapes: str | None = None
     loop_bodies: tuple[LoopBody, ...] = ()
+    # Per loop depth: the bundles of predicated regions that issue DMAs and no vector work (a pl.when that only
+    # starts copies): the steps whose predicate skips them jump over these bundles.
+    copy_branch_bundles: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,17 @@ def call_shapes(schedule_text: str) -> str | None:
     return f"{dims(operands)}->{dims(result)}"
 
 
+def _mnemonics(text: str) -> list[str]:
+    """The mnemonics of one bundle line's ops (the text after its '{')."""
+    parts = _COMMENT.sub("", text).rsplit("}", 1)[0].split(";;")
+    return [op.group(1) for part in parts if (op := _OP_MNEMONIC.match(part))]
+
+
+def _issues_vector_work(mnemonic: str) -> bool:
+    # Vector-unit ops begin with "v"; sync-flag ops among them (vsync*, vwait*) only signal or wait on copies.
+    return mnemonic.startswith("v") and not mnemonic.startswith(("vsync", "vwait"))
+
+
 def _result_ops(text: str) -> list[tuple[str | None, int, str | None]]:
     """The ops of one bundle line's text (after its '{') that push or pop results, as ResultOp's fields but its
     bundle and depth."""
@@ -152,20 +171,39 @@ def _result_ops(text: str) -> list[tuple[str | None, int, str | None]]:
     return found
 
 
-def read_bundles(path: Path) -> tuple[tuple[int, ...], tuple[LoopBody, ...]]:
-    """A final_bundles file's bundles per loop nesting depth, and its bodies: the whole schedule (depth 0), then its
+def read_bundles(path: Path) -> tuple[tuple[int, ...], tuple[LoopBody, ...], tuple[int, ...]]:
+    """A final_bundles file's bundles per loop nesting depth; its bodies: the whole schedule (depth 0), then its
     loop bodies: at each depth, the bundles of that depth or deeper, split where a loop body begins (a body holds
-    its inner loops' bundles once)."""
+    its inner loops' bundles once); and per depth, the bundles of its copy branches (KernelSchedule)."""
     counts: dict[int, int] = {}
     bodies: dict[int, list[tuple[int, list[ResultOp]]]] = {}  # depth -> [(bundles, ops)]
+    # region -> [first bundle, depth, DMAs issued, whether all of it is vector-free and at its branch's depth]
+    regions: dict[int, list] = {}
+    copy_regions: list[tuple[int, int, int]] = []  # (first bundle, end, depth)
+    index = -1
     with open(path, errors="replace") as f:
         for line in f:
             match = _BUNDLE_LINE.match(line)
             if not match:
                 continue
+            index += 1
             depth = len(match.group("depth"))
             counts[depth] = counts.get(depth, 0) + 1
-            parsed = _result_ops(line[match.end() :])
+            text = line[match.end() :]
+            if match.group("mark") == "PF":
+                for named in _REGION_NAMED.findall(text):
+                    region = regions.pop(int(named), None)
+                    if region and region[2] and region[3] and index > region[0]:
+                        copy_regions.append((region[0], index, region[1]))
+            mnemonics = _mnemonics(text)
+            for region in regions.values():
+                region[2] += sum(m.startswith("dma.") for m in mnemonics)
+                # An empty bundle (a branch's delay slot) is printed at no depth.
+                region[3] = region[3] and (depth == region[1] or not mnemonics)
+                region[3] = region[3] and not any(map(_issues_vector_work, mnemonics))
+            for target in _SKIP_BRANCH.findall(text):
+                regions.setdefault(int(target), [index + 1, depth, 0, True])
+            parsed = _result_ops(text)
             for d in range(depth + 1):
                 open_bodies = bodies.setdefault(d, [])
                 if not open_bodies or (match.group("mark") == "LB" and d == depth and d):
@@ -175,7 +213,13 @@ def read_bundles(path: Path) -> tuple[tuple[int, ...], tuple[LoopBody, ...]]:
                 open_bodies[-1] = (size + 1, ops)
     depth_bundles = tuple(counts.get(d, 0) for d in range(max(counts) + 1)) if counts else ()
     loop_bodies = tuple(LoopBody(d, size, tuple(ops)) for d, found in sorted(bodies.items()) for size, ops in found)
-    return depth_bundles, loop_bodies
+    copy_bundles = [0] * len(depth_bundles)
+    reached = -1  # the end of the last region counted: a copy region nested in another counts once
+    for start, end, depth in sorted(copy_regions):
+        if start >= reached:
+            copy_bundles[depth] += end - start
+            reached = end
+    return depth_bundles, loop_bodies, tuple(copy_bundles)
 
 
 def _parse_utilization(path: Path) -> dict[str, float]:
@@ -215,7 +259,7 @@ def parse_dump(directory: Path) -> list[KernelSchedule]:
         bundles = next(
             (p for p in directory.glob(f"{prefix}-*{_BUNDLES_SUFFIX}") if _SCHEDULE_SUFFIX not in p.name), None
         )
-        depth_bundles, loop_bodies = read_bundles(bundles) if bundles else ((), ())
+        depth_bundles, loop_bodies, copy_branch_bundles = read_bundles(bundles) if bundles else ((), (), ())
         schedules.append(
             KernelSchedule(
                 name=stem,
@@ -225,6 +269,7 @@ def parse_dump(directory: Path) -> list[KernelSchedule]:
                 kernel=_kernel_name(text),
                 call_shapes=call_shapes(text),
                 loop_bodies=loop_bodies,
+                copy_branch_bundles=copy_branch_bundles,
             )
         )
     return schedules

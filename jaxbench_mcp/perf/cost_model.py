@@ -33,17 +33,11 @@ from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.internals import hlo
 
 # Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
-MODEL_VERSION = 9
+MODEL_VERSION = 10
 # How long a grid step's DMAs take beyond their bytes at the bandwidth (issue to completion), measured on a v5e
 # (benchmarks/grid_steps.py: x * 2 over 64 MiB of f32 in 1024 to 64 steps, 0.18-0.22 us a step more than the
 # bytes; the same steps under compute cost nothing more than their bundles). Other generations assume it.
 STEP_OVERHEAD_S = 0.2e-6
-# Where to read about each bottleneck (context_docs/ refs).
-BOTTLENECK_DOCS = {
-    "grid-step-overhead-bound": "performance#block-size-vmem",
-    "memory-bound": "performance#roofline",
-    "MXU-bound": "performance#mxu-shapes",
-}
 # The calibration tile: one grid step of a (T, T) x (T, T) bf16 matmul with a float32 result.
 CALIBRATION_TILE = 1024
 
@@ -152,6 +146,8 @@ def executed_bundles(
     in_kernel_loops: int,
     loop_waits=(),
     straight_waits=(),
+    copy_branch_bundles=(),
+    copy_branch_ratios: tuple[float | None, float | None] = (None, None),
 ) -> float:
     """Bundles a whole run executes, from the schedule's bundles per loop depth.
 
@@ -163,20 +159,28 @@ def executed_bundles(
     body's own loops also stalls for its matmul and transpose results: `loop_waits` per loop depth from 1 (the
     schedule's, from result_wait), taken at the depth of the body's outermost own loops; and so does the
     straight-line code: `straight_waits` per depth from 0 (result_wait(..., straight=True) of the code at exactly
-    that depth), with the code it stalls.
+    that depth), with the code it stalls. Copy branches (regions that only issue DMAs: `copy_branch_bundles` per
+    depth) run as often as the copies they start: `copy_branch_ratios` (outside the body's own loops, inside them;
+    None where the trace has no copy branches there, and they are counted as the code around them); matmul work,
+    which the ratios above follow, is not what steers them (paged attention starts its first pages once a run).
     """
     depths = list(depth_bundles) or [bundles]
     grid = 1 if has_grid_loop and len(depths) > 1 else 0  # the grid loop's depth, 0 if the schedule has none
     straight = [straight_waits[d] if len(straight_waits) > d else 0 for d in range(grid + 1)]
+    copies = [copy_branch_bundles[d] if len(copy_branch_bundles) > d else 0 for d in range(len(depths))]
+    body_copy_ratio, loop_copy_ratio = copy_branch_ratios
     once = depths[0] + straight[0] if grid else 0
     body, inner = depths[grid] + straight[grid], sum(depths[grid + 1 :])
+    body_copies = copies[grid] if body_copy_ratio is not None else 0
+    inner_copies = sum(copies[grid + 1 :]) if loop_copy_ratio is not None else 0
     if inner and in_kernel_loops:
         wait = loop_waits[grid] if len(loop_waits) > grid else 0
-        per_step = body * body_ratio + (inner + wait) * loop_ratio
-    elif in_kernel_loops:
+        per_step = (body - body_copies) * body_ratio + (inner - inner_copies + wait) * loop_ratio
+        per_step += body_copies * (body_copy_ratio or 0.0) + inner_copies * (loop_copy_ratio or 0.0)
+    elif in_kernel_loops:  # unrolled: the copy branches of every trip are in the schedule, as its other code
         per_step = (body + inner) * flat_ratio
     else:
-        per_step = (body + inner) * body_ratio
+        per_step = (body + inner - body_copies) * body_ratio + body_copies * (body_copy_ratio or 0.0)
     return once + steps * per_step
 
 
@@ -361,12 +365,25 @@ BOTTLENECK_ADVICE = {
         "the innermost loop, do it once per output block), use bf16 where precision allows",
         "performance#reading-profile",
     ),
+    "copy-issue-bound": (
+        "starting copies limits it (most of its bundles are branches that only start DMAs, each copy ~10 bundles "
+        "of address arithmetic and bounds checks): move more per copy (several pages that sit together, a "
+        "BlockSpec), and start only the copies a step will read",
+        "recipe-paged-attention#decode-performance",
+    ),
 }
+# Where to read about each bottleneck (context_docs/ refs).
+BOTTLENECK_DOCS = {name: doc for name, (_, doc) in BOTTLENECK_ADVICE.items()}
+# The share of a kernel's compute time spent in copy branches from which starting copies is its bottleneck.
+COPY_ISSUE_SHARE = 0.5
 
 
-def bottleneck(cost: KernelCost, slot_use: dict[str, float]) -> str:
+def bottleneck(cost: KernelCost, slot_use: dict[str, float], copy_share: float = 0.0) -> str:
+    """What limits a kernel; `copy_share`: the share of its compute time spent in copy branches (executed_bundles)."""
     if cost.memory_s + cost.overhead_s >= cost.compute_s:  # the steps wait on their DMAs
         return "grid-step-overhead-bound" if cost.overhead_s >= cost.memory_s else "memory-bound"
+    if copy_share >= COPY_ISSUE_SHARE:
+        return "copy-issue-bound"
     vector = max((slot_use.get(k, 0.0) for k in ("VALU", "XLU", "EUP", "VLOAD", "VSTORE")), default=0.0)
     return "MXU-bound" if slot_use.get("MXU", 0.0) >= vector else "vector-unit-bound"
 

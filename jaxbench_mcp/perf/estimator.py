@@ -246,6 +246,7 @@ def read_compile(compiled, generation: str, dump_root: Path, module_file: str) -
                 call_shapes=k.call_shapes if k.call_shapes is None or len(k.call_shapes) <= 2000 else None,
                 loop_waits=_loop_waits(k.loop_bodies),
                 straight_waits=_straight_waits(k.loop_bodies),
+                copy_branch_bundles=list(k.copy_branch_bundles),
             )
             for k in schedules
         ],
@@ -462,6 +463,8 @@ def _work_of(flow: protocol.KernelTraffic) -> tuple:
         flow.floor_flops,
         flow.run_ratio,
         flow.runs,
+        flow.copy_branch_body_ratio,
+        flow.copy_branch_loop_ratio,
     )
 
 
@@ -484,20 +487,33 @@ def kernel_estimate(
         flow.flat_ratio,
         flow.in_kernel_loops,
     )
-    straight = schedule.straight_waits
-    executed = cost_model.executed_bundles(*counts, loop_waits=schedule.loop_waits, straight_waits=straight)
-    waited = executed - cost_model.executed_bundles(*counts, straight_waits=straight)
+    copy_branches = (flow.copy_branch_body_ratio, flow.copy_branch_loop_ratio)
+
+    def executed_bundles(loop_waits, copy_ratios=copy_branches) -> float:
+        return cost_model.executed_bundles(
+            *counts,
+            loop_waits=loop_waits,
+            straight_waits=schedule.straight_waits,
+            copy_branch_bundles=schedule.copy_branch_bundles,
+            copy_branch_ratios=copy_ratios,
+        )
+
+    executed = executed_bundles(schedule.loop_waits)
+    waited = executed - executed_bundles(())
+    copying = executed - executed_bundles(schedule.loop_waits, (0.0, 0.0))  # the copy branches' bundles run
     # A kernel that pipelines its own DMAs inside a loop overlaps them across the loop's trips.
     stages = flow.steps * (max(1.0, flow.loop_ratio) if flow.in_kernel_loops and flow.dma_bytes else 1.0)
     if flow.cores > 1:
         # A TensorCore mesh kernel: `executed` is one core's average; the busiest core's share sets the time.
-        executed, waited = executed * flow.cores, waited * flow.cores
+        executed, waited, copying = executed * flow.cores, waited * flow.cores, copying * flow.cores
         cores = 1.0 / flow.core_share
     else:
         cores = cost_model.parallel_split(flow.parallel_steps, generation)
     priced = (flow.hbm_bytes, flow.hbm_written_bytes, generation, spb, calibration, stages, cores, flow.mxu_pushes)
     cost = cost_model.pipelined_cost(executed, flow.steps, *priced)
     unwaited = cost_model.pipelined_cost(executed - waited, flow.steps, *priced)
+    not_copying = cost_model.pipelined_cost(executed - copying, flow.steps, *priced)
+    copy_share = 1.0 - not_copying.compute_s / cost.compute_s if cost.compute_s > 0 else 0.0
     runs = max(0, flow.runs)  # a kernel inside a loop runs once per trip: each run costs the same
     followed = flow.steps_exact and flow.runs_exact and flow.run_ratio_exact and flow.exact
     floor_compute_s, floor_memory_s = (0.0, 0.0) if followed else operand_floor(flow, generation, calibration)
@@ -526,7 +542,7 @@ def kernel_estimate(
         overhead_us=cost.overhead_s * 1e6 * runs,
         exposed_us=cost.exposed_s * 1e6 * runs,
         estimate_us=cost.estimate_s * 1e6 * runs,
-        bottleneck=cost_model.bottleneck(cost, schedule.slot_use),
+        bottleneck=cost_model.bottleneck(cost, schedule.slot_use, copy_share),
         runs=runs,
         floored=floored,
         loop_wait_us=0.0 if floored else (cost.estimate_s - unwaited.estimate_s) * 1e6 * runs,

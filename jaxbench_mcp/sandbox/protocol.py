@@ -328,6 +328,10 @@ class KernelTraffic(_Strict):
     loop_ratio: float = 1.0
     flat_ratio: float = 1.0
     in_kernel_loops: int = 0
+    # Copies started in copy branches (branches that only start DMAs), executed / scheduled, outside and inside
+    # in-kernel loops; None where there are none.
+    copy_branch_body_ratio: float | None = None
+    copy_branch_loop_ratio: float | None = None
     dma_bytes: int = 0
     parallel_steps: int = 1  # grid steps along "parallel" dimensions (a megacore chip splits them across its cores)
     mxu_pushes: float = 0.0  # 8 x 128 x 128-MAC matmul pushes the whole run executes
@@ -364,6 +368,11 @@ class Schedule(_Strict):
         default_factory=list,
         description="Per loop depth from 0: the bundle slots the straight-line code at exactly that depth stalls for "
         "matmul and transpose results, once per trip of its loop (cost_model.result_wait, straight)",
+    )
+    copy_branch_bundles: list[int] = Field(
+        default_factory=list,
+        description="Per loop depth from 0: the bundles of predicated regions that only issue DMAs (copy branches), "
+        "which the steps that skip them jump over",
     )
 
 
