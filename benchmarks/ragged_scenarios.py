@@ -9,11 +9,13 @@ step replayed at once (analysis/replay's in-order replay of the scalar state a k
 turned off). The lengths are concrete in the estimate, as in a profile: the kernels' loops and DMAs follow them.
 
 Measured (benchmarks/data/ragged_scenarios_v5e.json: one v5e, jax 0.10.2; estimates with jax 0.12.0.1 and
-libtpu 0.0.50.1): the expert's estimate / measured is 0.92-1.06 over the four scenarios (1.05 on the workload's
-own, 1.00 on long decodes, 0.92 on short ones, 1.06 on prefill), against 0.37-8.21 with every grid step replayed
-at once; our solution's is 0.85-1.13 either way (it keeps no state across steps; 1.18-1.25 while every grid step
+libtpu 0.0.50.1): the expert's estimate / measured is 0.87-1.04 over the four scenarios (1.04 on the workload's
+own, 0.99 on long decodes, 0.87 on short ones, 1.04 on prefill), against 0.38-8.23 with every grid step replayed
+at once; our solution's is 0.85-1.11 either way (it keeps no state across steps; 1.18-1.25 while every grid step
 added a quoted 0.35 us), and in every scenario the estimate orders the two kernels as the chip does (the expert
-faster).
+faster). The expert was 0.92-1.06 (short decodes 0.92) while its first step's page prefetch, a region of 1,343 of
+the grid body's 1,664 bundles that only starts copies, counted on all 64 steps: charged once now, the short decodes'
+estimate lost those 62 x 1,343 bundles (~60 us) and shows an under-estimate the prefetch had covered.
 
 Usage: python benchmarks/ragged_scenarios.py --measure [--iterations 10] [--out FILE]   (TPU host)
        python benchmarks/ragged_scenarios.py [--record FILE]                            (CPU host with libtpu)
