@@ -119,6 +119,34 @@ def _info(eqn) -> tuple:
     return found
 
 
+_LITERALS: dict[int, tuple] = {}
+
+
+def _known_literal(var) -> Known:
+    """A literal's value, made once: the replay reads the same literals millions of times in a long kernel."""
+    found = _LITERALS.get(id(var))
+    if found is None or found[0] is not var:
+        found = (var, Known(var.val, lanes=False, static=True))
+        if len(_LITERALS) > 200_000:
+            _LITERALS.clear()
+        _LITERALS[id(var)] = found
+    return found[1]
+
+
+_DMA_VIEWS: dict[int, tuple] = {}
+
+
+def _dma_views(eqn) -> tuple:
+    """dma_source_and_target of a dma_start, computed once (a paged kernel starts hundreds of thousands of copies)."""
+    found = _DMA_VIEWS.get(id(eqn))
+    if found is None or found[0] is not eqn:
+        found = (eqn, *dma_source_and_target(eqn))
+        if len(_DMA_VIEWS) > 200_000:
+            _DMA_VIEWS.clear()
+        _DMA_VIEWS[id(eqn)] = found
+    return found[1:]
+
+
 def _concrete(x):
     """A concrete argument as a numpy array when it is small; None for anything abstract or large."""
     if isinstance(x, jax.ShapeDtypeStruct) or type(x).__name__.endswith("Tracer") or hasattr(x, "_trace"):
@@ -356,7 +384,7 @@ class KernelReplay:
 
     def _read(self, env: dict, var):
         if _literal(var):
-            return Known(var.val, lanes=False, static=True)
+            return _known_literal(var)
         return env.get(var)
 
     def _subset(self, value, idx):
@@ -460,7 +488,7 @@ class KernelReplay:
     def _dma_bytes(self, env, eqn, n: int) -> tuple:
         """HBM bytes one dma_start moves, per lane (0 for a copy that touches no HBM), and whether it reads them
         ("read") or writes them ("written": a copy into HBM, from HBM too)."""
-        src, dst = dma_source_and_target(eqn)
+        src, dst = _dma_views(eqn)
         hbm = [isinstance(b, RefBox) and in_hbm(b.space) for b in (env.get(getattr(r, "ref", r)) for r in (src, dst))]
         direction = "written" if hbm[1] else "read"
         if not any(hbm):
@@ -483,10 +511,13 @@ class KernelReplay:
                         size = known.v if known is not None else dim
                     new_shape.append(size)
             shape = new_shape
-        total = np.ones(n)
+        # Static sizes multiply as Python ints; only sizes known per lane need arrays.
+        static = math.prod(int(s) for s in shape if isinstance(s, (int, np.integer)))
+        total = np.full(n, float(static * np.dtype(dtype).itemsize))
         for s in shape:
-            total = total * np.broadcast_to(np.asarray(s, dtype=np.float64), (n,))
-        return total * np.dtype(dtype).itemsize, direction
+            if not isinstance(s, (int, np.integer)):
+                total = total * np.broadcast_to(np.asarray(s, dtype=np.float64), (n,))
+        return total, direction
 
     # -- running --
 
