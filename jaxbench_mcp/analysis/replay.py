@@ -103,48 +103,43 @@ def _elements(aval) -> int:
     return math.prod(shape) if shape is not None else 0
 
 
-_INFO: dict[int, tuple] = {}
-
-
-def _info(eqn) -> tuple:
-    """(eqn, small outputs, MXU pushes, vector ops, sub-jaxprs) of an equation, computed once."""
-    found = _INFO.get(id(eqn))
-    if found is None or found[0] is not eqn:
-        subs = list(jx.sub_jaxprs(eqn))
-        mxu, vec = _leaf_work(eqn) if not subs else (0.0, 0.0)
-        found = (eqn, all(_elements(o.aval) <= 64 for o in eqn.outvars), mxu, vec, subs)
-        if len(_INFO) > 200_000:
-            _INFO.clear()
-        _INFO[id(eqn)] = found
-    return found
-
-
-_LITERALS: dict[int, tuple] = {}
-
-
-def _known_literal(var) -> Known:
-    """A literal's value, made once: the replay reads the same literals millions of times in a long kernel."""
-    found = _LITERALS.get(id(var))
-    if found is None or found[0] is not var:
-        found = (var, Known(var.val, lanes=False, static=True))
-        if len(_LITERALS) > 200_000:
-            _LITERALS.clear()
-        _LITERALS[id(var)] = found
+def _once(table: dict[int, tuple], obj, make: Callable[[], Any]) -> Any:
+    """make()'s value for `obj`, computed once: the replay meets the same equations and literals millions of times
+    in a long kernel. Keyed by id (jaxpr objects need not hash); the object is kept beside its value so that a
+    reused id is recomputed, and a table past 200,000 entries starts afresh."""
+    found = table.get(id(obj))
+    if found is None or found[0] is not obj:
+        found = (obj, make())
+        if len(table) > 200_000:
+            table.clear()
+        table[id(obj)] = found
     return found[1]
 
 
+_INFO: dict[int, tuple] = {}
+_LITERALS: dict[int, tuple] = {}
 _DMA_VIEWS: dict[int, tuple] = {}
+_COPY_BRANCHES: dict[int, tuple] = {}
+
+
+def _info(eqn) -> tuple:
+    """(small outputs, MXU pushes, vector ops, sub-jaxprs) of an equation, computed once."""
+
+    def make():
+        subs = list(jx.sub_jaxprs(eqn))
+        mxu, vec = _leaf_work(eqn) if not subs else (0.0, 0.0)
+        return all(_elements(o.aval) <= 64 for o in eqn.outvars), mxu, vec, subs
+
+    return _once(_INFO, eqn, make)
+
+
+def _known_literal(var) -> Known:
+    return _once(_LITERALS, var, lambda: Known(var.val, lanes=False, static=True))
 
 
 def _dma_views(eqn) -> tuple:
-    """dma_source_and_target of a dma_start, computed once (a paged kernel starts hundreds of thousands of copies)."""
-    found = _DMA_VIEWS.get(id(eqn))
-    if found is None or found[0] is not eqn:
-        found = (eqn, *dma_source_and_target(eqn))
-        if len(_DMA_VIEWS) > 200_000:
-            _DMA_VIEWS.clear()
-        _DMA_VIEWS[id(eqn)] = found
-    return found[1:]
+    """dma_source_and_target of a dma_start (a paged kernel starts hundreds of thousands of copies)."""
+    return _once(_DMA_VIEWS, eqn, lambda: dma_source_and_target(eqn))
 
 
 def _concrete(x):
@@ -396,7 +391,7 @@ class KernelReplay:
         """The outputs of a scalar equation from known inputs (None where unknown)."""
         name = eqn.primitive.name
         outs = eqn.outvars
-        if not _info(eqn)[1]:
+        if not _info(eqn)[0]:
             return [None] * len(outs)
         if name == "program_id":
             return [Known(self.points[grid_axis(eqn)][self._lane_ids], True)]
@@ -479,7 +474,7 @@ class KernelReplay:
     # -- work --
 
     def _count(self, eqn, lane_ids, in_loop: bool) -> None:
-        _, _, mxu, vec, _ = _info(eqn)
+        _, mxu, vec, _ = _info(eqn)
         if mxu:
             self.mxu[in_loop][lane_ids] += mxu
         if vec:
@@ -564,7 +559,7 @@ class KernelReplay:
                     self.copies[in_loop][lane_ids] += 1
                 outs = []
             else:
-                subs = _info(eqn)[4]
+                subs = _info(eqn)[3]
                 for sub in subs:  # any other body: run once where it stands, its values unknown
                     self.run(sub, {}, lane_ids, in_loop)
                 if not subs:
@@ -677,7 +672,7 @@ class KernelReplay:
     def _join_branches(self, eqn, taken_outs, n: int) -> list:
         """A cond's outputs per lane from the branches its lanes took ([(lanes, outputs)]); an output is known only
         where every taken branch computed it (small outputs only: they are the scalars a kernel steers by)."""
-        if not _info(eqn)[1]:
+        if not _info(eqn)[0]:
             return [None] * len(eqn.outvars)
         joined: list[Known | None] = []
         for k, var in enumerate(eqn.outvars):
@@ -1042,28 +1037,23 @@ def _leaf_work(eqn) -> tuple[float, float]:
     return 0.0, work / _VREG_ELEMENTS
 
 
-_VECTOR_FREE: dict[int, tuple] = {}
-
-
 def is_copy_branch(jaxpr) -> bool:
     """Whether a branch's only work is starting copies: it starts at least one DMA and uses no vector or matrix
     unit (its other ops are scalar: index arithmetic, scalar-memory reads and writes). The compiler gives such a
     branch a region of the schedule that issues DMAs only, which the steps that skip the branch jump over
     (libtpu.KernelSchedule.copy_branch_bundles)."""
-    found = _VECTOR_FREE.get(id(jaxpr))
-    if found is None or found[0] is not jaxpr:
-        starts, vector = False, False
-        for eqn in jx.walk_eqns(jaxpr):
-            starts = starts or eqn.primitive.name == "dma_start"
-            if eqn.primitive.name == "dot_general" or any(_elements(v.aval) > 1 for v in eqn.outvars):
-                vector = True
-            elif eqn.primitive.name == "swap" and _elements(eqn.invars[1].aval) > 1:
-                vector = True
-        found = (jaxpr, starts and not vector)
-        if len(_VECTOR_FREE) > 10_000:
-            _VECTOR_FREE.clear()
-        _VECTOR_FREE[id(jaxpr)] = found
-    return found[1]
+
+    def make() -> bool:
+        eqns = list(jx.walk_eqns(jaxpr))
+        vector = any(
+            eqn.primitive.name == "dot_general"
+            or any(_elements(v.aval) > 1 for v in eqn.outvars)
+            or (eqn.primitive.name == "swap" and _elements(eqn.invars[1].aval) > 1)
+            for eqn in eqns
+        )
+        return not vector and any(eqn.primitive.name == "dma_start" for eqn in eqns)
+
+    return _once(_COPY_BRANCHES, jaxpr, make)
 
 
 def scheduled_work(
@@ -1116,13 +1106,13 @@ def summarise(replay: KernelReplay, sched: dict) -> dict:
     out: dict[str, Any] = {}
     for part, key in ((False, "body_ratio"), (True, "loop_ratio")):
         unit = "mxu" if sched["mxu"][part] > 0 else "vec"
-        executed = getattr(replay, unit)[part].mean() if replay.P else 0.0
+        executed = replay.tally[unit][part].mean() if replay.P else 0.0
         out[key] = _ratio(float(executed), sched[unit][part])
     unit = "mxu" if sched["mxu"][False] + sched["mxu"][True] > 0 else "vec"
-    executed = sum(float(getattr(replay, unit)[k].mean()) for k in (False, True)) if replay.P else 0.0
+    executed = sum(float(replay.tally[unit][k].mean()) for k in (False, True)) if replay.P else 0.0
     out["run_ratio"] = _ratio(executed, sched[unit][False] + sched[unit][True])
     # The same when the compiler unrolled the loops: their every trip is in the schedule.
-    loop_executed = float(getattr(replay, unit)[True].mean()) if replay.P else 0.0
+    loop_executed = float(replay.tally[unit][True].mean()) if replay.P else 0.0
     out["flat_ratio"] = _ratio(executed, sched[unit][False] + loop_executed) if loop_executed else out["run_ratio"]
     out["in_kernel_loops"] = len(replay.loop_ids)
     # Copies started in copy branches, executed per scheduled: what the schedule's copy-only regions run.
