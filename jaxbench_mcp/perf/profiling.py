@@ -67,8 +67,9 @@ class MemoryCache:
         self._values[key] = value
 
 
-# An expert or baseline estimate this many times its roofline is more likely a gap in the model than a slow
-# kernel: it is flagged, and no speedup is claimed against it.
+# An expert or baseline this many times its roofline is a weak target: flagged, so that beating it is not read as
+# the ceiling. Slow experts are real: on a v5e jax's paged attention measured 4.5x its roofline and ragged paged
+# attention 2.7x, both estimated within 1.1x (benchmarks/measured_fidelity.py), so the speedup against them stands.
 FAR_FROM_ROOFLINE = 2.5
 
 
@@ -528,14 +529,15 @@ class Profiler:
                         f"the expert kernel's estimate ({entry.expert_us:,.1f} us) is below {bound_text}, which no "
                         "correct kernel beats: a gap in the model for that kernel, so no speedup against it is claimed"
                     )
-                elif entry.expert_us > FAR_FROM_ROOFLINE * entry.roofline_us:
-                    entry.flags.append(
-                        f"the expert kernel's estimate ({entry.expert_us:,.1f} us) is "
-                        f"{entry.expert_us / entry.roofline_us:.2f}x its roofline: more likely a gap in the "
-                        "model for that kernel than a fact, so no speedup against it is claimed"
-                    )
                 else:
                     entry.speedup_vs_expert = entry.expert_us / entry.candidate_us
+                    if entry.expert_us > FAR_FROM_ROOFLINE * entry.roofline_us:
+                        entry.flags.append(
+                            f"the expert kernel's estimate ({entry.expert_us:,.1f} us) is "
+                            f"{entry.expert_us / entry.roofline_us:.2f}x its roofline: a slow expert for this "
+                            "workload on this chip: beating it is not the ceiling, the share of the roofline is "
+                            "the figure to push"
+                        )
             elif isinstance(expert_estimate, str):
                 entry.flags.append(f"expert kernel: {_no_double(expert_estimate)}")
             elif g in expert:
@@ -592,14 +594,11 @@ class Profiler:
                 w, source, estimated, roofline_us, progress, cancel, verdict.program_sha256
             )
         for entry in result.targets:
-            entry.docs = entry.docs or (
-                ["performance#reading-profile"]
-                + (
-                    [cost_model.BOTTLENECK_DOCS[entry.bottleneck]]
-                    if entry.bottleneck in cost_model.BOTTLENECK_DOCS
-                    else []
-                )
-            )
+            if not entry.docs:
+                entry.docs = ["performance#reading-profile"]
+                bottleneck_doc = cost_model.BOTTLENECK_DOCS.get(entry.bottleneck or "")
+                if bottleneck_doc and bottleneck_doc not in entry.docs:
+                    entry.docs.append(bottleneck_doc)
             if entry.xla_baseline_us and entry.roofline_us:
                 entry.xla_roofline_pct = 100.0 * entry.roofline_us / entry.xla_baseline_us
             if entry.expert_us and entry.roofline_us:
