@@ -755,15 +755,7 @@ class Profile(BaseModel):
             if t.outside_kernels_us:
                 lines.append(
                     f"  XLA work outside the Pallas kernels: ~{t.outside_kernels_us:,.1f} us"
-                    + (
-                        ": "
-                        + ", ".join(
-                            f"{o.opcode} {o.name} {o.us:,.1f} us" + (f" x{o.count}" if o.count > 1 else "")
-                            for o in t.outside_ops
-                        )
-                        if t.outside_ops
-                        else ""
-                    )
+                    + (": " + _outside_ops_text(t.outside_ops) if t.outside_ops else "")
                 )
             for k in t.kernels:
                 lines.append(
@@ -793,6 +785,14 @@ class Profile(BaseModel):
             if t.docs:
                 lines.append("  read: " + ", ".join(t.docs))
         return "\n".join(lines)
+
+
+def _outside_ops_text(ops: list[OutsideOpCost]) -> str:
+    """The ops that take time, then a count of those that round to nothing (index arithmetic, tiny fusions)."""
+    shown = [o for o in ops if round(o.us, 1) > 0]
+    text = ", ".join(f"{o.opcode} {o.name} {o.us:,.1f} us" + (f" x{o.count}" if o.count > 1 else "") for o in shown)
+    rest = len(ops) - len(shown)
+    return text + (f"{', ' if shown else ''}{rest} more under 0.1 us" if rest else "")
 
 
 class ProfileOutcome(BaseModel):

@@ -281,7 +281,7 @@ def test_profile_doc_refs_exist():
 
 
 def test_profile_text_says_what_the_numbers_are():
-    from jaxbench_mcp.models import DeviceTiming, KernelEstimate, Profile, TargetEstimate, Verdict
+    from jaxbench_mcp.models import DeviceTiming, KernelEstimate, OutsideOpCost, Profile, TargetEstimate, Verdict
 
     verdict = Verdict(status="correct", message="", workload_id="8p_GEMM", size="small", targets=["v6e"], tier="tpu")
     measured = TargetEstimate(
@@ -304,6 +304,12 @@ def test_profile_text_says_what_the_numbers_are():
         roofline_us=8000.0,
         aim_us=20000.0,
         bottleneck="MXU-bound",
+        outside_kernels_us=81.8,
+        outside_ops=[
+            OutsideOpCost(name="copy-start.2", opcode="copy-start", us=81.8, flops=0.0, bytes=6.7e7),
+            OutsideOpCost(name="fusion.7", opcode="fusion", us=0.004, flops=8.0, bytes=64.0, count=8),
+            OutsideOpCost(name="slice.2", opcode="slice", us=0.001, flops=0.0, bytes=16.0),
+        ],
         kernels=[
             KernelEstimate(
                 name="0:matmul",
@@ -345,6 +351,8 @@ def test_profile_text_says_what_the_numbers_are():
     assert "  aim for 20,000.0 us: 40% of the roofline (XLA's baseline figure is implausible here" in text
     assert "64 steps x 900 bundles x 0.62 run; compute 8,800.0 us, HBM 1,300.0 us (1,024 MiB, 256 written)" in text
     assert "read: performance#reading-profile" in text and "{" not in text
+    # Index arithmetic around the kernels rounds to nothing: counted, not listed.
+    assert "XLA work outside the Pallas kernels: ~81.8 us: copy-start copy-start.2 81.8 us, 2 more under 0.1 us" in text
 
 
 def test_a_vmem_overflow_is_summarised_by_its_sizes():
