@@ -2,10 +2,12 @@
 
 Three kernels over an (8192, 1024) array in row blocks of 8 to 1024 rows: x * 2 in f32 (memory-bound), a bf16
 matmul of each block by a resident (1024, 1024) weight (MXU work per step) and 48 rounds of f32 multiply-adds per
-element (vector-bound). On an attached TPU (--measure, which writes a JSON record such as
-benchmarks/data/grid_steps_v5e.json) each is timed by perf/measuring (device time from a profiler trace); on a CPU
-host with libtpu each is estimated for the record's generation and printed beside its measurement, with the model
-as it stands and "unsplit" (device_record.unsplit_us: every HBM byte at the peak, every step's fixed cost added).
+element (vector-bound); and steps that move and compute nothing: one (1024, 1024) f32 block kept over 64 to 8192
+steps, doubled at the first step only (what skipped steps of paged and ragged attention cost). On an attached
+TPU (--measure, which writes a JSON record such as benchmarks/data/grid_steps_v5e.json) each is timed by
+perf/measuring (device time from a profiler trace); on a CPU host with libtpu each is estimated for the record's
+generation and printed beside its measurement, with the model as it stands and "unsplit"
+(device_record.unsplit_us: every HBM byte at the peak, every step's fixed cost added).
 
 Measured (benchmarks/data/grid_steps_v5e.json: one v5e, jax 0.10.2; estimates with jax 0.12.0.1 and libtpu
 0.0.50.1): x * 2 takes 270 us in 1024 steps and 102 us in 8, while the multiply-adds take 444 us in 1024 steps and
@@ -16,7 +18,11 @@ peak (benchmarks/hbm_mix.py) and its steps cost 0.16-0.19 us each beyond that in
 longer than that cost twice over (cost_model.pipelined_cost). Estimate / measured over the 24 cases: 0.88-1.18
 (x * 2: 1.14, 1.03, 1.18 and 0.97 in 1024 to 128 steps, 1.00-1.01 beyond), 0.83-1.08 unsplit (x * 2 in 64 to 8
 steps 0.83-0.92), 0.84-1.83 with a quoted 0.35 us added to every step before STEP_OVERHEAD_S (1.54 and 1.83 for the
-1024-step matmul and multiply-adds).
+1024-step matmul and multiply-adds). The steps that move nothing: 14.5, 34.3 and 182.5 us in 64, 1,024 and 8,192
+steps, 0.021 us a step (cost_model.IDLE_STEP_S); estimated 0.97-1.01 since only steps that move bytes pay a DMA
+wait, 1.76, 6.35 and 9.05 while every step paid 0.2 us. A second run of the other 24 cases agreed within 0.8%; on
+it they are 0.91-1.18, the matmuls 1-3% up (0.88 -> 0.91 at 128 rows) since the first step, which alone fetches
+the weight, has a mix of work and bytes of its own (kernel_analysis.step_mix).
 
 Usage: python benchmarks/grid_steps.py --measure [--out FILE]   (TPU host)
        python benchmarks/grid_steps.py [--record FILE]          (CPU host with libtpu)
@@ -35,6 +41,7 @@ import device_record  # noqa: E402  (benchmarks/, beside this script)
 ROWS, COLS = 8192, 1024
 BLOCK_ROWS = (8, 16, 32, 64, 128, 256, 512, 1024)
 MULTIPLY_ADDS = 48
+SKIPPED_STEPS = (64, 1024, 8192)  # grids whose steps after the first move nothing and compute nothing
 
 
 def _cases():
@@ -66,6 +73,21 @@ def _cases():
 
         return call
 
+    def first_step_only(x_ref, o_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _scale():
+            o_ref[...] = x_ref[...] * 2
+
+    def skipping(steps):
+        # One (1024, 1024) block, the same at every step: fetched once, written back once.
+        whole = pl.BlockSpec((COLS, COLS), lambda i: (0, 0))
+
+        def call(x):
+            out = jax.ShapeDtypeStruct((COLS, COLS), x.dtype)
+            return pl.pallas_call(first_step_only, grid=(steps,), in_specs=[whole], out_specs=whole, out_shape=out)(x)
+
+        return call
+
     block = jax.ShapeDtypeStruct((ROWS, COLS), jnp.float32)
     bf16 = jax.ShapeDtypeStruct((ROWS, COLS), jnp.bfloat16)
     weight = jax.ShapeDtypeStruct((COLS, COLS), jnp.bfloat16)
@@ -73,6 +95,8 @@ def _cases():
         yield f"x * 2, f32 / {bm} rows", gridded(scale, bm, False), [block]
         yield f"matmul, bf16 / {bm} rows", gridded(matmul, bm, True), [bf16, weight]
         yield f"multiply-adds, bf16 / {bm} rows", gridded(multiply_adds, bm, False), [bf16]
+    for steps in SKIPPED_STEPS:
+        yield f"skipped steps / {steps}", skipping(steps), [jax.ShapeDtypeStruct((COLS, COLS), jnp.float32)]
 
 
 def estimate(record_path: Path) -> None:

@@ -9,13 +9,17 @@ step replayed at once (analysis/replay's in-order replay of the scalar state a k
 turned off). The lengths are concrete in the estimate, as in a profile: the kernels' loops and DMAs follow them.
 
 Measured (benchmarks/data/ragged_scenarios_v5e.json: one v5e, jax 0.10.2; estimates with jax 0.12.0.1 and
-libtpu 0.0.50.1): the expert's estimate / measured is 0.87-1.04 over the four scenarios (1.04 on the workload's
-own, 0.99 on long decodes, 0.87 on short ones, 1.04 on prefill), against 0.38-8.23 with every grid step replayed
-at once; our solution's is 0.85-1.11 either way (it keeps no state across steps; 1.18-1.25 while every grid step
-added a quoted 0.35 us), and in every scenario the estimate orders the two kernels as the chip does (the expert
-faster). The expert was 0.92-1.06 (short decodes 0.92) while its first step's page prefetch, a region of 1,343 of
-the grid body's 1,664 bundles that only starts copies, counted on all 64 steps: charged once now, the short decodes'
-estimate lost those 62 x 1,343 bundles (~60 us) and shows an under-estimate the prefetch had covered.
+libtpu 0.0.50.1), over the eleven scenarios: the expert's estimate / measured is 1.01-1.04 (0.38-8.23 with every
+grid step replayed at once), our solution's 0.84-1.13, and in every scenario but one the estimate orders the two
+kernels as the chip does (32 short sequences: the solution measured 15% slower, estimated 0.4% faster).
+The decodes tell the costs apart: the expert takes about 211 us whatever the batch (8 to 64 sequences of 257-341 to
+4096 keys) plus 15 us per sequence and 1,024 keys; the 211 us are its 63 grid steps that only read query blocks and
+write output blocks (128 MiB), while all the sequences sit in the first query block's step. Priced as max(compute,
+memory) over the whole grid, that step's compute hid them: 0.64-1.04 (0.75 on 8 short sequences, 0.87 on 64), until
+steps were grouped by their mix of work and bytes (kernel_analysis.step_mix). Our solution's grid of 1,544 steps
+mostly skips (blocks past a sequence's end, items of inactive rows): 0.73-1.28 while every step paid a DMA wait
+(1.28 and 1.43 on 8 short sequences, before and with the grouping), 0.84-1.13 since a step that moves nothing costs
+the grid loop alone (cost_model.IDLE_STEP_S).
 
 Usage: python benchmarks/ragged_scenarios.py --measure [--iterations 10] [--out FILE]   (TPU host)
        python benchmarks/ragged_scenarios.py [--record FILE]                            (CPU host with libtpu)
@@ -44,6 +48,15 @@ SCENARIOS = {
     "long_decode": ((1,) * 64, (4096,) * 64),
     "short_decode": ((1,) * 64, tuple(257 + 12 * i for i in range(64))),
     "prefill": ((512,) * 8, (512, 1024, 1536, 2048, 2560, 3072, 3584, 4096)),
+    # Decodes that tell a cost per sequence from a cost per KV token: fewer sequences of the short lengths, and 64
+    # sequences all of one length.
+    "decode_8_short": ((1,) * 8, tuple(257 + 12 * i for i in range(8))),
+    "decode_16_short": ((1,) * 16, tuple(257 + 12 * i for i in range(16))),
+    "decode_32_short": ((1,) * 32, tuple(257 + 12 * i for i in range(32))),
+    "decode_64x256": ((1,) * 64, (256,) * 64),
+    "decode_64x1024": ((1,) * 64, (1024,) * 64),
+    "decode_64x2048": ((1,) * 64, (2048,) * 64),
+    "decode_8x4096": ((1,) * 8, (4096,) * 8),
 }
 
 

@@ -598,7 +598,7 @@ class KernelEstimate(BaseModel):
     exposed_us: Real = Field(
         0.0,
         description="The part of min(compute, HBM) the pipeline does not hide (first fetch, "
-        "last write-back, or calibrated overlap loss)",
+        "last write-back, calibrated overlap loss, and steps that only move bytes while others compute)",
     )
     estimate_us: Real
     bottleneck: str

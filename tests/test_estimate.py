@@ -330,6 +330,60 @@ def test_a_steps_fixed_cost_hides_under_the_write_back_before_it():
     assert overhead(128 * 3 * 2**16) == pytest.approx(fixed - (writing - fixed)) and fixed < writing < 2 * fixed
 
 
+def test_steps_that_only_move_bytes_wait_on_them_whatever_the_others_compute():
+    # jax's ragged paged attention with 8 short sequences (benchmarks/ragged_scenarios.py): they all sit in the first
+    # query block, whose step computes, while 63 steps only move query and output blocks. On a v5e it took 331 us,
+    # which the sum of the two kinds of step gives and max(compute, memory) over the grid (248 us) does not.
+    work = np.array([1.0] + [0.0] * 63)
+    moved = np.array([34.0] + [2.0] * 63)
+    mix = kernel_analysis.step_mix(work, moved)
+    assert sorted(mix) == [pytest.approx((0.0, 126 / 160, 63 / 64)), pytest.approx((1.0, 34 / 160, 1 / 64))]
+    # Alike steps (a ratio within a factor 2 ** 0.5) form one group: no mix.
+    assert kernel_analysis.step_mix(np.array([1.0, 1.1, 0.95]), np.array([2.0, 2.0, 2.1])) == []
+    alike = cost_model.pipelined_cost(1e5, 64, 1.6e8, 0, "v5e", 1e-9)
+    mixed = cost_model.pipelined_cost(1e5, 64, 1.6e8, 0, "v5e", 1e-9, step_mix=mix, moving_steps=64)
+    assert (mixed.compute_s, mixed.memory_s) == (alike.compute_s, alike.memory_s)
+    busy, idle = mix[1] if mix[1][0] else mix[0], mix[0] if mix[1][0] else mix[1]
+    # The computing step hides its own bytes and fixed cost; the others add theirs.
+    o, m = alike.overhead_s, alike.memory_s
+    grouped = max(alike.compute_s, m * busy[1] + o * busy[2]) + m * idle[1] + o * idle[2]
+    assert mixed.estimate_s == pytest.approx(grouped + alike.exposed_s)
+    assert mixed.estimate_s > alike.estimate_s
+
+
+def test_a_step_that_moves_nothing_costs_the_grid_loop_not_a_dma_wait():
+    # benchmarks/grid_steps.py (v5e): one block kept over 8,192 steps that skip their work took 182.5 us, 0.021 us a
+    # step beyond the block's own bytes; every step priced at a DMA wait said 1,651 us.
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def first_step_only(x_ref, o_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _scale():
+            o_ref[...] = x_ref[...] * 2
+
+    def call(x):
+        whole = pl.BlockSpec((1024, 1024), lambda i: (0, 0))
+        return pl.pallas_call(
+            first_step_only,
+            grid=(8192,),
+            in_specs=[whole],
+            out_specs=whole,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        )(x)
+
+    flow = _traffic(call, jax.ShapeDtypeStruct((1024, 1024), jnp.float32))
+    assert flow["steps"] == 8192 and flow["moving_steps"] == 1
+    assert flow["hbm_bytes"] == 2 * 4 * 2**20
+    cost = cost_model.pipelined_cost(0, 8192, flow["hbm_bytes"], flow["hbm_written_bytes"], "v5e", 1e-9,
+                                     step_mix=flow["step_mix"], moving_steps=flow["moving_steps"])  # fmt: skip
+    assert cost.overhead_s >= 8191 * cost_model.IDLE_STEP_S
+    assert 0.9 < cost.estimate_s / 182.5e-6 < 1.1
+    every_step = cost_model.pipelined_cost(0, 8192, flow["hbm_bytes"], flow["hbm_written_bytes"], "v5e", 1e-9)
+    assert every_step.estimate_s > 5 * cost.estimate_s
+
+
 @pytest.mark.parametrize("twice", [False, True])
 def test_outside_work_is_read_from_the_compiled_program(twice):
     import jax

@@ -22,6 +22,7 @@ XLA work around a candidate's kernels is costed per instruction of the compiled 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import jax
@@ -33,11 +34,15 @@ from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.internals import hlo
 
 # Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
-MODEL_VERSION = 10
+MODEL_VERSION = 11
 # How long a grid step's DMAs take beyond their bytes at the bandwidth (issue to completion), measured on a v5e
 # (benchmarks/grid_steps.py: x * 2 over 64 MiB of f32 in 1024 to 64 steps, 0.18-0.22 us a step more than the
 # bytes; the same steps under compute cost nothing more than their bundles). Other generations assume it.
 STEP_OVERHEAD_S = 0.2e-6
+# A grid step that moves nothing (its blocks stay, it starts no copy) waits on no DMA: it costs the grid loop's own
+# code, 0.021 us on a v5e (benchmarks/grid_steps.py: one block kept over 64, 1,024 and 8,192 steps that skip their
+# work, 14.5, 34.3 and 182.5 us; 0.2 us a step would make the last 1,650). Other generations assume it.
+IDLE_STEP_S = 0.021e-6
 # The calibration tile: one grid step of a (T, T) x (T, T) bf16 matmul with a float32 result.
 CALIBRATION_TILE = 1024
 
@@ -118,7 +123,7 @@ class KernelCost:
     compute_s: float
     memory_s: float
     overhead_s: float
-    exposed_s: float = 0.0  # the part of min(compute, memory) the pipeline does not hide
+    exposed_s: float = 0.0  # the part of min(compute, memory) the pipeline does not hide (step_mix included)
 
     @property
     def estimate_s(self) -> float:
@@ -281,6 +286,8 @@ def pipelined_cost(
     pipeline_stages: float | None = None,
     cores: float = 1.0,
     mxu_pushes: float = 0.0,
+    step_mix: Sequence[tuple[float, float, float]] = (),
+    moving_steps: int | None = None,
 ) -> KernelCost:
     """Seconds from executed bundles and moved bytes (chip facts are per TensorCore). The bundles issue at the
     calibrated rate; the matmuls take at least their time at the share of the MXUs' peak kernels reach, which no
@@ -288,8 +295,12 @@ def pipelined_cost(
     matmuls; and the rate per bundle is taken from a matmul whose bundles wait on the MXUs, so code that does not
     wait issues faster). A
     pipeline of n stages hides all but about 1/n of the smaller of compute and memory (the first fetch, the last
-    write-back); the calibration may say it hides less. `cores`: the cores' worth of speed the work gets (a
-    megacore device's parallel grid, a TensorCore mesh; parallel_split)."""
+    write-back); the calibration may say it hides less. Where the steps differ in their mix of work and bytes
+    (`step_mix`: per group of steps, its shares of both and of the moving steps), each group overlaps its own: the
+    steps that only move bytes wait on them whatever the others compute. A step's fixed cost is its DMAs' wait for
+    the `moving_steps` that move bytes (None: every step), the grid loop's own code (IDLE_STEP_S) for the rest.
+    `cores`: the cores' worth of speed the work gets (a megacore device's parallel grid, a TensorCore mesh;
+    parallel_split)."""
     chip = targets.chip_facts(generation)
     compute = (
         max(
@@ -305,9 +316,14 @@ def pipelined_cost(
     # its own (on a v5e, benchmarks/hbm_mix.py: streams writing 0.5 MiB a step take as long in 128 steps as in 8,
     # while 128 KiB ones still show the steps, as do reads; grid_steps.py: 0.02 us a step is left at 256 KiB).
     writing = memory_seconds(written_bytes, written_bytes, generation, calibration, cores)
-    fixed = steps * calibration.step_overhead_s / cores
+    moving = steps if moving_steps is None else moving_steps
+    fixed = moving * calibration.step_overhead_s / cores
     overhead = max(0.0, fixed - max(0.0, writing - fixed))
-    return KernelCost(compute_s=compute, memory_s=memory, overhead_s=overhead, exposed_s=exposed)
+    if step_mix:
+        grouped = sum(max(compute * w, memory * b + overhead * s) for w, b, s in step_mix)
+        exposed += max(0.0, grouped - max(compute, memory + overhead))
+    idle = (steps - moving) * IDLE_STEP_S / cores
+    return KernelCost(compute_s=compute, memory_s=memory, overhead_s=overhead + idle, exposed_s=exposed)
 
 
 # Every TPU TensorCore so far has 4 MXUs: its clock follows from the MXU peak (v5e: 4 x 128 x 128 MACs x 2 x 1.5 GHz =

@@ -509,7 +509,18 @@ def kernel_estimate(
         cores = 1.0 / flow.core_share
     else:
         cores = cost_model.parallel_split(flow.parallel_steps, generation)
-    priced = (flow.hbm_bytes, flow.hbm_written_bytes, generation, spb, calibration, stages, cores, flow.mxu_pushes)
+    priced = (
+        flow.hbm_bytes,
+        flow.hbm_written_bytes,
+        generation,
+        spb,
+        calibration,
+        stages,
+        cores,
+        flow.mxu_pushes,
+        flow.step_mix,
+        flow.moving_steps,
+    )
     cost = cost_model.pipelined_cost(executed, flow.steps, *priced)
     unwaited = cost_model.pipelined_cost(executed - waited, flow.steps, *priced)
     not_copying = cost_model.pipelined_cost(executed - copying, flow.steps, *priced)

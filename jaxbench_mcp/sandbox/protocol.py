@@ -348,6 +348,10 @@ class KernelTraffic(_Strict):
     floor_bytes: int = 0
     floor_written_bytes: int = 0
     floor_flops: float = 0.0
+    # Grid steps grouped by their ratio of work to HBM bytes: (share of the work, of the bytes, of the moving steps)
+    # per group (kernel_analysis.step_mix); empty when the steps are alike.
+    step_mix: Annotated[list[tuple[float, float, float]], Field(max_length=400)] = Field(default_factory=list)
+    moving_steps: int | None = None  # grid steps that move HBM bytes (None: all of them)
 
 
 class Schedule(_Strict):
