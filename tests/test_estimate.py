@@ -382,6 +382,16 @@ def test_a_step_that_moves_nothing_costs_the_grid_loop_not_a_dma_wait():
     assert 0.9 < cost.estimate_s / 182.5e-6 < 1.1
     every_step = cost_model.pipelined_cost(0, 8192, flow["hbm_bytes"], flow["hbm_written_bytes"], "v5e", 1e-9)
     assert every_step.estimate_s > 5 * cost.estimate_s
+    # The worker's report is data: shares and counts below zero are refused, not priced.
+    from pydantic import ValidationError
+
+    from jaxbench_mcp.sandbox import protocol
+
+    fields = {k: v for k, v in flow.items() if k in protocol.KernelTraffic.model_fields}
+    assert protocol.KernelTraffic(**fields).moving_steps == 1
+    for bad in ({"moving_steps": -1}, {"step_mix": [(1.0, -0.5, 1.0)]}):
+        with pytest.raises(ValidationError):
+            protocol.KernelTraffic(**{**fields, **bad})
 
 
 @pytest.mark.parametrize("twice", [False, True])

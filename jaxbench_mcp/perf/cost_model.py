@@ -316,7 +316,7 @@ def pipelined_cost(
     # its own (on a v5e, benchmarks/hbm_mix.py: streams writing 0.5 MiB a step take as long in 128 steps as in 8,
     # while 128 KiB ones still show the steps, as do reads; grid_steps.py: 0.02 us a step is left at 256 KiB).
     writing = memory_seconds(written_bytes, written_bytes, generation, calibration, cores)
-    moving = steps if moving_steps is None else moving_steps
+    moving = steps if moving_steps is None else min(steps, moving_steps)
     fixed = moving * calibration.step_overhead_s / cores
     overhead = max(0.0, fixed - max(0.0, writing - fixed))
     if step_mix:

@@ -314,6 +314,9 @@ class Compiled(_Strict):
     )
 
 
+_Share = Annotated[float, Field(ge=0)]  # a share of a kernel's total (rounding may pass 1)
+
+
 class KernelTraffic(_Strict):
     steps: int
     steps_exact: bool
@@ -350,8 +353,8 @@ class KernelTraffic(_Strict):
     floor_flops: float = 0.0
     # Grid steps grouped by their ratio of work to HBM bytes: (share of the work, of the bytes, of the moving steps)
     # per group (kernel_analysis.step_mix); empty when the steps are alike.
-    step_mix: Annotated[list[tuple[float, float, float]], Field(max_length=400)] = Field(default_factory=list)
-    moving_steps: int | None = None  # grid steps that move HBM bytes (None: all of them)
+    step_mix: Annotated[list[tuple[_Share, _Share, _Share]], Field(max_length=400)] = Field(default_factory=list)
+    moving_steps: Annotated[int, Field(ge=0)] | None = None  # grid steps that move HBM bytes (None: all of them)
 
 
 class Schedule(_Strict):
