@@ -2,8 +2,10 @@
 
 Three kernels over an (8192, 1024) array in row blocks of 8 to 1024 rows: x * 2 in f32 (memory-bound), a bf16
 matmul of each block by a resident (1024, 1024) weight (MXU work per step) and 48 rounds of f32 multiply-adds per
-element (vector-bound); and steps that move and compute nothing: one (1024, 1024) f32 block kept over 64 to 8192
-steps, doubled at the first step only (what skipped steps of paged and ragged attention cost). On an attached
+element (vector-bound); steps that move and compute nothing: one (1024, 1024) f32 block kept over 64 to 8192
+steps, doubled at the first step only (what skipped steps of paged and ragged attention cost); and 16 rounds of f32
+multiply-adds on 256-row blocks, one block a step or each block held for two steps and worked on at its first or
+its second (where a step's copies run decides what they overlap). On an attached
 TPU (--measure, which writes a JSON record such as benchmarks/data/grid_steps_v5e.json) each is timed by
 perf/measuring (device time from a profiler trace); on a CPU host with libtpu each is estimated for the record's
 generation and printed beside its measurement, with the model as it stands and "unsplit"
@@ -20,9 +22,15 @@ longer than that cost twice over (cost_model.pipelined_cost). Estimate / measure
 steps 0.83-0.92), 0.84-1.83 with a quoted 0.35 us added to every step before STEP_OVERHEAD_S (1.54 and 1.83 for the
 1024-step matmul and multiply-adds). The steps that move nothing: 14.5, 34.3 and 182.5 us in 64, 1,024 and 8,192
 steps, 0.021 us a step (cost_model.IDLE_STEP_S); estimated 0.97-1.01 since only steps that move bytes pay a DMA
-wait, 1.76, 6.35 and 9.05 while every step paid 0.2 us. A second run of the other 24 cases agreed within 0.8%; on
-it they are 0.91-1.18, the matmuls 1-3% up (0.88 -> 0.91 at 128 rows) since the first step, which alone fetches
-the weight, has a mix of work and bytes of its own (kernel_analysis.step_mix).
+wait, 1.76, 6.35 and 9.05 while every step paid 0.2 us. Held two steps, the same work and bytes take 166 us when
+the work is on a block's second step (the next block's fetch runs under it; the write-back after it does not) and
+230 us on its first (the fetch starts in the idle step before the work and shares the bandwidth with the write-back
+issued right after): estimated 175 both (1.05, 0.76), since each step's copies are priced where they run
+(kernel_analysis.copies_in_flight: a fetch in the step before its block's first, a write-back in the step after its
+last); 226 and 124 (1.36, 0.54: the wrong order) while the copies counted at their block's first step, 124 both
+when max(compute, memory) over the grid was all. Three runs of the other 24 cases agree within 1.6%; they are
+0.91-1.18, the matmuls 1-3% up on the first record (0.88 -> 0.91 at 128 rows): the weight's fetch, before the first
+step, has a mix of work and bytes of its own (kernel_analysis.step_mix).
 
 Usage: python benchmarks/grid_steps.py --measure [--out FILE]   (TPU host)
        python benchmarks/grid_steps.py [--record FILE]          (CPU host with libtpu)
@@ -42,6 +50,7 @@ ROWS, COLS = 8192, 1024
 BLOCK_ROWS = (8, 16, 32, 64, 128, 256, 512, 1024)
 MULTIPLY_ADDS = 48
 SKIPPED_STEPS = (64, 1024, 8192)  # grids whose steps after the first move nothing and compute nothing
+PAIRED_ROUNDS = 16  # multiply-adds per element where each block is held for two steps: compute about its bytes' time
 
 
 def _cases():
@@ -88,6 +97,31 @@ def _cases():
 
         return call
 
+    def paired_rounds(x_ref, o_ref):
+        x = x_ref[...]
+        y = x
+        for _ in range(PAIRED_ROUNDS):
+            y = y * 1.0001 + x * 0.5 - y * y * 0.001
+        o_ref[...] = y
+
+    def paired(computing_step):
+        """256-row f32 blocks, each held for two grid steps (index i // 2); the work runs on the first or the second
+        of the two. On the second, the next block's fetch (issued as that step starts) overlaps it; on the first,
+        the fetch starts in the idle step after it and nothing hides it."""
+
+        def body(x_ref, o_ref):
+            @pl.when(pl.program_id(0) % 2 == computing_step)
+            def _rounds():
+                paired_rounds(x_ref, o_ref)
+
+        rows = pl.BlockSpec((256, COLS), lambda i: (i // 2, 0))
+
+        def call(x):
+            out = jax.ShapeDtypeStruct((ROWS, COLS), x.dtype)
+            return pl.pallas_call(body, grid=(2 * ROWS // 256,), in_specs=[rows], out_specs=rows, out_shape=out)(x)
+
+        return call
+
     block = jax.ShapeDtypeStruct((ROWS, COLS), jnp.float32)
     bf16 = jax.ShapeDtypeStruct((ROWS, COLS), jnp.bfloat16)
     weight = jax.ShapeDtypeStruct((COLS, COLS), jnp.bfloat16)
@@ -97,6 +131,9 @@ def _cases():
         yield f"multiply-adds, bf16 / {bm} rows", gridded(multiply_adds, bm, False), [bf16]
     for steps in SKIPPED_STEPS:
         yield f"skipped steps / {steps}", skipping(steps), [jax.ShapeDtypeStruct((COLS, COLS), jnp.float32)]
+    yield f"{PAIRED_ROUNDS} rounds, f32 / 256 rows", gridded(paired_rounds, 256, False), [block]
+    yield f"{PAIRED_ROUNDS} rounds on a block's 2nd step", paired(1), [block]
+    yield f"{PAIRED_ROUNDS} rounds on a block's 1st step", paired(0), [block]
 
 
 def estimate(record_path: Path) -> None:

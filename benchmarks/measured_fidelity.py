@@ -14,7 +14,7 @@ of the MXUs' peak in the XLA baseline estimate (cost_model.XLA_MXU_EFFICIENCY), 
 half the workloads; benchmarks/xla_baseline_calibration.py part 3 scores the other half on its own.
 
 Measured (v5e record, jax 0.12.0.1 and libtpu 0.0.50.1 here): candidate 100% within 1.5x (median 1.01x, Spearman 0.99;
-roofline 66%, 0.64; mean |log(estimate / measured)| 0.054, 0.057 before grid steps were grouped by their mix of work and
+roofline 66%, 0.64; mean |log(estimate / measured)| 0.055, 0.057 before grid steps were grouped by their mix of work and
 bytes and a step that moves nothing stopped paying a DMA wait, 0.074 with every HBM byte priced alike at the peak and
 every grid step's fixed cost added, Spearman 0.98: since writes and as many reads stream at v5e's measured 0.8 of the
 peak (benchmarks/hbm_mix.py), the kernels that write as much as they read went 12p 0.83 -> 1.00, 26k 0.84 -> 1.01, 28k
@@ -26,13 +26,14 @@ transpose results (benchmarks/loop_matmuls.py), when 16p's loop of 4,096 small c
 while every grid step added a quoted 0.35 us after max(compute, memory), 94% and 0.97 before XLA's work around the
 kernels was priced at the bytes of its HBM tiles: 28k 0.60x -> 0.88x, 33k 0.60x -> 0.84x); XLA baseline 91.7% of 48
 (1.03x, 0.93; roofline 54%, 0.66; 87.5% and 0.86 before convolutions were priced at the MXU's width); expert 8 of 8
-(1.03x, 1.00, mean |log| 0.039; roofline 62.5%, 0.90; 7 of 8 and 0.077 until regions that only issue copies were charged
-as often as their copies start; 1.05x with the quoted step cost); faster or slower than XLA said right for 23 of 24
-workloads. The misses: XLA's baselines of 25k (2.40x), 46k (1.67x), 28k (0.62x) and 11p (0.64x). The lowest candidates
-are 22k and 29k (0.81x), 18k and 25k (0.82x). 7p's expert is 1.04x (its v6e compile, ~55 s here, ran on the trace
-stage's 60 s budget until the worker announced each compile before it began); 6p's is 1.08x, 1.53x while its kernel's
-two predicated regions that only issue page copies (4,552 and 2,578 of its loop body's 7,557 bundles, the first run
-once) counted on every trip (benchmarks/paged_expert_parts.py times it in parts).
+(1.05x, 1.00, mean |log| 0.050, 0.039 before each BlockSpec copy was counted in the step it runs beside: jax's flash
+attention in 1p, 2p and 4p 0.99-1.05 -> 1.01-1.10; roofline 62.5%, 0.90; 7 of 8 and 0.077 until regions that only issue
+copies were charged as often as their copies start; 1.05x with the quoted step cost); faster or slower than XLA said
+right for 23 of 24 workloads. The misses: XLA's baselines of 25k (2.40x), 46k (1.67x), 28k (0.62x) and 11p (0.64x). The
+lowest candidates are 22k and 29k (0.81x), 18k and 25k (0.82x). 7p's expert is 1.04x (its v6e compile, ~55 s here, ran
+on the trace stage's 60 s budget until the worker announced each compile before it began); 6p's is 1.08x, 1.53x while
+its kernel's two predicated regions that only issue page copies (4,552 and 2,578 of its loop body's 7,557 bundles, the
+first run once) counted on every trip (benchmarks/paged_expert_parts.py times it in parts).
 
 Usage: python benchmarks/measured_fidelity.py [--record FILE] [--only SUBSTRINGS] [--budget SECONDS]
 """

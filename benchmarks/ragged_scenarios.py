@@ -10,8 +10,9 @@ turned off). The lengths are concrete in the estimate, as in a profile: the kern
 
 Measured (benchmarks/data/ragged_scenarios_v5e.json: one v5e, jax 0.10.2; estimates with jax 0.12.0.1 and
 libtpu 0.0.50.1), over the eleven scenarios: the expert's estimate / measured is 1.01-1.04 (0.38-8.23 with every
-grid step replayed at once), our solution's 0.84-1.13, and in every scenario but one the estimate orders the two
-kernels as the chip does (32 short sequences: the solution measured 15% slower, estimated 0.4% faster).
+grid step replayed at once), our solution's 0.88-1.13, and in every scenario the estimate orders the two kernels as
+the chip does (32 short sequences, measured 15% apart, were the wrong way round until a BlockSpec's copies were
+counted in the steps they run beside: kernel_analysis.copies_in_flight).
 The decodes tell the costs apart: the expert takes about 211 us whatever the batch (8 to 64 sequences of 257-341 to
 4096 keys) plus 15 us per sequence and 1,024 keys; the 211 us are its 63 grid steps that only read query blocks and
 write output blocks (128 MiB), while all the sequences sit in the first query block's step. Priced as max(compute,
@@ -19,7 +20,7 @@ memory) over the whole grid, that step's compute hid them: 0.64-1.04 (0.75 on 8 
 steps were grouped by their mix of work and bytes (kernel_analysis.step_mix). Our solution's grid of 1,544 steps
 mostly skips (blocks past a sequence's end, items of inactive rows): 0.73-1.28 while every step paid a DMA wait
 (1.28 and 1.43 on 8 short sequences, before and with the grouping), 0.84-1.13 since a step that moves nothing costs
-the grid loop alone (cost_model.IDLE_STEP_S).
+the grid loop alone (cost_model.IDLE_STEP_S), 0.88-1.13 with each copy in the step it runs beside.
 
 Usage: python benchmarks/ragged_scenarios.py --measure [--iterations 10] [--out FILE]   (TPU host)
        python benchmarks/ragged_scenarios.py [--record FILE]                            (CPU host with libtpu)

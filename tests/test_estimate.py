@@ -351,6 +351,20 @@ def test_steps_that_only_move_bytes_wait_on_them_whatever_the_others_compute():
     assert mixed.estimate_s > alike.estimate_s
 
 
+def test_a_blocks_copies_are_counted_in_the_steps_they_run_beside():
+    # Blocks held for two steps (index i // 2): each is fetched during the step before its first and written back
+    # during the step after its last; the first fetch and the last write-back fall outside the grid (counted at its
+    # first and last steps).
+    fetches = kernel_analysis.block_fetches(np.arange(6) // 2)
+    assert fetches.tolist() == [True, False, True, False, True, False]
+    assert kernel_analysis.copies_in_flight(fetches, written=False).tolist() == [1, 1, 0, 1, 0, 0]
+    assert kernel_analysis.copies_in_flight(fetches, written=True).tolist() == [0, 0, 1, 0, 1, 1]
+    # A block fetched once and kept: one copy each way, at the grid's ends.
+    kept = kernel_analysis.block_fetches(np.zeros(4, int))
+    assert kernel_analysis.copies_in_flight(kept, written=False).tolist() == [1, 0, 0, 0]
+    assert kernel_analysis.copies_in_flight(kept, written=True).tolist() == [0, 0, 0, 1]
+
+
 def test_a_step_that_moves_nothing_costs_the_grid_loop_not_a_dma_wait():
     # benchmarks/grid_steps.py (v5e): one block kept over 8,192 steps that skip their work took 182.5 us, 0.021 us a
     # step beyond the block's own bytes; every step priced at a DMA wait said 1,651 us.
@@ -374,11 +388,11 @@ def test_a_step_that_moves_nothing_costs_the_grid_loop_not_a_dma_wait():
         )(x)
 
     flow = _traffic(call, jax.ShapeDtypeStruct((1024, 1024), jnp.float32))
-    assert flow["steps"] == 8192 and flow["moving_steps"] == 1
+    assert flow["steps"] == 8192 and flow["moving_steps"] == 2  # the fetch before the grid, the write-back after
     assert flow["hbm_bytes"] == 2 * 4 * 2**20
     cost = cost_model.pipelined_cost(0, 8192, flow["hbm_bytes"], flow["hbm_written_bytes"], "v5e", 1e-9,
                                      step_mix=flow["step_mix"], moving_steps=flow["moving_steps"])  # fmt: skip
-    assert cost.overhead_s >= 8191 * cost_model.IDLE_STEP_S
+    assert cost.overhead_s >= 8190 * cost_model.IDLE_STEP_S
     assert 0.9 < cost.estimate_s / 182.5e-6 < 1.1
     every_step = cost_model.pipelined_cost(0, 8192, flow["hbm_bytes"], flow["hbm_written_bytes"], "v5e", 1e-9)
     assert every_step.estimate_s > 5 * cost.estimate_s
@@ -388,7 +402,7 @@ def test_a_step_that_moves_nothing_costs_the_grid_loop_not_a_dma_wait():
     from jaxbench_mcp.sandbox import protocol
 
     fields = {k: v for k, v in flow.items() if k in protocol.KernelTraffic.model_fields}
-    assert protocol.KernelTraffic(**fields).moving_steps == 1
+    assert protocol.KernelTraffic(**fields).moving_steps == 2
     for bad in ({"moving_steps": -1}, {"step_mix": [(1.0, -0.5, 1.0)]}):
         with pytest.raises(ValidationError):
             protocol.KernelTraffic(**{**fields, **bad})
