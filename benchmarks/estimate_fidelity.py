@@ -34,12 +34,15 @@ Runtime: a cold compile takes 10-30 s on 2 cores shared with other work, so comp
 seconds (default 840, --quick 170) and the run says how many configs it used; with the cache warm a run takes
 about a minute (120 configs: ~60 s of trace analysis).
 
-Where the plain roofline ranks better: cross_entropy on 7x. With --ops cross_entropy --per-op 36, ours puts 36 of 36
-configs within 1.5x and ranks 0.989 (pairs 6/6); the roofline puts 39% within 1.5x and ranks 0.997 (pairs 3/6). Its
-kernels run at a nearly fixed 0.64-0.69 of the roofline, which ties every config of one shape: ours tells them
-apart and gets two of them wrong by under 2% (a 2048 x 512 block measured 1.7% slower than 1024 x 1024 of the same
-shapes, and estimated 0.4% faster), and one pair of two shapes measured 12% apart (20.2 and 22.8 ms) the wrong
-way round, estimated 2% apart. On v5p, ours ranks 0.99 against the roofline's 0.98.
+Where the plain roofline ranks better: cross_entropy on 7x. Its kernels run at a nearly fixed 0.64-0.69 of the
+roofline, which ties every config of one shape. With --ops cross_entropy --per-op 36 (36 of 36 within 1.5x), ours
+ranks 0.996 against the roofline's 0.997; it ranked 0.989 until each predicated region of a kernel ran as often as
+its own branch (cost_model.executed_bundles): tokamax's loop trip runs one of two matmul branches (init or
+accumulate) and a loss epilogue on the last of its hidden blocks, and was priced at the matmul work's rate, half a
+trip, so a pair of two shapes measured 12% apart (20.2 and 22.8 ms) came out the wrong way round (the 20.2 ms one,
+seven hidden blocks a row, was 1.08x; the 2-block 3.2 ms one 0.83x, now 0.94x and 0.87x). What is left: a 2048 x 512
+block measured 1.7% slower than 1024 x 1024 of the same shapes is estimated 0.4% faster; with --per-op 12 the three
+runs of each config make that near-tie count, 0.93 against 0.97. On v5p, ours ranks 0.99 against the roofline's 0.99.
 """
 
 from __future__ import annotations

@@ -765,8 +765,8 @@ def test_the_final_schedule_is_read_into_loop_bodies_with_their_result_traffic(t
     ]
     path = tmp_path / "1-kernel-02-final_bundles.txt"
     path.write_text("\n".join(["// kernel: kernel", *lines, "iteration_bounds: (4)"]) + "\n")
-    depth_bundles, bodies, copy_bundles = libtpu.read_bundles(path)
-    assert depth_bundles == (2, 3, 6) and copy_bundles == (0, 0, 0)
+    depth_bundles, bodies, branch_bundles = libtpu.read_bundles(path)
+    assert depth_bundles == (2, 3, 6) and branch_bundles == {}
     whole, grid_body, inner = bodies
     assert (whole.depth, whole.bundles, grid_body.depth, grid_body.bundles, inner.depth, inner.bundles) == (
         0,
@@ -806,10 +806,11 @@ def test_the_final_schedule_is_read_into_loop_bodies_with_their_result_traffic(t
     assert estimator._straight_waits(bodies)[:2] == [0, cost_model.STRAIGHT_LATENCY_BUNDLES["mxu"] - 3]
 
 
-def test_regions_that_only_issue_copies_are_read_from_the_final_schedule(tmp_path):
+def test_predicated_regions_are_read_from_the_final_schedule_by_kind(tmp_path):
     """A predicated region runs from a conditional branch over it to the PF-marked bundle whose comment names it
     (libtpu's format; the branch's delay slots are printed at no depth). One that issues DMAs and no vector work is a
-    copy branch; one with vector work is not, nor is one that spans a loop; a copy region inside another counts once."""
+    copy branch; one with matmuls a matmul branch; one with other vector work a vector branch. One that spans a loop
+    is none of them, and a region inside another counts as part of it."""
     from jaxbench_mcp.internals import libtpu
 
     lines = [
@@ -827,13 +828,18 @@ def test_regions_that_only_issue_copies_are_read_from_the_final_schedule(tmp_pat
         "  0xb   : > { %13 = sbr.rel (%p4) target = $region10 }",
         "  0xc LB: >> { %14 = dma.hbm_to_vmem [thread:$0]  %s6, 64, %s1, [#allocation3] }",
         "  0xd PF: > { %s15 = smov 3 } /* Start/End empty region 10 */",
-        "  0xe   : > { %16 = sbr.rel (!%p5) target = $region3 }",
+        "  0xe   : > { %16 = sbr.rel (%p6) target = $region11 }",
+        "  0xf   : > { %v17 = vld [vmem:[%s1]] }",
+        "  0x10  : > { %18 = vmatmul.msk.bf16.gmr.mxu0 %v17 }",
+        "  0x11 PF: > { %s19 = smov 4 } /* Start/End empty region 11 */",
+        "  0x12  : > { %20 = sbr.rel (!%p5) target = $region3 }",
     ]
     path = tmp_path / "1-kernel-02-final_bundles.txt"
     path.write_text("\n".join(["// kernel: kernel", *lines]) + "\n")
     with changed("the predicated regions of a final_bundles file", "libtpu.read_bundles"):
-        _, _, copy_bundles = libtpu.read_bundles(path)
-        assert copy_bundles == (0, 5, 0)  # region 7: bundles 0x2-0x6 (region 8 inside it); 9 loads, 10 loops
+        _, _, branch_bundles = libtpu.read_bundles(path)
+        # Region 7: bundles 0x2-0x6 (region 8 inside it); 9 loads; 10 loops; 11 multiplies.
+        assert branch_bundles == {"copy": (0, 5, 0), "matmul": (0, 2, 0), "vector": (0, 1, 0)}
 
 
 def test_copy_branches_run_as_often_as_the_copies_they_start():
@@ -845,17 +851,89 @@ def test_copy_branches_run_as_often_as_the_copies_they_start():
     plain = cost_model.executed_bundles([10, 50, 1000], 1060, 8, True, **counts)
     assert plain == 10 + 8 * (50 + 1000 * 2)
     # The copies start 1.25 times a step (once every trip, and one step in four once more).
-    copies = {"copy_branch_bundles": [0, 0, 900], "copy_branch_ratios": (None, 1.25)}
+    copies = {"branch_bundles": {"copy": [0, 0, 900]}, "branch_ratios": {"copy": (None, 1.25)}}
     assert cost_model.executed_bundles([10, 50, 1000], 1060, 8, True, **counts, **copies) == 10 + 8 * (
         50 + 100 * 2 + 900 * 1.25
     )
     # Where the trace found no copy branch the regions count as the code around them.
-    unknown = {"copy_branch_bundles": [0, 0, 900], "copy_branch_ratios": (None, None)}
+    unknown = {"branch_bundles": {"copy": [0, 0, 900]}, "branch_ratios": {"copy": (None, None)}}
     assert cost_model.executed_bundles([10, 50, 1000], 1060, 8, True, **counts, **unknown) == plain
     # A grid step's copy branch outside loops, run on one step in 8 (a first-step prefetch).
     flat = {"body_ratio": 1.0, "loop_ratio": 1.0, "flat_ratio": 1.0, "in_kernel_loops": 0}
-    first = {"copy_branch_bundles": [0, 400], "copy_branch_ratios": (1 / 8, None)}
+    first = {"branch_bundles": {"copy": [0, 400]}, "branch_ratios": {"copy": (1 / 8, None)}}
     assert cost_model.executed_bundles([10, 500], 510, 8, True, **flat, **first) == 10 + 8 * (100 + 400 / 8)
+
+
+def test_matmul_and_vector_branches_run_as_often_as_their_work_and_the_code_around_them_every_trip():
+    """tokamax's cross entropy on 7x: a loop trip of 18,576 bundles runs one of two matmul branches (init or
+    accumulate, 13,691 bundles together), a loss epilogue of 3,102 on the last of its hidden blocks, and 1,783
+    around them on every trip. Priced at the matmul work's rate, the trip was 18,576 x 0.5 bundles: the code around
+    the branches half of the time (measured 3,240 us, estimated 2,687 with h = 2 blocks; with h = 7, 1.08x over)."""
+    counts = {"body_ratio": 1.0, "loop_ratio": 252.0, "flat_ratio": 1.0, "in_kernel_loops": 1}
+    plain = cost_model.executed_bundles([74, 18576], 18650, 1, False, **counts)
+    assert plain == 74 + 18576 * 252
+    kinds = {
+        "branch_bundles": {"matmul": [0, 13691], "vector": [0, 3102]},
+        "branch_ratios": {"matmul": (None, 252.0), "vector": (None, 252.0), "copy": (None, 201.6)},
+        "unbranched_ratios": (None, 504.0),
+    }
+    priced = cost_model.executed_bundles([74, 18576], 18650, 1, False, **counts, **kinds)
+    assert priced == 74 + 13691 * 252 + 3102 * 252 + (18576 - 13691 - 3102) * 504  # no copy regions: none apart
+    # A branch the trace has but the schedule shows no region of (compiled inline) leaves the code around the
+    # branches at the rate of all the work, as before; the regions found still run at their own rate.
+    inline = {**kinds, "branch_bundles": {"vector": [0, 3102]}}
+    assert cost_model.executed_bundles([74, 18576], 18650, 1, False, **counts, **inline) == plain
+    # A grid step's epilogue on the last of 8 steps, around a matmul every step.
+    flat = {"body_ratio": 1.0, "loop_ratio": 1.0, "flat_ratio": 1.0, "in_kernel_loops": 0}
+    epilogue = {
+        "branch_bundles": {"vector": [0, 300]},
+        "branch_ratios": {"vector": (1 / 8, None)},
+        "unbranched_ratios": (1.0, None),
+    }
+    assert cost_model.executed_bundles([10, 1000], 1010, 8, True, **flat, **epilogue) == 10 + 8 * (700 + 300 / 8)
+
+
+def test_the_replay_tells_matmul_branches_vector_branches_and_the_code_around_them_apart():
+    """A K-split product over 4 steps: the first step stores its product, the others add theirs (two matmul branches,
+    one of them runs), the last applies an epilogue (a vector branch, 1 step in 4); the scaling before the branches
+    runs every step."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(x_ref, w_ref, o_ref, acc_ref):
+        k = pl.program_id(0)
+        x = x_ref[...] * 2
+
+        @pl.when(k == 0)
+        def _init():
+            acc_ref[...] = jnp.dot(x, w_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(k != 0)
+        def _accumulate():
+            acc_ref[...] += jnp.dot(x, w_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(k == pl.num_programs(0) - 1)
+        def _epilogue():
+            o_ref[...] = jnp.tanh(acc_ref[...]) * 3
+
+    def call(x, w):
+        return pl.pallas_call(
+            kernel,
+            grid=(4,),
+            in_specs=[pl.BlockSpec((128, 128), lambda k: (0, k)), pl.BlockSpec((128, 128), lambda k: (k, 0))],
+            out_specs=pl.BlockSpec((128, 128), lambda k: (0, 0)),
+            out_shape=jax.ShapeDtypeStruct((128, 128), jnp.float32),
+            scratch_shapes=[pltpu.VMEM((128, 128), jnp.float32)],
+        )(x, w)
+
+    flow = _traffic(call, jnp.zeros((128, 512), jnp.float32), jnp.zeros((512, 128), jnp.float32))
+    assert flow["branch_ratios"]["matmul"] == [0.5, None]  # one of two equal products a step
+    assert flow["branch_ratios"]["vector"] == [0.25, None]
+    assert flow["branch_ratios"]["copy"] == [None, None]
+    assert flow["unbranched_ratios"] == [1.0, None]
+    assert flow["body_ratio"] == 0.5  # all of the step's work, weighed in MXU pushes, as before
 
 
 def test_the_replay_counts_copies_started_in_copy_branches_against_the_schedule():
@@ -896,8 +974,8 @@ def test_the_replay_counts_copies_started_in_copy_branches_against_the_schedule(
         return pl.pallas_call(kernel, grid_spec=spec, out_shape=jax.ShapeDtypeStruct((512, 128), jnp.float32))(n, x)
 
     kernel_flow = _traffic(call, np.array([2], np.int32), jnp.zeros((512, 128), jnp.float32))
-    assert kernel_flow["copy_branch_body_ratio"] == 1 / 4
-    assert kernel_flow["copy_branch_loop_ratio"] == 1.0  # 1 of 2 trips start the next block's copy
+    # 1 of 2 trips start the next block's copy.
+    assert kernel_flow["branch_ratios"]["copy"] == [1 / 4, 1.0]
     assert kernel_flow["loop_ratio"] == 2.0 and kernel_flow["run_ratio_exact"]
 
 
@@ -982,6 +1060,45 @@ def test_a_rolled_loop_of_small_matmuls_is_estimated_slower_than_its_unrolled_tw
 
 
 @pytest.mark.slow
+def test_an_epilogue_on_the_last_step_costs_its_share_of_one_on_every_step():
+    """A real compile's final schedule: a K-split product whose vector epilogue (a pl.when) runs on the last of 8
+    steps, on every step or on none (a scalar-prefetch flag, concrete, says which: one program, three estimates).
+    The epilogue's region is charged on the steps that run it, not at the rate of the matmul beside it, which runs on
+    every step: the last-step epilogue adds an eighth of what the every-step one adds."""
+    code = (
+        "import jax, jax.numpy as jnp, numpy as np, jaxbench_mcp\n"
+        "from jax.experimental import pallas as pl\n"
+        "from jax.experimental.pallas import tpu as pltpu\n"
+        "def body(flag_ref, x_ref, w_ref, o_ref, acc_ref):\n"
+        "    k = pl.program_id(0)\n"
+        "    acc_ref[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)\n"
+        "    last = jnp.logical_and(k == pl.num_programs(0) - 1, flag_ref[0] == 0)\n"
+        "    @pl.when(jnp.logical_or(last, flag_ref[0] == 1))\n"
+        "    def _epilogue():\n"
+        "        a = acc_ref[...]\n"
+        "        for _ in range(4):\n"
+        "            a = jnp.tanh(a) * 1.5 + jnp.exp(-a)\n"
+        "        o_ref[...] = a\n"
+        "spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, grid=(8,),\n"
+        "    in_specs=[pl.BlockSpec((512, 256), lambda k, f: (0, k)), pl.BlockSpec((256, 512), lambda k, f: (k, 0))],\n"
+        "    out_specs=pl.BlockSpec((512, 512), lambda k, f: (0, 0)),\n"
+        "    scratch_shapes=[pltpu.VMEM((512, 512), jnp.float32)])\n"
+        "call = pl.pallas_call(body, grid_spec=spec, out_shape=jax.ShapeDtypeStruct((512, 512), jnp.float32))\n"
+        "x, w = jax.ShapeDtypeStruct((512, 2048), jnp.bfloat16), jax.ShapeDtypeStruct((2048, 512), jnp.bfloat16)\n"
+        "found = [jaxbench_mcp.estimate(call, np.array([f], np.int32), x, w, target='v5e') for f in (0, 1, 2)]\n"
+        "from jaxbench_mcp.internals import libtpu\n"
+        "from jaxbench_mcp.perf import estimator\n"
+        "dumped = libtpu.parse_dump(estimator._process_dump_root() / 'target-v5e')\n"
+        "print('RESULT', [[e.kernels[0].compute_us for e in found], dumped[0].branch_bundles])\n"
+    )
+    (last_us, every_us, never_us), branch_bundles = _result_in_fresh_process(code)
+    with changed("the predicated regions of a final_bundles file", "libtpu.read_bundles"):
+        assert sum(branch_bundles["vector"]) > 0
+    assert every_us > 1.3 * never_us  # a heavy epilogue: it shows
+    assert last_us - never_us == pytest.approx((every_us - never_us) / 8, rel=0.02)
+
+
+@pytest.mark.slow
 def test_a_prefetch_on_the_first_step_alone_costs_less_than_one_on_every_step():
     """A canary as well: a real compile's final schedule gives a pl.when that only starts copies a region of its own
     (libtpu.read_bundles finds it at the grid body's depth), which the estimate charges on the steps that start them:
@@ -1009,7 +1126,7 @@ def test_a_prefetch_on_the_first_step_alone_costs_less_than_one_on_every_step():
         "from jaxbench_mcp.perf import estimator\n"
         "dumped = libtpu.parse_dump(estimator._process_dump_root() / 'target-v5e')\n"
         "found = [e.kernels[0].compute_us for e in (once, every)] + [every.bottleneck, every.advice]\n"
-        "print('RESULT', [*found, dumped[0].copy_branch_bundles])\n"
+        "print('RESULT', [*found, list(dumped[0].branch_bundles.get('copy', ()))])\n"
     )
     once_us, every_us, bottleneck, advice, copy_bundles = _result_in_fresh_process(code)
     with changed("the predicated regions of a final_bundles file", "libtpu.read_bundles"):

@@ -712,11 +712,6 @@ def block_fetches(block_indices) -> np.ndarray:
     return np.concatenate([[True], np.any(idx[1:] != idx[:-1], axis=1)])
 
 
-def block_traffic(block_indices, block_bytes: int) -> int:
-    """HBM bytes a pipelined BlockSpec moves over the grid."""
-    return int(block_fetches(block_indices).sum()) * block_bytes
-
-
 def copies_in_flight(fetches: np.ndarray, written: bool) -> np.ndarray:
     """Per grid step, the copies of one BlockSpec the pipeline has in flight while the step runs: an input block is
     fetched during the step before its first (the first one before the grid starts, counted at step 0); an output
@@ -889,10 +884,11 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     sched = kr.scheduled_work(kernel_jaxpr, replay.removed)
     summary = kr.summarise(replay, sched)
     dma = float(replay.dma["read"].sum() + replay.dma["written"].sum())
-    if dma <= 0:  # manual copies we could not follow: each such operand once (a lower bound)
+    if dma <= 0 and any(bm.in_hbm for bm in info.blocks):
+        # Manual copies we could not follow: each such operand once (a lower bound), at steps unknown.
+        step_bytes = np.zeros(0)
         for position, bm in enumerate(info.blocks):
             if bm.in_hbm:
-                step_bytes = np.zeros(0)  # at steps unknown
                 whole = int(np.prod(bm.array_shape, dtype=np.int64)) * np.dtype(bm.dtype).itemsize
                 total += whole
                 written += whole if position >= info.num_inputs else 0
@@ -902,7 +898,7 @@ def _kernel_traffic(eqn, operands: list | None) -> dict:
     exact = exact and replay.trips_exact
     # Each step's work in the unit its run ratio is weighed in (kernel_replay.summarise), where the replay followed
     # every step: one that could not sees the same work everywhere.
-    unit = "mxu" if sched["mxu"][False] + sched["mxu"][True] > 0 else "vec"
+    unit = kr.work_unit(sched)
     work = replay.tally[unit][False] + replay.tally[unit][True]
     mixed = replay.exact and replay.trips_exact and len(step_bytes) == len(work)
     if mixed:

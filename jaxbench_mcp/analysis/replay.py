@@ -119,7 +119,11 @@ def _once(table: dict[int, tuple], obj, make: Callable[[], Any]) -> Any:
 _INFO: dict[int, tuple] = {}
 _LITERALS: dict[int, tuple] = {}
 _DMA_VIEWS: dict[int, tuple] = {}
-_COPY_BRANCHES: dict[int, tuple] = {}
+_BRANCH_KINDS: dict[int, tuple] = {}
+# The kinds of branch whose work is tallied apart, and "outside" for the code outside them (copy branches' copies are
+# tallied as "copies").
+_WORK_KINDS = ("matmul", "vector")
+_TALLIED = ("mxu", "vec", "copies", *((unit, kind) for kind in (*_WORK_KINDS, "outside") for unit in ("mxu", "vec")))
 
 
 def _info(eqn) -> tuple:
@@ -346,14 +350,15 @@ class KernelReplay:
         self.P = points.shape[1] if points.ndim == 2 else 1
         self.max_trips = max_trips
         self.evals = 0  # equations evaluated so far (bounds the replay of long loops)
-        # Executed work per lane: MXU pushes, vector ops and copies started in copy branches, outside and inside
-        # in-kernel loops (keyed by in_loop); HBM bytes the kernel's own DMAs read and write (the chip streams reads
-        # faster than writes: cost_model.memory_seconds).
-        self.tally: dict[str, dict[Any, np.ndarray]] = {
-            unit: {False: np.zeros(self.P), True: np.zeros(self.P)} for unit in ("mxu", "vec", "copies")
+        # Executed work per lane: MXU pushes, vector ops, and the same inside matmul and vector branches (keyed
+        # (unit, kind)), copies started in copy branches, outside and inside in-kernel loops (keyed by in_loop);
+        # HBM bytes the kernel's own DMAs read and write (the chip streams reads faster than writes:
+        # cost_model.memory_seconds).
+        self.tally: dict[Any, dict[Any, np.ndarray]] = {
+            unit: {False: np.zeros(self.P), True: np.zeros(self.P)} for unit in _TALLIED
         }
         self.tally["dma"] = {"read": np.zeros(self.P), "written": np.zeros(self.P)}
-        self._in_copy_branch = 0  # > 0 while running a branch whose only work is starting copies
+        self._branch_kind: str | None = None  # the kind of the innermost kinded branch running (branch_kind)
         self.exact = True
         self.trips_exact = True
         self.loop_ids: set[int] = set()  # the in-kernel loops met (not fully unrolled)
@@ -475,10 +480,13 @@ class KernelReplay:
 
     def _count(self, eqn, lane_ids, in_loop: bool) -> None:
         _, mxu, vec, _ = _info(eqn)
+        kind = self._branch_kind if self._branch_kind in _WORK_KINDS else "outside"
         if mxu:
             self.mxu[in_loop][lane_ids] += mxu
+            self.tally["mxu", kind][in_loop][lane_ids] += mxu
         if vec:
             self.vec[in_loop][lane_ids] += vec
+            self.tally["vec", kind][in_loop][lane_ids] += vec
 
     def _dma_bytes(self, env, eqn, n: int) -> tuple:
         """HBM bytes one dma_start moves, per lane (0 for a copy that touches no HBM), and whether it reads them
@@ -555,7 +563,7 @@ class KernelReplay:
             elif name == "dma_start":
                 moved, direction = self._dma_bytes(env, eqn, n)
                 self.dma[direction][lane_ids] += moved
-                if self._in_copy_branch:
+                if self._branch_kind == "copy":
                     self.copies[in_loop][lane_ids] += 1
                 outs = []
             else:
@@ -635,8 +643,8 @@ class KernelReplay:
         n = len(lane_ids)
         if index is not None and index.static and not index.lanes:
             taken = int(np.clip(index.v, 0, len(branches) - 1))
-            self.removed[id(eqn)] = taken
-            return self._branch(branches[taken], operands, lane_ids, np.arange(n), in_loop), None
+            self.removed[id(eqn)] = taken  # compiled inline: the code around it, not a branch of its own
+            return self._branch(branches[taken], operands, lane_ids, np.arange(n), in_loop, inline=True), None
         if index is not None:
             picks = np.clip(np.broadcast_to(index.v, (n,)), 0, len(branches) - 1)
             taken_outs = []
@@ -658,15 +666,16 @@ class KernelReplay:
         self._add(works[heaviest])
         return [None] * len(eqn.outvars), works[heaviest]
 
-    def _branch(self, branch, operands, lane_ids, chosen, in_loop) -> list:
+    def _branch(self, branch, operands, lane_ids, chosen, in_loop, inline: bool = False) -> list:
         inner = dict(zip(branch.jaxpr.constvars, [_const(c) for c in branch.consts], strict=True))
         inner.update(zip(branch.jaxpr.invars, [self._subset(o, chosen) for o in operands], strict=True))
-        copy_branch = is_copy_branch(branch.jaxpr)
-        self._in_copy_branch += copy_branch
+        around = self._branch_kind
+        if not inline:
+            self._branch_kind = branch_kind(branch.jaxpr) or around
         try:
             self.run(branch.jaxpr, inner, lane_ids[chosen], in_loop)
         finally:
-            self._in_copy_branch -= copy_branch
+            self._branch_kind = around
         return [self._read(inner, v) for v in branch.jaxpr.outvars]
 
     def _join_branches(self, eqn, taken_outs, n: int) -> list:
@@ -1037,61 +1046,88 @@ def _leaf_work(eqn) -> tuple[float, float]:
     return 0.0, work / _VREG_ELEMENTS
 
 
-def is_copy_branch(jaxpr) -> bool:
-    """Whether a branch's only work is starting copies: it starts at least one DMA and uses no vector or matrix
-    unit (its other ops are scalar: index arithmetic, scalar-memory reads and writes). The compiler gives such a
-    branch a region of the schedule that issues DMAs only, which the steps that skip the branch jump over
-    (libtpu.KernelSchedule.copy_branch_bundles)."""
+def branch_kind(jaxpr) -> str | None:
+    """What the compiled region of a branch issues itself, the branches inside it aside (libtpu.BRANCH_KINDS):
+    "copy" when its only work is starting copies (its other ops scalar: index arithmetic, scalar-memory reads and
+    writes), "matmul" when it multiplies, "vector" for other vector work. None when it holds a rolled loop (its
+    region is not straight-line code, and counts as the code around it) or no work of its own (its work counts as
+    that of the branch around it). The steps that skip a branch jump over its region, so each kind runs as often as
+    its work does (paged attention starts its first pages once a run; cross entropy's loss epilogue runs at the last
+    of its hidden blocks, its matmul at every one)."""
 
-    def make() -> bool:
-        eqns = list(jx.walk_eqns(jaxpr))
-        vector = any(
-            eqn.primitive.name == "dot_general"
-            or any(_elements(v.aval) > 1 for v in eqn.outvars)
+    def make() -> str | None:
+        if any(_rolled_loop(eqn) for eqn in jx.walk_eqns(jaxpr)):
+            return None
+        own = list(_own_eqns(jaxpr))
+        if any(eqn.primitive.name == "dot_general" for eqn in own):
+            return "matmul"
+        if any(
+            any(_elements(v.aval) > 1 for v in eqn.outvars)
             or (eqn.primitive.name == "swap" and _elements(eqn.invars[1].aval) > 1)
-            for eqn in eqns
-        )
-        return not vector and any(eqn.primitive.name == "dma_start" for eqn in eqns)
+            for eqn in own
+        ):
+            return "vector"
+        return "copy" if any(eqn.primitive.name == "dma_start" for eqn in own) else None
 
-    return _once(_COPY_BRANCHES, jaxpr, make)
+    return _once(_BRANCH_KINDS, jaxpr, make)
+
+
+def _rolled_loop(eqn) -> bool:
+    return eqn.primitive.name == "while" or (eqn.primitive.name == "scan" and not _fully_unrolled(jx.scan_info(eqn)))
+
+
+def _own_eqns(jaxpr):
+    """The equations of a body and of the calls in it, those of its conds' branches aside."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "cond":
+            continue
+        yield eqn
+        for sub in jx.sub_jaxprs(eqn):
+            yield from _own_eqns(sub)
 
 
 def scheduled_work(
-    jaxpr, removed: dict[int, int], in_loop: bool = False, acc: dict | None = None, in_copy_branch: bool = False
+    jaxpr, removed: dict[int, int], in_loop: bool = False, acc: dict | None = None, kind: str | None = None
 ) -> dict:
     """The work in the compiled schedule: every branch the compiler kept, once; a loop body once per unrolled
-    copy (a fully unrolled loop is straight-line code). {"mxu": {in_loop: pushes}, "vec": {in_loop: ops},
-    "copies": {in_loop: copies started in copy branches}}."""
-    acc = acc if acc is not None else {unit: {False: 0.0, True: 0.0} for unit in ("mxu", "vec", "copies")}
+    copy (a fully unrolled loop is straight-line code). Keyed as KernelReplay.tally: {"mxu": {in_loop: pushes},
+    "vec": {in_loop: ops}, ("mxu" or "vec", kind): the same inside matmul or vector branches, or "outside" them,
+    "copies": {in_loop: copies started in copy branches}}. `kind`: that of the innermost kinded branch around
+    `jaxpr` (branch_kind)."""
+    acc = acc if acc is not None else {unit: {False: 0.0, True: 0.0} for unit in _TALLIED}
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         if name == "cond":
             branches = jx.cond_branches(eqn)
-            kept = [removed[id(eqn)]] if id(eqn) in removed else range(len(branches))
-            for b in kept:
-                copying = in_copy_branch or is_copy_branch(branches[b].jaxpr)
-                scheduled_work(branches[b].jaxpr, removed, in_loop, acc, copying)
+            if id(eqn) in removed:  # compiled inline, as the code around it
+                scheduled_work(branches[removed[id(eqn)]].jaxpr, removed, in_loop, acc, kind)
+                continue
+            for branch in branches:
+                scheduled_work(branch.jaxpr, removed, in_loop, acc, branch_kind(branch.jaxpr) or kind)
         elif name == "scan":
             scan = jx.scan_info(eqn)
             unrolled = _fully_unrolled(scan)
             copies = scan.length if unrolled else max(1, min(int(scan.unroll), scan.length))
-            inner = scheduled_work(scan.body.jaxpr, removed, in_loop or not unrolled, in_copy_branch=in_copy_branch)
+            inner = scheduled_work(scan.body.jaxpr, removed, in_loop or not unrolled, kind=kind)
             for unit, parts in inner.items():
                 for k in (False, True):
                     acc[unit][k] += copies * parts[k]
         elif name == "while":
             loop = jx.while_info(eqn)
-            scheduled_work(loop.cond.jaxpr, removed, True, acc, in_copy_branch)
-            scheduled_work(loop.body.jaxpr, removed, True, acc, in_copy_branch)
+            scheduled_work(loop.cond.jaxpr, removed, True, acc, kind)
+            scheduled_work(loop.body.jaxpr, removed, True, acc, kind)
         else:
             subs = list(jx.sub_jaxprs(eqn))
             for sub in subs:
-                scheduled_work(sub, removed, in_loop, acc, in_copy_branch)
+                scheduled_work(sub, removed, in_loop, acc, kind)
             if not subs:
                 mxu, vec = _leaf_work(eqn)
                 acc["mxu"][in_loop] += mxu
                 acc["vec"][in_loop] += vec
-                acc["copies"][in_loop] += in_copy_branch and name == "dma_start"
+                tallied = kind if kind in _WORK_KINDS else "outside"
+                acc["mxu", tallied][in_loop] += mxu
+                acc["vec", tallied][in_loop] += vec
+                acc["copies"][in_loop] += kind == "copy" and name == "dma_start"
     return acc
 
 
@@ -1099,26 +1135,49 @@ def _ratio(executed: float, scheduled: float) -> float:
     return executed / scheduled if scheduled > 0 else 1.0
 
 
+def work_unit(sched: dict, parts: tuple[bool, ...] = (False, True)) -> str:
+    """The unit a kernel's work is weighed in: MXU pushes where those parts hold matmuls (vector work mostly
+    co-issues with them), else vector ops."""
+    return "mxu" if sum(sched["mxu"][part] for part in parts) > 0 else "vec"
+
+
+def _unbranched_ratio(replay: KernelReplay, sched: dict, part: bool) -> float | None:
+    unit = ("mxu" if sched["mxu", "outside"][part] > 0 else "vec", "outside")
+    scheduled = sched[unit][part]
+    return _ratio(float(replay.tally[unit][part].mean()), scheduled) if scheduled > 0 and replay.P else None
+
+
 def summarise(replay: KernelReplay, sched: dict) -> dict:
     """Per-step ratios of executed to scheduled work: outside in-kernel loops (`body_ratio`), inside them
     (`loop_ratio`), over all the code when loops are counted as straight-line (`run_ratio`). Each is weighed
-    in MXU pushes where that part holds matmuls (vector work mostly co-issues with them), else in vector ops."""
+    in work_unit's unit."""
     out: dict[str, Any] = {}
     for part, key in ((False, "body_ratio"), (True, "loop_ratio")):
-        unit = "mxu" if sched["mxu"][part] > 0 else "vec"
+        unit = work_unit(sched, (part,))
         executed = replay.tally[unit][part].mean() if replay.P else 0.0
         out[key] = _ratio(float(executed), sched[unit][part])
-    unit = "mxu" if sched["mxu"][False] + sched["mxu"][True] > 0 else "vec"
+    unit = work_unit(sched)
     executed = sum(float(replay.tally[unit][k].mean()) for k in (False, True)) if replay.P else 0.0
     out["run_ratio"] = _ratio(executed, sched[unit][False] + sched[unit][True])
     # The same when the compiler unrolled the loops: their every trip is in the schedule.
     loop_executed = float(replay.tally[unit][True].mean()) if replay.P else 0.0
     out["flat_ratio"] = _ratio(executed, sched[unit][False] + loop_executed) if loop_executed else out["run_ratio"]
     out["in_kernel_loops"] = len(replay.loop_ids)
-    # Copies started in copy branches, executed per scheduled: what the schedule's copy-only regions run.
-    for part, key in ((False, "copy_branch_body_ratio"), (True, "copy_branch_loop_ratio")):
-        scheduled = sched["copies"][part]
-        out[key] = _ratio(float(replay.copies[part].mean()), scheduled) if scheduled > 0 and replay.P else None
+    # Per branch kind, outside and inside in-kernel loops, executed per scheduled work of its branches (None where
+    # there are none): how often the schedule's regions of that kind run. Copy branches are weighed in the copies
+    # they start, matmul branches in MXU pushes, vector branches in vector ops.
+    weighed: dict[str, Any] = {"copy": "copies", "matmul": ("mxu", "matmul"), "vector": ("vec", "vector")}
+    out["branch_ratios"] = {
+        kind: [
+            _ratio(float(replay.tally[unit][part].mean()), sched[unit][part])
+            if sched[unit][part] > 0 and replay.P
+            else None
+            for part in (False, True)
+        ]
+        for kind, unit in weighed.items()
+    }
+    # The same for the code outside matmul and vector branches, in the unit it holds.
+    out["unbranched_ratios"] = [_unbranched_ratio(replay, sched, part) for part in (False, True)]
     # MXU pushes (8 x 128 x 128 MACs) the whole run executes: the floor of the compute time at the MXUs' peak.
     out["mxu_pushes"] = float(replay.mxu[False].sum() + replay.mxu[True].sum())
     return out

@@ -10,8 +10,9 @@ import base64
 import binascii
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from jax.extend.mlir import ir
 
@@ -40,6 +41,12 @@ _COMMENT = re.compile(r"/\*.*?\*/")
 # bundles lie between them.
 _SKIP_BRANCH = re.compile(r"=\s*sbr\.rel\s*\([^)]*\)\s*target\s*=\s*\$region(\d+)")
 _REGION_NAMED = re.compile(r"\bregion (\d+)\b")
+# The kinds of predicated regions (a pl.when's branch, once compiled) by what they issue themselves, the regions inside
+# them aside: DMAs only ("copy"), matmuls ("matmul"), other vector work ("vector"); each runs as often as its branches
+# do, which the trace tells per kind (kernel_replay.branch_kind). A region with a loop inside, or none of these,
+# counts as the code around it.
+BranchKind = Literal["copy", "matmul", "vector"]
+BRANCH_KINDS: tuple[BranchKind, ...] = get_args(BranchKind)
 # The Mosaic module a kernel's custom call carries (base64 MLIR bytecode) in its schedule file's HLO text.
 _MOSAIC_BODY = re.compile(r'custom_call_target="tpu_custom_call".*?"custom_call_config":\{"body":"([A-Za-z0-9+/=]+)"')
 # Characters jax replaces by "_" when it names a Mosaic module after the kernel function (mlir.sanitize_name).
@@ -76,9 +83,9 @@ class KernelSchedule:
     # share a name (one kernel function called on several shapes). None when the dump does not show them.
     call_shapes: str | None = None
     loop_bodies: tuple[LoopBody, ...] = ()
-    # Per loop depth: the bundles of predicated regions that issue DMAs and no vector work (a pl.when that only
-    # starts copies): the steps whose predicate skips them jump over these bundles.
-    copy_branch_bundles: tuple[int, ...] = ()
+    # Per branch kind (BRANCH_KINDS), per loop depth: the bundles of its predicated regions, which the steps whose
+    # predicate skips them jump over.
+    branch_bundles: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -171,15 +178,15 @@ def _result_ops(text: str) -> list[tuple[str | None, int, str | None]]:
     return found
 
 
-def read_bundles(path: Path) -> tuple[tuple[int, ...], tuple[LoopBody, ...], tuple[int, ...]]:
+def read_bundles(path: Path) -> tuple[tuple[int, ...], tuple[LoopBody, ...], dict[str, tuple[int, ...]]]:
     """A final_bundles file's bundles per loop nesting depth; its bodies: the whole schedule (depth 0), then its
     loop bodies: at each depth, the bundles of that depth or deeper, split where a loop body begins (a body holds
-    its inner loops' bundles once); and per depth, the bundles of its copy branches (KernelSchedule)."""
+    its inner loops' bundles once); and per branch kind, per depth, the bundles of its regions (KernelSchedule)."""
     counts: dict[int, int] = {}
     bodies: dict[int, list[tuple[int, list[ResultOp]]]] = {}  # depth -> [(bundles, ops)]
-    # region -> [first bundle, depth, DMAs issued, whether all of it is vector-free and at its branch's depth]
-    regions: dict[int, list] = {}
-    copy_regions: list[tuple[int, int, int]] = []  # (first bundle, end, depth)
+    bundle_work: list[tuple[int, int, int, int, bool]] = []  # per bundle: depth, DMAs, matmuls, other vector ops, ops
+    opened: dict[int, tuple[int, int]] = {}  # region -> (first bundle, its branch's depth)
+    closed: list[tuple[int, int, int]] = []  # (first bundle, end, depth) of the branch regions
     index = -1
     with open(path, errors="replace") as f:
         for line in f:
@@ -192,17 +199,23 @@ def read_bundles(path: Path) -> tuple[tuple[int, ...], tuple[LoopBody, ...], tup
             text = line[match.end() :]
             if match.group("mark") == "PF":
                 for named in _REGION_NAMED.findall(text):
-                    region = regions.pop(int(named), None)
-                    if region and region[2] and region[3] and index > region[0]:
-                        copy_regions.append((region[0], index, region[1]))
+                    region = opened.pop(int(named), None)
+                    # A region that skips to its loop's exit test guards a pipelined grid loop's whole body (its
+                    # prologue and epilogue trips): it is no branch of the kernel's.
+                    if region and index > region[0] and "loop exit test" not in text:
+                        closed.append((region[0], index, region[1]))
             mnemonics = _mnemonics(text)
-            for region in regions.values():
-                region[2] += sum(m.startswith("dma.") for m in mnemonics)
-                # An empty bundle (a branch's delay slot) is printed at no depth.
-                region[3] = region[3] and (depth == region[1] or not mnemonics)
-                region[3] = region[3] and not any(map(_issues_vector_work, mnemonics))
+            bundle_work.append(
+                (
+                    depth,
+                    sum(m.startswith("dma.") for m in mnemonics),
+                    sum(m.startswith("vmatmul") for m in mnemonics),
+                    sum(map(_issues_vector_work, mnemonics)),
+                    bool(mnemonics),
+                )
+            )
             for target in _SKIP_BRANCH.findall(text):
-                regions.setdefault(int(target), [index + 1, depth, 0, True])
+                opened.setdefault(int(target), (index + 1, depth))
             parsed = _result_ops(text)
             for d in range(depth + 1):
                 open_bodies = bodies.setdefault(d, [])
@@ -213,13 +226,35 @@ def read_bundles(path: Path) -> tuple[tuple[int, ...], tuple[LoopBody, ...], tup
                 open_bodies[-1] = (size + 1, ops)
     depth_bundles = tuple(counts.get(d, 0) for d in range(max(counts) + 1)) if counts else ()
     loop_bodies = tuple(LoopBody(d, size, tuple(ops)) for d, found in sorted(bodies.items()) for size, ops in found)
-    copy_bundles = [0] * len(depth_bundles)
-    reached = -1  # the end of the last region counted: a copy region nested in another counts once
-    for start, end, depth in sorted(copy_regions):
-        if start >= reached:
-            copy_bundles[depth] += end - start
-            reached = end
-    return depth_bundles, loop_bodies, tuple(copy_bundles)
+    return depth_bundles, loop_bodies, _branch_bundles(closed, bundle_work, len(depth_bundles))
+
+
+def _branch_bundles(closed: list[tuple[int, int, int]], bundle_work: list, depths: int) -> dict[str, tuple[int, ...]]:
+    """Per kind, per depth, the bundles of the branch regions: each region owns its bundles but those of the kinded
+    regions inside it, and takes its kind from what they issue (_region_kind). A region with a loop inside (a bundle
+    deeper than its branch; a branch's delay slots are printed at no depth) or of no kind leaves its bundles to the
+    region around it, or to the code around all of them."""
+    found = {kind: [0] * depths for kind in BRANCH_KINDS}
+    owner = [False] * len(bundle_work)  # whether a kinded region already owns the bundle
+    for start, end, depth in sorted(closed, key=lambda r: r[1] - r[0]):  # inner regions first
+        inside = range(start, end)
+        if any(bundle_work[i][0] != depth and bundle_work[i][4] for i in inside):
+            continue
+        own = [i for i in inside if not owner[i]]
+        kind = _region_kind(*(sum(bundle_work[i][k] for i in own) for k in (1, 2, 3)))
+        if kind is not None:
+            found[kind][depth] += len(own)
+            for i in own:
+                owner[i] = True
+    return {kind: tuple(n) for kind, n in found.items() if any(n)}
+
+
+def _region_kind(dmas: int, matmuls: int, vector_ops: int) -> BranchKind | None:
+    if matmuls:
+        return "matmul"
+    if vector_ops:
+        return "vector"
+    return "copy" if dmas else None
 
 
 def _parse_utilization(path: Path) -> dict[str, float]:
@@ -259,7 +294,7 @@ def parse_dump(directory: Path) -> list[KernelSchedule]:
         bundles = next(
             (p for p in directory.glob(f"{prefix}-*{_BUNDLES_SUFFIX}") if _SCHEDULE_SUFFIX not in p.name), None
         )
-        depth_bundles, loop_bodies, copy_branch_bundles = read_bundles(bundles) if bundles else ((), (), ())
+        depth_bundles, loop_bodies, branch_bundles = read_bundles(bundles) if bundles else ((), (), {})
         schedules.append(
             KernelSchedule(
                 name=stem,
@@ -269,7 +304,7 @@ def parse_dump(directory: Path) -> list[KernelSchedule]:
                 kernel=_kernel_name(text),
                 call_shapes=call_shapes(text),
                 loop_bodies=loop_bodies,
-                copy_branch_bundles=copy_branch_bundles,
+                branch_bundles=branch_bundles,
             )
         )
     return schedules

@@ -22,8 +22,9 @@ XLA work around a candidate's kernels is costed per instruction of the compiled 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +35,7 @@ from jaxbench_mcp.catalog import targets
 from jaxbench_mcp.internals import hlo
 
 # Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
-MODEL_VERSION = 11
+MODEL_VERSION = 12
 # How long a grid step's DMAs take beyond their bytes at the bandwidth (issue to completion), measured on a v5e
 # (benchmarks/grid_steps.py: x * 2 over 64 MiB of f32 in 1024 to 64 steps, 0.18-0.22 us a step more than the
 # bytes; the same steps under compute cost nothing more than their bundles). Other generations assume it.
@@ -151,8 +152,9 @@ def executed_bundles(
     in_kernel_loops: int,
     loop_waits=(),
     straight_waits=(),
-    copy_branch_bundles=(),
-    copy_branch_ratios: tuple[float | None, float | None] = (None, None),
+    branch_bundles: Mapping[Any, Sequence[int]] | None = None,
+    branch_ratios: Mapping[Any, Sequence[float | None]] | None = None,
+    unbranched_ratios: Sequence[float | None] = (None, None),
 ) -> float:
     """Bundles a whole run executes, from the schedule's bundles per loop depth.
 
@@ -164,28 +166,49 @@ def executed_bundles(
     body's own loops also stalls for its matmul and transpose results: `loop_waits` per loop depth from 1 (the
     schedule's, from result_wait), taken at the depth of the body's outermost own loops; and so does the
     straight-line code: `straight_waits` per depth from 0 (result_wait(..., straight=True) of the code at exactly
-    that depth), with the code it stalls. Copy branches (regions that only issue DMAs: `copy_branch_bundles` per
-    depth) run as often as the copies they start: `copy_branch_ratios` (outside the body's own loops, inside them;
-    None where the trace has no copy branches there, and they are counted as the code around them); matmul work,
-    which the ratios above follow, is not what steers them (paged attention starts its first pages once a run).
-    """
+    that depth), with the code it stalls.
+
+    The regions of branches (`branch_bundles` per kind and depth) run as often as their own work does:
+    `branch_ratios` per kind (outside the body's own loops, inside them; None where the trace has no such branches
+    there, and their regions count as the code around them), not as the rest of the code (paged attention starts
+    its first pages once a run; cross entropy's loss epilogue runs at the last of its hidden blocks while its
+    matmul runs at every one). Where the trace's matmul and vector branches all have regions, the code outside
+    them runs `unbranched_ratios` of its own: a step that runs one of two alternative matmul branches still runs
+    all of the code around them."""
     depths = list(depth_bundles) or [bundles]
     grid = 1 if has_grid_loop and len(depths) > 1 else 0  # the grid loop's depth, 0 if the schedule has none
     straight = [straight_waits[d] if len(straight_waits) > d else 0 for d in range(grid + 1)]
-    copies = [copy_branch_bundles[d] if len(copy_branch_bundles) > d else 0 for d in range(len(depths))]
-    body_copy_ratio, loop_copy_ratio = copy_branch_ratios
     once = depths[0] + straight[0] if grid else 0
     body, inner = depths[grid] + straight[grid], sum(depths[grid + 1 :])
-    body_copies = copies[grid] if body_copy_ratio is not None else 0
-    inner_copies = sum(copies[grid + 1 :]) if loop_copy_ratio is not None else 0
+
+    def regions(kind: str, deeper: bool) -> int:
+        found = list((branch_bundles or {}).get(kind, ()))
+        return sum(found[grid + 1 :]) if deeper else sum(found[grid : grid + 1])
+
+    def part(code: float, ratio: float, loop: bool, deeper: bool) -> float:
+        """Bundles `code` (with its branches' regions at its depth, or deeper) runs per step."""
+        ratios: dict[str, float] = {}
+        for kind, both in (branch_ratios or {}).items():
+            if (found := both[loop]) is not None:
+                ratios[kind] = found
+        kinds = {kind: regions(kind, deeper) for kind in ratios}
+        work_kinds = [kind for kind in ratios if kind != "copy"]
+        # The code outside the branches runs at its own ratio only where every matmul and vector branch was found:
+        # a branch compiled without a region of its own is in that code, and is counted at the ratio of all work.
+        own = unbranched_ratios[loop]
+        if work_kinds and own is not None and all(kinds[kind] for kind in work_kinds):
+            ratio = own
+        else:
+            kinds = {kind: n for kind, n in kinds.items() if kind == "copy"}
+        return (code - sum(kinds.values())) * ratio + sum(n * ratios[kind] for kind, n in kinds.items())
+
     if inner and in_kernel_loops:
         wait = loop_waits[grid] if len(loop_waits) > grid else 0
-        per_step = (body - body_copies) * body_ratio + (inner - inner_copies + wait) * loop_ratio
-        per_step += body_copies * (body_copy_ratio or 0.0) + inner_copies * (loop_copy_ratio or 0.0)
-    elif in_kernel_loops:  # unrolled: the copy branches of every trip are in the schedule, as its other code
+        per_step = part(body, body_ratio, False, False) + part(inner, loop_ratio, True, True) + wait * loop_ratio
+    elif in_kernel_loops:  # unrolled: the branches of every trip are in the schedule, as its other code
         per_step = (body + inner) * flat_ratio
     else:
-        per_step = (body + inner - body_copies) * body_ratio + body_copies * (body_copy_ratio or 0.0)
+        per_step = part(body + inner, body_ratio, False, False)
     return once + steps * per_step
 
 

@@ -246,7 +246,7 @@ def read_compile(compiled, generation: str, dump_root: Path, module_file: str) -
                 call_shapes=k.call_shapes if k.call_shapes is None or len(k.call_shapes) <= 2000 else None,
                 loop_waits=_loop_waits(k.loop_bodies),
                 straight_waits=_straight_waits(k.loop_bodies),
-                copy_branch_bundles=list(k.copy_branch_bundles),
+                branch_bundles={kind: list(n) for kind, n in k.branch_bundles.items()},
             )
             for k in schedules
         ],
@@ -463,8 +463,8 @@ def _work_of(flow: protocol.KernelTraffic) -> tuple:
         flow.floor_flops,
         flow.run_ratio,
         flow.runs,
-        flow.copy_branch_body_ratio,
-        flow.copy_branch_loop_ratio,
+        tuple((kind, *r) for kind, r in sorted(flow.branch_ratios.items())),
+        tuple(flow.unbranched_ratios),
     )
 
 
@@ -487,20 +487,25 @@ def kernel_estimate(
         flow.flat_ratio,
         flow.in_kernel_loops,
     )
-    copy_branches = (flow.copy_branch_body_ratio, flow.copy_branch_loop_ratio)
 
-    def executed_bundles(loop_waits, copy_ratios=copy_branches) -> float:
+    def executed_bundles(loop_waits, branch_ratios=flow.branch_ratios) -> float:
         return cost_model.executed_bundles(
             *counts,
             loop_waits=loop_waits,
             straight_waits=schedule.straight_waits,
-            copy_branch_bundles=schedule.copy_branch_bundles,
-            copy_branch_ratios=copy_ratios,
+            branch_bundles=schedule.branch_bundles,
+            branch_ratios=branch_ratios,
+            unbranched_ratios=flow.unbranched_ratios,
         )
 
     executed = executed_bundles(schedule.loop_waits)
     waited = executed - executed_bundles(())
-    copying = executed - executed_bundles(schedule.loop_waits, (0.0, 0.0))  # the copy branches' bundles run
+    # The copy branches' bundles run: those of every kind, with no copy branch run.
+    no_copies = {
+        **flow.branch_ratios,
+        "copy": [None if r is None else 0.0 for r in flow.branch_ratios.get("copy", [None, None])],
+    }
+    copying = executed - executed_bundles(schedule.loop_waits, no_copies)
     # A kernel that pipelines its own DMAs inside a loop overlaps them across the loop's trips.
     stages = flow.steps * (max(1.0, flow.loop_ratio) if flow.in_kernel_loops and flow.dma_bytes else 1.0)
     if flow.cores > 1:

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from jaxbench_mcp.internals.libtpu import BranchKind as _BranchKind
 from jaxbench_mcp.taxonomy import Stage
 
 # An event line longer than this is a violation, not data: real events are a few kilobytes.
@@ -315,6 +316,7 @@ class Compiled(_Strict):
 
 
 _Share = Annotated[float, Field(ge=0)]  # a share of a kernel's total (rounding may pass 1)
+_Ratio = Annotated[float, Field(ge=0)]  # executed work per scheduled work
 
 
 class KernelTraffic(_Strict):
@@ -331,10 +333,13 @@ class KernelTraffic(_Strict):
     loop_ratio: float = 1.0
     flat_ratio: float = 1.0
     in_kernel_loops: int = 0
-    # Copies started in copy branches (branches that only start DMAs), executed / scheduled, outside and inside
-    # in-kernel loops; None where there are none.
-    copy_branch_body_ratio: float | None = None
-    copy_branch_loop_ratio: float | None = None
+    # Per branch kind (libtpu.BRANCH_KINDS: branches that only start copies, that multiply, that do other vector
+    # work), executed / scheduled work of its branches, outside and inside in-kernel loops; None where there are
+    # none. And the same for the code outside matmul and vector branches (kernel_replay.summarise).
+    branch_ratios: dict[_BranchKind, Annotated[list[_Ratio | None], Field(min_length=2, max_length=2)]] = Field(
+        default_factory=dict
+    )
+    unbranched_ratios: Annotated[list[_Ratio | None], Field(min_length=2, max_length=2)] = [None, None]
     dma_bytes: int = 0
     parallel_steps: int = 1  # grid steps along "parallel" dimensions (a megacore chip splits them across its cores)
     mxu_pushes: float = 0.0  # 8 x 128 x 128-MAC matmul pushes the whole run executes
@@ -376,10 +381,10 @@ class Schedule(_Strict):
         description="Per loop depth from 0: the bundle slots the straight-line code at exactly that depth stalls for "
         "matmul and transpose results, once per trip of its loop (cost_model.result_wait, straight)",
     )
-    copy_branch_bundles: list[int] = Field(
-        default_factory=list,
-        description="Per loop depth from 0: the bundles of predicated regions that only issue DMAs (copy branches), "
-        "which the steps that skip them jump over",
+    branch_bundles: dict[_BranchKind, list[Annotated[int, Field(ge=0)]]] = Field(
+        default_factory=dict,
+        description="Per branch kind (libtpu.BRANCH_KINDS), per loop depth from 0: the bundles of its predicated "
+        "regions, which the steps that skip them jump over",
     )
 
 
