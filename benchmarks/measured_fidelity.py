@@ -13,27 +13,32 @@ The measurements are facts of the chip, read from the record. One constant was f
 of the MXUs' peak in the XLA baseline estimate (cost_model.XLA_MXU_EFFICIENCY), on the compute-bound XLA baselines of
 half the workloads; benchmarks/xla_baseline_calibration.py part 3 scores the other half on its own.
 
-Measured (v5e record, jax 0.12.0.1 and libtpu 0.0.50.1 here): candidate 100% within 1.5x (median 1.01x, Spearman 0.99;
-roofline 66%, 0.64; mean |log(estimate / measured)| 0.055, 0.057 before grid steps were grouped by their mix of work and
-bytes and a step that moves nothing stopped paying a DMA wait, 0.074 with every HBM byte priced alike at the peak and
-every grid step's fixed cost added, Spearman 0.98: since writes and as many reads stream at v5e's measured 0.8 of the
-peak (benchmarks/hbm_mix.py), the kernels that write as much as they read went 12p 0.83 -> 1.00, 26k 0.84 -> 1.01, 28k
-0.85 -> 0.99, 33k 0.84 -> 0.97, and 18k, 22k and 34k 0.75-0.80 -> 0.81-0.88; 16p 0.86 -> 0.96 and 6p's expert 1.41 ->
-1.42 once a rolled loop's chained matmuls each wait for their first result; median 1.00x before straight-line code
-waited for its matmul and transpose results: flash attention's 1p, 2p and 4p 0.94-0.95 -> 0.96, 17p 0.92 -> 0.95, 8p's
-GEMM 1.02 -> 1.03, 9p and 10p 1.06 -> 1.07; 98%, 0.99x and 0.97 before a rolled loop's trips waited for their matmul and
-transpose results (benchmarks/loop_matmuls.py), when 16p's loop of 4,096 small chained trips was 0.55x; 1.03x and 0.98
-while every grid step added a quoted 0.35 us after max(compute, memory), 94% and 0.97 before XLA's work around the
-kernels was priced at the bytes of its HBM tiles: 28k 0.60x -> 0.88x, 33k 0.60x -> 0.84x); XLA baseline 91.7% of 48
+Measured (v5e record, jax 0.12.0.1 and libtpu 0.0.50.1 here): candidate 100% within 1.5x (median 0.98x, Spearman 1.00;
+roofline 66%, 0.64; mean |log(estimate / measured)| 0.047, 0.055 (median 1.01x, Spearman 0.99) before each pl.when
+region ran as often as its own branch (cost_model.executed_bundles: 21 of the 26 candidates it moves came nearer 1.00x,
+the K-split GEMMs' epilogues 1.03-1.04 -> 1.01, 49k 1.12 -> 1.01, 7p 1.11 -> 0.96, 9p 1.07 -> 0.96; 8p 1.03 -> 0.95, 14p
+1.01 -> 0.93, 32k 1.03 -> 0.97 and 3p 1.01 -> 0.97 went further), 0.057 before grid steps were grouped by their mix of
+work and bytes and a step that moves nothing stopped paying a DMA wait, 0.074 with every HBM byte priced alike at the
+peak and every grid step's fixed cost added, Spearman 0.98: since writes and as many reads stream at v5e's measured 0.8
+of the peak (benchmarks/hbm_mix.py), the kernels that write as much as they read went 12p 0.83 -> 1.00, 26k 0.84 ->
+1.01, 28k 0.85 -> 0.99, 33k 0.84 -> 0.97, and 18k, 22k and 34k 0.75-0.80 -> 0.81-0.88; 16p 0.86 -> 0.96 and 6p's expert
+1.41 -> 1.42 once a rolled loop's chained matmuls each wait for their first result; median 1.00x before straight-line
+code waited for its matmul and transpose results: flash attention's 1p, 2p and 4p 0.94-0.95 -> 0.96, 17p 0.92 -> 0.95,
+8p's GEMM 1.02 -> 1.03, 9p and 10p 1.06 -> 1.07; 98%, 0.99x and 0.97 before a rolled loop's trips waited for their
+matmul and transpose results (benchmarks/loop_matmuls.py), when 16p's loop of 4,096 small chained trips was 0.55x; 1.03x
+and 0.98 while every grid step added a quoted 0.35 us after max(compute, memory), 94% and 0.97 before XLA's work around
+the kernels was priced at the bytes of its HBM tiles: 28k 0.60x -> 0.88x, 33k 0.60x -> 0.84x); XLA baseline 91.7% of 48
 (1.03x, 0.93; roofline 54%, 0.66; 87.5% and 0.86 before convolutions were priced at the MXU's width); expert 8 of 8
-(1.05x, 1.00, mean |log| 0.050, 0.039 before each BlockSpec copy was counted in the step it runs beside: jax's flash
-attention in 1p, 2p and 4p 0.99-1.05 -> 1.01-1.10; roofline 62.5%, 0.90; 7 of 8 and 0.077 until regions that only issue
-copies were charged as often as their copies start; 1.05x with the quoted step cost); faster or slower than XLA said
-right for 23 of 24 workloads. The misses: XLA's baselines of 25k (2.40x), 46k (1.67x), 28k (0.62x) and 11p (0.64x). The
-lowest candidates are 22k and 29k (0.81x), 18k and 25k (0.82x). 7p's expert is 1.04x (its v6e compile, ~55 s here, ran
-on the trace stage's 60 s budget until the worker announced each compile before it began); 6p's is 1.08x, 1.53x while
-its kernel's two predicated regions that only issue page copies (4,552 and 2,578 of its loop body's 7,557 bundles, the
-first run once) counted on every trip (benchmarks/paged_expert_parts.py times it in parts).
+(1.05x, 1.00, mean |log| 0.052, 8p 0.97 -> 0.95 since each pl.when region runs as often as its branch; 0.050 before,
+0.039 before each BlockSpec copy was counted in the step it runs beside: jax's flash attention (1p) and splash attention
+(2p, 4p) 0.99-1.05 -> 1.01-1.10, 4p 1.05 -> 1.10: a quarter of its steps are skipped and fetch the next row's query
+block, each priced as a step of its own that only moves bytes; roofline 62.5%, 0.90; 7 of 8 and 0.077 until regions that
+only issue copies were charged as often as their copies start; 1.05x with the quoted step cost); faster or slower than
+XLA said right for 23 of 24 workloads. The misses: XLA's baselines of 25k (2.40x), 46k (1.67x), 28k (0.62x) and 11p
+(0.64x). The lowest candidates are 29k (0.80x), 22k (0.81x), 18k and 25k (0.82x). 7p's expert is 1.04x (its v6e compile,
+~55 s here, ran on the trace stage's 60 s budget until the worker announced each compile before it began); 6p's is
+1.08x, 1.53x while its kernel's two predicated regions that only issue page copies (4,552 and 2,578 of its loop body's
+7,557 bundles, the first run once) counted on every trip (benchmarks/paged_expert_parts.py times it in parts).
 
 Usage: python benchmarks/measured_fidelity.py [--record FILE] [--only SUBSTRINGS] [--budget SECONDS]
 """
