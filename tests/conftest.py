@@ -1,8 +1,10 @@
 import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import anyio
 import pytest
 
 # Tests run on the CPU even on a host with libtpu: the server process itself never takes the TPU.
@@ -50,6 +52,22 @@ def check_two_at_a_time(checker, requests: dict) -> dict:
 
     with ThreadPoolExecutor(2) as pool:
         return dict(pool.map(run, requests.items()))
+
+
+async def verdict_of(client, result) -> dict:
+    """The verdict of a check_kernel call. A check that outlasts the call's time budget comes back as 'running'
+    with an attempt id (the tool's contract; a loaded host gets there): its verdict is then collected through
+    list_attempts, as an agent would."""
+    outcome = result.structured_content
+    assert outcome is not None, result.content[0].text
+    deadline = time.monotonic() + 300
+    while outcome["state"] == "running" and time.monotonic() < deadline:
+        await anyio.sleep(1)
+        listed = await client.call_tool("list_attempts", {"attempt_id": outcome["attempt_id"]})
+        if listed.structured_content["detail"]["state"] != "running":
+            return listed.structured_content["detail"]["verdict"]
+    assert outcome["state"] == "done", f"attempt {outcome['attempt_id']} still running after 300 s"
+    return outcome["verdict"]
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import pytest
 from mcp import Client
 from ray.cluster_utils import Cluster
 
+from conftest import verdict_of
 from jaxbench_mcp import api
 from jaxbench_mcp.campaigns import campaign
 from jaxbench_mcp.catalog import workloads
@@ -153,21 +154,6 @@ def _fleet_bench(cluster, path: Path, **options) -> api.JaxBench:
     return api.JaxBench(store=store, executor=executor)
 
 
-async def _verdict(client, result) -> dict:
-    """The verdict of a check_kernel call, waiting through list_attempts if it outlasted the call's budget."""
-    outcome = result.structured_content
-    assert outcome is not None, result.content[0].text
-    deadline = time.monotonic() + 300
-    while outcome["state"] == "running" and time.monotonic() < deadline:
-        await anyio.sleep(1)
-        detail = (await client.call_tool("list_attempts", {"attempt_id": outcome["attempt_id"]})).structured_content[
-            "detail"
-        ]
-        if detail["state"] != "running":
-            return detail["verdict"]
-    return outcome["verdict"]
-
-
 @pytest.mark.slow
 def test_mcp_checks_on_the_fleet_get_the_local_verdicts_and_server_info_shows_the_fleet(
     cluster, local_verdicts, tmp_path
@@ -196,7 +182,7 @@ def test_mcp_checks_on_the_fleet_get_the_local_verdicts_and_server_info_shows_th
                         fleet_now = (await client.call_tool("server_info", {})).structured_content["fleet"]
                         busy.append(fleet_now["busy_share"])
                         await anyio.sleep(0.5)
-                verdicts.append(await _verdict(client, box["result"]))
+                verdicts.append(await verdict_of(client, box["result"]))
             # A second server on the same cluster finds both hosts claimed, and says so instead of waiting.
             second = fleet.RayExecutor(cluster.address, checker_options=HOST_OPTIONS, claim_timeout=60)
             started = time.monotonic()
@@ -240,7 +226,7 @@ def test_serve_with_ray_over_stdio_keeps_stdout_for_mcp(cluster, local_verdicts,
             checked = await client.call_tool(
                 "check_kernel", {"workload_id": "8p_GEMM", "source": (KERNELS / "bad_syntax.py").read_text()}
             )
-            return info, await _verdict(client, checked)
+            return info, await verdict_of(client, checked)
 
     info, verdict = anyio.run(go)
     assert info["fleet"]["ready_hosts"] == 2 and {h["slots"] for h in info["fleet"]["hosts"]} == {1}

@@ -31,6 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
+from conftest import verdict_of
 from jaxbench_mcp import __version__, api
 from jaxbench_mcp.catalog import docs, workloads
 from jaxbench_mcp.checking.checker import Checker
@@ -316,20 +317,21 @@ def test_a_nan_verdict_reaches_the_agent_over_http_and_list_attempts_returns_it(
     async def go():
         async with Client(url) as client:
             checked = await client.call_tool("check_kernel", {"workload_id": "8p_GEMM", "source": source, "seeds": 1})
+            assert not checked.is_error, checked.content[0].text
+            verdict = await verdict_of(client, checked)
             listed = await client.call_tool("list_attempts", {"attempt_id": checked.structured_content["attempt_id"]})
-            return checked, listed
+            return checked, verdict, listed
 
-    checked, listed = anyio.run(go)
-    assert not checked.is_error, checked.content[0].text
-    verdict = checked.structured_content["verdict"]
-    assert (verdict["status"], verdict["error_class"]) == ("incorrect", "nan_output"), checked.content[0].text
+    checked, verdict, listed = anyio.run(go)
+    assert (verdict["status"], verdict["error_class"]) == ("incorrect", "nan_output"), verdict["message"]
     seed = verdict["seeds"][0]
     assert seed["max_abs_error"] == "inf" and seed["worst_candidate"] == "nan" and seed["nan_count"] > 0
-    text = checked.content[0].text
-    assert "max|err| +Inf" in text and "candidate NaN" in text and f"{seed['nan_count']:,} NaN" in text
     detail = listed.structured_content["detail"]
     assert detail["verdict"] == verdict
-    assert "candidate NaN" in listed.content[0].text
+    # The same words whichever call brought the verdict: the check's own result, or list_attempts after it.
+    texts = [listed.content[0].text] + ([checked.content[0].text] if checked.structured_content["verdict"] else [])
+    for text in texts:
+        assert "max|err| +Inf" in text and "candidate NaN" in text and f"{seed['nan_count']:,} NaN" in text
     assert tokens(checked) < RESULT_TOKEN_BUDGET and tokens(listed) < RESULT_TOKEN_BUDGET
 
 
@@ -341,20 +343,24 @@ def test_crash_verdicts_reach_the_agent_over_http(http_server):
     cases = ["bad_segfault.py", "bad_os_exit.py"]
 
     async def go():
+        found = []
         async with Client(url) as client:
-            return [
-                await client.call_tool(
-                    "check_kernel", {"workload_id": "8p_GEMM", "seeds": 1, "source": (KERNELS / name).read_text()}
-                )
-                for name in cases
-            ]
+            for name in cases:
+                source = (KERNELS / name).read_text()
+                arguments = {"workload_id": "8p_GEMM", "seeds": 1, "source": source}
+                result = await client.call_tool("check_kernel", arguments)
+                assert not result.is_error, result.content[0].text
+                verdict = await verdict_of(client, result)
+                listed = await client.call_tool("list_attempts", {"attempt_id": verdict["attempt_id"]})
+                found.append((result, verdict, listed.content[0].text))
+        return found
 
-    for name, result in zip(cases, anyio.run(go), strict=True):
+    for name, (result, verdict, listed_text) in zip(cases, anyio.run(go), strict=True):
         expected = dict(kv.split("=", 1) for kv in (KERNELS / name).read_text().splitlines()[0].split()[2:])
-        assert not result.is_error, result.content[0].text
-        verdict = result.structured_content["verdict"]
         assert (verdict["status"], verdict["error_class"]) == (expected["status"], expected["error_class"]), name
-        assert result.content[0].text.startswith(f"{expected['status'].upper()} [{expected['error_class']}]")
+        assert f"{expected['status'].upper()} [{expected['error_class']}]" in listed_text, listed_text
+        if result.structured_content["verdict"]:
+            assert result.content[0].text.startswith(f"{expected['status'].upper()} [{expected['error_class']}]")
         assert tokens(result) < RESULT_TOKEN_BUDGET
 
 

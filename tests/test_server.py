@@ -4,8 +4,10 @@ import anyio
 import pytest
 from mcp import Client
 
+from conftest import verdict_of
 from jaxbench_mcp import api
 from jaxbench_mcp.checking.checker import Checker
+from jaxbench_mcp.frontends import server as server_module
 from jaxbench_mcp.frontends.server import build_server
 from jaxbench_mcp.store import Store
 
@@ -13,9 +15,28 @@ KERNELS = __import__("pathlib").Path(__file__).parent / "kernels"
 
 
 @pytest.fixture
-def bench(tmp_path):
-    bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
-    yield bench
+def bench(tmp_path, monkeypatch):
+    # Results in the call itself, not 'running' plus an attempt id, however loaded the test host is; the
+    # 'running' path has a test of its own.
+    monkeypatch.setattr(server_module, "CALL_BUDGET_SECONDS", 600)
+    yield api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
+
+
+@pytest.mark.slow
+def test_a_check_that_outlasts_the_call_budget_returns_running_and_list_attempts_brings_its_verdict(bench, monkeypatch):
+    monkeypatch.setattr(server_module, "CALL_BUDGET_SECONDS", 0.5)  # no check compiles and runs in half a second
+    source = (KERNELS / "good_rmsnorm.py").read_text()
+
+    async def go():
+        async with Client(build_server(bench)) as client:
+            checked = await client.call_tool("check_kernel", {"workload_id": "12p_RMSNorm", "source": source})
+            return checked, await verdict_of(client, checked)
+
+    checked, verdict = anyio.run(go)
+    outcome = checked.structured_content
+    assert (outcome["state"], outcome["verdict"]) == ("running", None), checked.content[0].text
+    assert f"list_attempts(attempt_id={outcome['attempt_id']})" in checked.content[0].text
+    assert verdict["status"] == "correct" and verdict["attempt_id"] == outcome["attempt_id"], verdict["message"]
 
 
 def call(bench, tool, arguments=None, progress=None):

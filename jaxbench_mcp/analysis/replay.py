@@ -30,6 +30,7 @@ from jax.extend.core import Literal
 
 from jaxbench_mcp.catalog.targets import MXU_PUSH_MACS as _MXU_PUSH_MACS, VREG_ELEMENTS as _VREG_ELEMENTS
 from jaxbench_mcp.internals import jaxpr as jx
+from jaxbench_mcp.internals.libtpu import COPY_BRANCH, WORK_BRANCH_KINDS, BranchKind
 from jaxbench_mcp.internals.pallas import (
     KERNEL_PRIMITIVES as _KERNELS,
     axis_index_name,
@@ -120,10 +121,14 @@ _INFO: dict[int, tuple] = {}
 _LITERALS: dict[int, tuple] = {}
 _DMA_VIEWS: dict[int, tuple] = {}
 _BRANCH_KINDS: dict[int, tuple] = {}
-# The kinds of branch whose work is tallied apart, and "outside" for the code outside them (copy branches' copies are
-# tallied as "copies").
-_WORK_KINDS = ("matmul", "vector")
-_TALLIED = ("mxu", "vec", "copies", *((unit, kind) for kind in (*_WORK_KINDS, "outside") for unit in ("mxu", "vec")))
+# The work of matmul and vector branches is tallied per kind, and "outside" for the code outside them (copy branches'
+# copies are tallied as "copies").
+_TALLIED = (
+    "mxu",
+    "vec",
+    "copies",
+    *((unit, kind) for kind in (*WORK_BRANCH_KINDS, "outside") for unit in ("mxu", "vec")),
+)
 
 
 def _info(eqn) -> tuple:
@@ -480,7 +485,7 @@ class KernelReplay:
 
     def _count(self, eqn, lane_ids, in_loop: bool) -> None:
         _, mxu, vec, _ = _info(eqn)
-        kind = self._branch_kind if self._branch_kind in _WORK_KINDS else "outside"
+        kind = self._branch_kind if self._branch_kind in WORK_BRANCH_KINDS else "outside"
         if mxu:
             self.mxu[in_loop][lane_ids] += mxu
             self.tally["mxu", kind][in_loop][lane_ids] += mxu
@@ -563,7 +568,7 @@ class KernelReplay:
             elif name == "dma_start":
                 moved, direction = self._dma_bytes(env, eqn, n)
                 self.dma[direction][lane_ids] += moved
-                if self._branch_kind == "copy":
+                if self._branch_kind == COPY_BRANCH:
                     self.copies[in_loop][lane_ids] += 1
                 outs = []
             else:
@@ -1046,7 +1051,7 @@ def _leaf_work(eqn) -> tuple[float, float]:
     return 0.0, work / _VREG_ELEMENTS
 
 
-def branch_kind(jaxpr) -> str | None:
+def branch_kind(jaxpr) -> BranchKind | None:
     """What the compiled region of a branch issues itself, the branches inside it aside (libtpu.BRANCH_KINDS):
     "copy" when its only work is starting copies (its other ops scalar: index arithmetic, scalar-memory reads and
     writes), "matmul" when it multiplies, "vector" for other vector work. None when it holds a rolled loop (its
@@ -1124,10 +1129,10 @@ def scheduled_work(
                 mxu, vec = _leaf_work(eqn)
                 acc["mxu"][in_loop] += mxu
                 acc["vec"][in_loop] += vec
-                tallied = kind if kind in _WORK_KINDS else "outside"
+                tallied = kind if kind in WORK_BRANCH_KINDS else "outside"
                 acc["mxu", tallied][in_loop] += mxu
                 acc["vec", tallied][in_loop] += vec
-                acc["copies"][in_loop] += kind == "copy" and name == "dma_start"
+                acc["copies"][in_loop] += kind == COPY_BRANCH and name == "dma_start"
     return acc
 
 
@@ -1166,7 +1171,7 @@ def summarise(replay: KernelReplay, sched: dict) -> dict:
     # Per branch kind, outside and inside in-kernel loops, executed per scheduled work of its branches (None where
     # there are none): how often the schedule's regions of that kind run. Copy branches are weighed in the copies
     # they start, matmul branches in MXU pushes, vector branches in vector ops.
-    weighed: dict[str, Any] = {"copy": "copies", "matmul": ("mxu", "matmul"), "vector": ("vec", "vector")}
+    weighed: dict[BranchKind, Any] = {"copy": "copies", "matmul": ("mxu", "matmul"), "vector": ("vec", "vector")}
     out["branch_ratios"] = {
         kind: [
             _ratio(float(replay.tally[unit][part].mean()), sched[unit][part])

@@ -47,6 +47,9 @@ _REGION_NAMED = re.compile(r"\bregion (\d+)\b")
 # counts as the code around it.
 BranchKind = Literal["copy", "matmul", "vector"]
 BRANCH_KINDS: tuple[BranchKind, ...] = get_args(BranchKind)
+COPY_BRANCH: BranchKind = "copy"
+# The kinds that do work of their own (priced at their work's ratio, not by their copies).
+WORK_BRANCH_KINDS = tuple(kind for kind in BRANCH_KINDS if kind != COPY_BRANCH)
 # The Mosaic module a kernel's custom call carries (base64 MLIR bytecode) in its schedule file's HLO text.
 _MOSAIC_BODY = re.compile(r'custom_call_target="tpu_custom_call".*?"custom_call_config":\{"body":"([A-Za-z0-9+/=]+)"')
 # Characters jax replaces by "_" when it names a Mosaic module after the kernel function (mlir.sanitize_name).

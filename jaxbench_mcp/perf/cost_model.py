@@ -32,7 +32,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 
 from jaxbench_mcp.catalog import targets
-from jaxbench_mcp.internals import hlo
+from jaxbench_mcp.internals import hlo, libtpu
 
 # Bumped whenever the model's counting changes, so that cached baseline and expert estimates are recomputed.
 MODEL_VERSION = 12
@@ -192,14 +192,14 @@ def executed_bundles(
             if (found := both[loop]) is not None:
                 ratios[kind] = found
         kinds = {kind: regions(kind, deeper) for kind in ratios}
-        work_kinds = [kind for kind in ratios if kind != "copy"]
+        work_kinds = [kind for kind in ratios if kind in libtpu.WORK_BRANCH_KINDS]
         # The code outside the branches runs at its own ratio only where every matmul and vector branch was found:
         # a branch compiled without a region of its own is in that code, and is counted at the ratio of all work.
         own = unbranched_ratios[loop]
         if work_kinds and own is not None and all(kinds[kind] for kind in work_kinds):
             ratio = own
         else:
-            kinds = {kind: n for kind, n in kinds.items() if kind == "copy"}
+            kinds = {kind: n for kind, n in kinds.items() if kind == libtpu.COPY_BRANCH}
         return (code - sum(kinds.values())) * ratio + sum(n * ratios[kind] for kind, n in kinds.items())
 
     if inner and in_kernel_loops:

@@ -284,6 +284,10 @@ class Worker:
         # For a trace job: it warms up for tracing alone, and needs no TPU (on a TPU host one process at a time
         # holds it).
         tracer: bool = False,
+        # A spare warms up on a kernel of its own, off any check's path; a worker started for a job waiting now
+        # only imports: the job's own first compile and run pay the one-off costs, and the warm-up kernel's
+        # would come on top.
+        warm: bool = True,
     ):
         self.limits = limits
         self.isolation = isolation or sandbox.detect()
@@ -319,7 +323,8 @@ class Worker:
             self.process = _SPAWNER.start(
                 lambda: sandbox.launch(
                     [sys.executable, "-m", "jaxbench_mcp.sandbox.worker", str(write_fd), generation or "-"]
-                    + (["trace"] if tracer else []),
+                    + (["trace"] if tracer else [])
+                    + ([] if warm else ["cold"]),
                     self.job_dir,
                     env,
                     self._stdout,
@@ -624,20 +629,25 @@ class WorkerPool:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closed: bool = False
 
-    def _start(self, tracer: bool) -> Worker:
+    def _start(self, tracer: bool, warm: bool) -> Worker:
         # A tracer is told no generation: it compiles nothing, so it has no compiler to warm up.
-        return Worker(None if tracer else self.generation, self.tier, self.limits, tracer=tracer)
+        return Worker(None if tracer else self.generation, self.tier, self.limits, tracer=tracer, warm=warm)
 
     def fill(self) -> None:
         with self._lock:
             for tracer, wanted in ((False, self.spares - self.spares // 2), (True, self.spares // 2)):
                 while not self._closed and len(self._warm[tracer]) < wanted:
-                    self._warm[tracer].append(self._start(tracer))
+                    self._warm[tracer].append(self._start(tracer, warm=True))
 
     def take(self, tracer: bool = False) -> Worker:
+        """A spare, or else a worker started now for a job that waits for it (which skips the warm-up kernel)."""
         with self._lock:
             kept = self._warm[tracer]
-            return kept.pop(0) if kept else self._start(tracer)
+            return kept.pop(0) if kept else self._start(tracer, warm=False)
+
+    def has_spare(self, tracer: bool = False) -> bool:
+        with self._lock:
+            return bool(self._warm[tracer])
 
     def wait_warm(self) -> bool:
         """Block until every spare said 'ready' (or failed to); whether all are ready. For a caller that starts no

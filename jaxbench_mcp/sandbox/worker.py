@@ -60,14 +60,17 @@ class Reporter:
         self.send(protocol.StageEvent(stage=stage, state=state, **fields))
 
 
-def warm_up(generation: str | None, tracer: bool = False) -> None:
+def warm_up(generation: str | None, tracer: bool = False, cold: bool = False) -> None:
     """Pay the one-off costs up front: jax import, libtpu init, and the first trace, lowering, compile and
     interpret run of a kernel that uses what most kernels use (a grid, scratch, pl.when, a dot, and the row
     reductions and elementwise ops of norms, softmax and activations: jax lowers each op the first time it
     meets it, ~40 ms of a candidate's first run otherwise). A tracer (a worker for a trace job, which only loads,
     traces and records the candidate) stops once the kernel is recorded: the compile and the interpret run cost
-    it ~1.2 CPU-seconds of a 2.3-second start that it would never use."""
+    it ~1.2 CPU-seconds of a 2.3-second start that it would never use. A cold worker (started for a job that is
+    already waiting) stops after the imports: the job pays the one-off costs itself, once."""
     workloads.all_workloads()
+    if cold:
+        return
 
     def body(a_ref, b_ref, o_ref, acc_ref):
         @pl.when(pl.program_id(1) == 0)
@@ -710,7 +713,8 @@ _MODES: dict[str, Callable[[Any, Reporter, Path], None]] = {
 def main() -> None:
     event_fd, generation = int(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None)
     report = Reporter(event_fd)
-    warm_up(generation, tracer=sys.argv[3:] == ["trace"])
+    flags = sys.argv[3:]
+    warm_up(generation, tracer="trace" in flags, cold="cold" in flags)
     report.send(protocol.Ready())
     line = sys.stdin.readline()
     if not line:
