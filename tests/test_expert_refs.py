@@ -2,7 +2,8 @@
 
 Every module found by jaxbench_mcp.catalog.expert_refs is checked exactly as a candidate would be: traced,
 lowered and deviceless-compiled at FULL size for v5e and v6e, then run in TPU interpret mode at
-SMALL size on three hidden seeds and compared with the float32/float64 truth.
+SMALL size on a hidden seed (and at the full reduction length where the workload has one) and compared with
+the float32/float64 truth. One seed: every CI run draws a new one, and test_checking covers the default three.
 """
 
 import dataclasses
@@ -21,6 +22,7 @@ from jaxbench_mcp.requests import CheckRequest
 
 REFS_DIR = asset_dir("tokamax_refs")
 CHECK_TARGETS = ["v5e", "v6e"]
+SEEDS = 1
 # The workloads for which JAXBench ships a hand-optimized Pallas version (optimized.py).
 JAXBENCH_EXPERTS = {
     "1p_Flash_Attention",
@@ -98,7 +100,7 @@ def verdicts():
             # A module that needs tokamax where it is not installed: its test skips, saying so (_module).
             if getattr(module, "REQUIRES", None) != "tokamax" or importlib.util.find_spec("tokamax") is not None:
                 source = Path(module.__file__).read_text()
-                requests[workload_id] = CheckRequest.of(workload_id, source, targets=CHECK_TARGETS)
+                requests[workload_id] = CheckRequest.of(workload_id, source, targets=CHECK_TARGETS, seeds=SEEDS)
         return check_two_at_a_time(checker, requests)
     finally:
         checker.close()
@@ -111,8 +113,8 @@ def test_expert_reference_passes_the_check_ladder(verdicts, workload_id):
     compiled = [c.target for c in verdict.compiles if c.ok]
     assert verdict.status == "correct", verdict.summary()
     assert compiled == CHECK_TARGETS, verdict.summary()
-    # The three hidden seeds at the run size, then one at the full reduction length where the workload has it.
+    # The hidden seed at the run size, then one at the full reduction length where the workload has it.
     longer = workloads.FULL_REDUCTION in workloads.get_workload(verdict.workload_id).sizes
-    assert [s.size for s in verdict.seeds] == [None] * 3 + [workloads.FULL_REDUCTION] * longer, verdict.summary()
+    assert [s.size for s in verdict.seeds] == [None] * SEEDS + [workloads.FULL_REDUCTION] * longer, verdict.summary()
     assert all(s.passed for s in verdict.seeds), verdict.summary()
     assert verdict.pallas_calls >= 1

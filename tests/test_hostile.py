@@ -4,8 +4,8 @@ Every candidate gets the verdict its `# expect:` header names, and after each on
 intact (row count, integrity, a checksum of every earlier row), nothing was written outside the job
 directory (marker-named files, sentinel files), no process of the candidate survives (its marker in a
 command line, a job directory as cwd or in a command line), its job directory is gone, no connection
-reached the test's listeners, the stored log is bounded, and the same server answers a good kernel
-correctly.
+reached the test's listeners, and the stored log is bounded. After the whole corpus the same server answers a
+good kernel correctly; between the attacks, the corpus's own cases that expect "correct" show the same.
 
 The checks run in a separate server process (this file run as a script, `serve`), as the MCP server
 would: it holds a secret in its environment and in its memory for the candidates to look for, and a
@@ -476,12 +476,6 @@ def _run_case(case: Case, server: Server, store: StoreWatch, watch: Watch, liste
     problems += [f"written outside the job directory: {w}" for w in watch.written_outside(marker)]
     if listeners.received:
         problems.append(f"the test's listeners were reached: {listeners.received}")
-    after = server.check("12p_RMSNorm", GOOD)  # the same server still answers, and answers right
-    if (after.get("verdict") or {}).get("status") != "correct":
-        problems.append(
-            f"the good kernel afterwards: {after.get('verdict', {}).get('message') or after.get('error', '')[-800:]}"
-        )
-    problems += store.check((after.get("verdict") or {}).get("attempt_id"))
     return {"verdicts": verdicts, "problems": problems, "evidence": evidence, "roots": roots}
 
 
@@ -541,6 +535,10 @@ def hostile(tmp_path_factory):
             for name, future in futures.items():
                 results[name] = future.result()
         results["_seconds"] = time.monotonic() - started
+        # The same server still answers, and answers right. Between the attacks, the corpus's own cases that
+        # expect "correct" (a third of it, spread through the run) show the same.
+        after = server.check("12p_RMSNorm", GOOD)
+        results["_after"] = {"answer": after, "problems": store.check((after.get("verdict") or {}).get("attempt_id"))}
         results["_store_rows"] = (store.count(), server.requests)
         if os.environ.get("JAXBENCH_HOSTILE_REPORT"):  # verdicts, problems and evidence of every case, as JSON
             Path(os.environ["JAXBENCH_HOSTILE_REPORT"]).write_text(json.dumps(results, indent=1, default=str))
@@ -700,6 +698,14 @@ def test_hostile_candidate_gets_its_verdict_and_leaves_nothing(hostile, name):
         f"{case.attack}\n  got {result['verdicts']}, expected {expected}\n  {evidence}"
     )
     assert not result["problems"], f"{case.attack}\n  " + "\n  ".join(result["problems"]) + f"\n  {evidence}"
+
+
+def test_the_server_answers_a_good_kernel_right_after_the_whole_corpus(hostile):
+    results, _server, _watch = hostile
+    answer, problems = results["_after"]["answer"], results["_after"]["problems"]
+    verdict = answer.get("verdict") or {}
+    assert verdict.get("status") == "correct", verdict.get("message") or answer.get("error", "")[-800:]
+    assert not problems, problems
 
 
 def test_every_attempt_is_stored_once(hostile):
