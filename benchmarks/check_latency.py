@@ -4,8 +4,8 @@
                size, once at small size and, where the workload has one, once at its full_reduction size;
                lower + deviceless compile the recorded full-size program for v6e, then run the recorded small
                program in TPU interpret mode on 3 seeds and the full_reduction program on one more, each
-               beside the uninitialised-memory probe (what the worker does since the candidate is traced
-               only once per size)
+               beside the uninitialised-memory probe, compiled once per size (what the worker does since the
+               candidate is traced only once per size, and since grid orders are drawn at run time)
   warm:        Checker.check on a warm checker (two sandboxed spare workers ready: one traces the candidate,
                the other judges the recorded programs), as the server does; its fresh hidden seeds' truth is
                computed while the judging worker compiles
@@ -63,11 +63,14 @@ def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
         }
     full_args = [a for i, a in enumerate(workloads.abstract_inputs(w, "full")) if i not in static]
     targets.deviceless_compile(targets.replay(programs["full"]), full_args, "v6e")
+    params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
+    compiled: dict = {}
     for seed, size, args in zip(seeds, sizes, inputs, strict=True):
-        params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)
-        run = jx.interpreting(programs[size], params)
         dynamic = [a for i, a in enumerate(args) if i not in static]
-        targets.interpret_on_cpu(_with_probe(run, probe, params), dynamic, (), None, params)
+        if size not in compiled:
+            run = _with_probe(jx.interpreting(programs[size], params), probe, params)
+            compiled[size] = targets.interpreted_on_cpu(run, dynamic, (), None, params)
+        compiled[size](dynamic, seed)
     return time.perf_counter() - t0
 
 

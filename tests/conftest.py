@@ -9,6 +9,10 @@ import pytest
 
 # Tests run on the CPU even on a host with libtpu: the server process itself never takes the TPU.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# No spare workers in the servers and checkers the tests start without saying how many (the test servers run a few
+# checks each, and CI's two cores are what runs out: warming four spares costs about 8 CPU-seconds per server). The
+# tests of spares set them explicitly; test_lifecycle's server runs with the default.
+os.environ.setdefault("JAXBENCH_MCP_SPARES", "0")
 
 DATA_DIR = Path(__file__).parent / "data"
 FACTS = {w["id"]: w for w in json.loads((DATA_DIR / "jaxbench_facts.json").read_text())["workloads"]}

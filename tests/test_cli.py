@@ -1,6 +1,7 @@
 """The jaxbench-mcp command as a user runs it."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -61,7 +62,7 @@ def test_check_exit_code_is_0_only_when_correct(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
-        env={**__import__("os").environ, **env_home},
+        env={**os.environ, **env_home},
     )
     assert good.returncode == 0, good.stdout + good.stderr
     assert json.loads(good.stdout)["status"] == "correct"
@@ -76,3 +77,8 @@ def test_version_and_serve_flag_mistakes_are_one_line():
     assert stdio_with_token.stderr.strip().count("\n") == 0
     missing_file = run("serve", "--transport", "http", "--token-file", "/nonexistent/token")
     assert missing_file.returncode == 2 and "cannot read the token file" in missing_file.stderr
+    bad_spares = subprocess.run(
+        [*CLI, "serve"], capture_output=True, text=True, timeout=120, env={**os.environ, "JAXBENCH_MCP_SPARES": "lots"}
+    )
+    assert bad_spares.returncode == 2 and "JAXBENCH_MCP_SPARES='lots'" in bad_spares.stderr
+    assert bad_spares.stderr.strip().count("\n") == 0

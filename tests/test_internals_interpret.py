@@ -12,7 +12,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxbench_mcp.catalog.targets import interpret_on_cpu
+from jaxbench_mcp.catalog.targets import interpret_on_cpu, interpreted_on_cpu
 from jaxbench_mcp.internals import interpret as interpret_transforms
 
 
@@ -200,6 +200,40 @@ def test_plain_jax_still_has_the_bug_each_patch_works_around(case, symptom):
         f"jax {jax.__version__} no longer shows {symptom!r} for the {case} case "
         f"(got {out.stdout[:300]!r}{out.stderr[-300:]!r}): upstream fixed it; update jaxbench_mcp.internals.interpret"
     )
+
+
+def test_one_compile_runs_each_time_in_the_parallel_grid_order_its_seed_draws(monkeypatch):
+    """A check compiles each size once (interpreted_on_cpu) and every run still visits the 'parallel' grid axes in
+    an order of its own, drawn while it runs; an 'arbitrary' axis runs in order."""
+    steps = 8
+
+    def visits(semantics):
+        def kernel(o_ref, seen_ref):  # each grid point writes how many points ran before it
+            before = jnp.where(jnp.isnan(seen_ref[...]), 0.0, seen_ref[...])  # the scratch starts as NaN
+            o_ref[...] = before
+            seen_ref[...] = before + 1.0
+
+        return pl.pallas_call(
+            kernel,
+            grid=(steps,),
+            out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+            out_shape=jax.ShapeDtypeStruct((8 * steps, 128), jnp.float32),
+            scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
+            compiler_params=pltpu.CompilerParams(dimension_semantics=(semantics,)),
+        )()
+
+    params = pltpu.InterpretParams(uninitialized_memory="nan")
+    x = [jnp.zeros(())]
+    parallel = interpreted_on_cpu(lambda _: visits("parallel"), x, (), "v6e", params)
+    orders = [tuple(np.asarray(parallel(x, seed))[::8, 0].astype(int)) for seed in (11, 12, 11)]
+    assert sorted(orders[0]) == list(range(steps))
+    assert orders[0] == orders[2] != orders[1]  # 8! orders: two seeds meet with odds 1 in 40,320
+    arbitrary = interpreted_on_cpu(lambda _: visits("arbitrary"), x, (), "v6e", params)
+    assert tuple(np.asarray(arbitrary(x, 11))[::8, 0].astype(int)) == tuple(range(steps))
+    # The hook is private to jax: a changed signature is refused, as the other patches' are.
+    monkeypatch.setattr(interpret_transforms.ipc, "_get_randomized_grid_coordinates", lambda grid, params, seed: ())
+    with pytest.raises(RuntimeError, match="draws grid orders with"):
+        interpret_transforms._check_grid_order_hooks()
 
 
 def test_a_changed_interpreter_is_refused_before_anything_is_patched(monkeypatch):

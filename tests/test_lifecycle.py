@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jaxbench_mcp import api
-from jaxbench_mcp.checking.checker import Cancelled, Checker
+from jaxbench_mcp.checking.checker import SPARES_ENV, Cancelled, Checker
 from jaxbench_mcp.requests import CheckRequest
 from jaxbench_mcp.sandbox import isolation as sandbox, jobs
 from jaxbench_mcp.store import Store
@@ -29,6 +29,21 @@ pytestmark = pytest.mark.slow
 
 def _alive(pids) -> list[int]:
     return [p for p in pids if sandbox.running(p)]
+
+
+def test_jaxbench_mcp_spares_sets_the_spare_workers_and_a_bad_value_says_what_to_give(monkeypatch):
+    from jaxbench_mcp.catalog import targets
+    from jaxbench_mcp.checking.checker import spares_from_env
+
+    monkeypatch.delenv(SPARES_ENV, raising=False)
+    assert spares_from_env(targets.Tier.CPU_LIBTPU, 2) == 4 and spares_from_env(targets.Tier.TPU, 1) == 0
+    monkeypatch.setenv(SPARES_ENV, "1")
+    assert spares_from_env(targets.Tier.CPU_LIBTPU, 2) == 1
+    assert Checker(spares=None, slots=1).pool.spares == 1
+    for bad in ("-1", "two", "65"):
+        monkeypatch.setenv(SPARES_ENV, bad)
+        with pytest.raises(ValueError, match="a whole number of spare workers from 0 to 64"):
+            spares_from_env(targets.Tier.CPU_LIBTPU, 2)
 
 
 def test_a_spare_that_idled_past_its_warm_up_budget_still_takes_the_next_check():
@@ -117,7 +132,9 @@ def test_cancel_kills_the_worker_within_a_second_and_records_the_attempt_as_canc
 
 
 def _serve(tmp_path: Path) -> subprocess.Popen:
+    """The server as an operator starts it: with its default spare workers (conftest turns them off elsewhere)."""
     env = dict(os.environ, JAXBENCH_MCP_HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path))
+    env.pop(SPARES_ENV, None)
     return subprocess.Popen(
         [sys.executable, "-m", "jaxbench_mcp.frontends.cli", "serve"],
         stdin=subprocess.PIPE,

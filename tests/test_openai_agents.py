@@ -31,7 +31,12 @@ def _example():
 @pytest.mark.slow
 def test_the_agents_sdk_runs_a_scripted_model_against_the_server_and_reads_structured_content(tmp_path):
     example = _example()
-    env = {"JAXBENCH_MCP_HOME": str(tmp_path / "home"), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}
+    env = {
+        "JAXBENCH_MCP_HOME": str(tmp_path / "home"),
+        "JAX_PLATFORMS": "cpu",
+        "JAXBENCH_MCP_SPARES": "0",
+        "PATH": "/usr/bin:/bin",
+    }
     # The server as the example starts it, from this interpreter's environment (the test's .venv).
     command = Path(sys.executable).parent / "jaxbench-mcp"
 

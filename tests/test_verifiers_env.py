@@ -29,6 +29,7 @@ def _environment(tmp_path: Path) -> dict[str, str]:
     return {
         "JAXBENCH_MCP_HOME": str(tmp_path / "home"),
         "JAX_PLATFORMS": "cpu",
+        "JAXBENCH_MCP_SPARES": "0",  # forwarded to the servers the rollouts start (conftest says why)
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
     }

@@ -45,8 +45,9 @@ from jaxbench_mcp.catalog import conditions, workloads
 
 CHECK_TOOL, SUBMIT_TOOL = "check_kernel", "submit"
 # Environment a server started by Inspect keeps from this process (Inspect's stdio client passes only a
-# minimal environment otherwise): where the attempts store lives, and which jax platform the server takes.
-_FORWARDED_ENV = ("JAXBENCH_MCP_HOME", "JAX_PLATFORMS")
+# minimal environment otherwise): where the attempts store lives, which jax platform the server takes, and how
+# many spare workers it keeps warm.
+_FORWARDED_ENV = ("JAXBENCH_MCP_HOME", "JAX_PLATFORMS", "JAXBENCH_MCP_SPARES")
 
 
 def _ids(workloads_: str | list[str]) -> list[str]:

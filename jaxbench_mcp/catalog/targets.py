@@ -238,6 +238,43 @@ def replay(closed) -> Callable:
     return workload
 
 
+def interpreted_on_cpu(
+    fn: Callable,
+    args: Sequence[Any],
+    static_argnums: Sequence[int],
+    generation: str | None,
+    params,
+) -> Callable[..., Any]:
+    """`fn` compiled once for TPU interpret mode on the CPU, traced on `args` as if on `generation` (None: no chip
+    context, for a recorded program, whose avals keep the mesh they were traced under). The result runs it on
+    dynamic arguments of the same shapes: `run(dynamic_args, order_seed)`, where order_seed draws the orders of
+    the kernels' 'parallel' grid axes for that run (internals.interpret.grid_orders; None: params.random_seed)."""
+    import jax
+    from jax.experimental.pallas import tpu as pltpu
+
+    from jaxbench_mcp.internals import interpret as interpret_transforms
+
+    interpret_transforms.install()  # loads through ref.reshape / ref.bitcast views; grid orders drawn per run
+    try:
+        with pltpu.force_tpu_interpret_mode(params):
+            with chip_context(generation) if generation else contextlib.nullcontext():
+                traced = jax.jit(fn, static_argnums=tuple(static_argnums)).trace(*args)
+            compiled = traced.lower(lowering_platforms=("cpu",)).compile(device_assignment=(jax.devices("cpu")[0],))
+    except BaseException:
+        pltpu.reset_tpu_interpret_mode_state()  # interpret mode keeps state that a failed run leaves behind
+        raise
+
+    def run(dynamic_args: Sequence[Any], order_seed: int | None = None):
+        try:
+            with pltpu.force_tpu_interpret_mode(params), interpret_transforms.grid_orders(order_seed):
+                return jax.block_until_ready(compiled(*dynamic_args))
+        except BaseException:
+            pltpu.reset_tpu_interpret_mode_state()
+            raise
+
+    return run
+
+
 def interpret_on_cpu(
     fn: Callable,
     args: Sequence[Any],
@@ -245,23 +282,9 @@ def interpret_on_cpu(
     generation: str | None,
     params,
 ):
-    """Run `fn(*args)` in TPU interpret mode on the CPU, traced as if on `generation` (None: no chip context, for
-    a recorded program, whose avals keep the mesh they were traced under)."""
-    import jax
-    from jax.experimental.pallas import tpu as pltpu
-
-    from jaxbench_mcp.internals import interpret as interpret_transforms
-
-    interpret_transforms.install()  # loads through ref.reshape / ref.bitcast views
-    try:
-        with pltpu.force_tpu_interpret_mode(params):
-            with chip_context(generation) if generation else contextlib.nullcontext():
-                traced = jax.jit(fn, static_argnums=tuple(static_argnums)).trace(*args)
-            compiled = traced.lower(lowering_platforms=("cpu",)).compile(device_assignment=(jax.devices("cpu")[0],))
-            return jax.block_until_ready(compiled(*[a for i, a in enumerate(args) if i not in static_argnums]))
-    except BaseException:
-        pltpu.reset_tpu_interpret_mode_state()  # interpret mode keeps state that a failed run leaves behind
-        raise
+    """Run `fn(*args)` once in TPU interpret mode on the CPU (interpreted_on_cpu, compiled for this one run)."""
+    run = interpreted_on_cpu(fn, args, static_argnums, generation, params)
+    return run([a for i, a in enumerate(args) if i not in static_argnums])
 
 
 def lower_for_tpu(

@@ -7,6 +7,7 @@ checking/truth, how outputs are compared in checking/comparison, and how the ver
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 import time
@@ -89,6 +90,24 @@ class CompileReadings:
             return self._kept.get((program_sha256, generation))
 
 
+# Spare workers kept warm (an operator's setting). Fewer save memory (a warm tracer holds ~0.25 GB, a warm judging
+# worker ~0.5 GB) and the CPU of their warm-up, at the price of a slower check when none is ready.
+SPARES_ENV = "JAXBENCH_MCP_SPARES"
+MAX_SPARES = 64
+
+
+def spares_from_env(tier: targets.Tier, slots: int) -> int:
+    """JAXBENCH_MCP_SPARES, or the default: none on a TPU host (only one process can hold the TPU, so the next
+    worker starts when the last one is done), elsewhere two per slot (a check takes a tracer for the candidate's
+    trace, and a worker for the rest)."""
+    value = os.environ.get(SPARES_ENV)
+    if value is None or value == "":
+        return 0 if tier is targets.Tier.TPU else 2 * slots
+    if not value.isdigit() or int(value) > MAX_SPARES:
+        raise ValueError(f"{SPARES_ENV}={value!r}: give a whole number of spare workers from 0 to {MAX_SPARES}")
+    return int(value)
+
+
 class Checker:
     """Owns the warm worker pool and the device slots of this host; `check` is safe from many threads."""
 
@@ -107,9 +126,7 @@ class Checker:
         )
         self.queue = JobQueue(slots or default_slots(self.tier))
         if spares is None:
-            # Only one process can hold a TPU: there, the next worker starts when the last one is done.
-            # Elsewhere two per slot: a check takes a tracer for the candidate's trace, and a worker for the rest.
-            spares = 0 if self.tier is targets.Tier.TPU else 2 * self.queue.slots
+            spares = spares_from_env(self.tier, self.queue.slots)
         self.pool = WorkerPool(
             self.default_target if self.tier is targets.Tier.CPU_LIBTPU else None, self.tier, self.limits, spares
         )

@@ -22,18 +22,31 @@ It also mends masked stores (pltpu.store(ref, val, mask=...)), which the same ke
 0.12's masked swap marks the wrong lanes as out of bounds (it always cuts along the first axis,
 once per axis), so a fully in-bounds store into, say, a (256, 128) buffer with any lane of rows
 128.. set is rejected as "Out-of-bounds masked swap".
+
+And it draws the order in which a kernel visits its 'parallel' grid axes when the program runs, not
+when it is traced. jax draws it from InterpretParams.random_seed while tracing, so every new order
+meant a new compile of the whole interpreted program: 1 to 2.5 s per run for our solutions, as
+much as the run itself for most of them. Under grid_orders(seed) every pallas_call the program runs
+draws a fresh permutation of each parallel axis from that seed; outside it, from random_seed. A
+check compiles each size once and still gives every run orders of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
+from collections.abc import Iterator
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax._src import core as jax_core
 from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc, shared_memory as sm, utils as interpret_utils
 from jax._src.state.indexing import NDIndexer, Slice
 from jax._src.state.types import BitcastTransform, ReshapeTransform
+from jax.experimental import io_callback
 
 _LOCK = threading.Lock()
 _MARK = "_jaxbench_ref_views"  # set on our replacement `get`, so a second install() is a no-op
@@ -56,6 +69,7 @@ def install() -> None:
         names = tuple(inspect.signature(raw_get).parameters)[: len(_GET_PARAMS)]
         if names != _GET_PARAMS:
             raise RuntimeError(f"jax's interpreter get() takes {names}, expected {_GET_PARAMS}")
+        _check_grid_order_hooks()
 
         @functools.wraps(raw_get)
         def get_through_views(token, device_id, local_core_id, memory_space, buffer_id, transforms, *args, **kwargs):
@@ -89,7 +103,58 @@ def install() -> None:
         shared_memory_class, swap_buffer_content = _masked_swap()
         interpret_utils.to_range = to_range
         shared_memory_class.swap_buffer_content = swap_buffer_content
+        ipc._get_randomized_grid_coordinates = _grid_orders_at_run_time
         ipc.get = new_get
+
+
+# ---- grid orders drawn at run time ----------------------------------------------------------------
+
+_ORDER_PARAMS = ("grid", "mosaic_params", "random_seed")
+_orders_lock = threading.Lock()
+_run_orders: np.random.Generator | None = None
+
+
+def _check_grid_order_hooks() -> None:
+    names = tuple(inspect.signature(ipc._get_randomized_grid_coordinates).parameters)
+    if names != _ORDER_PARAMS or not hasattr(ipc, "_get_parallel_dim_semantics"):
+        raise RuntimeError(f"jax's interpreter draws grid orders with {names}, expected {_ORDER_PARAMS}")
+
+
+@contextlib.contextmanager
+def grid_orders(seed: int | None) -> Iterator[None]:
+    """Programs run inside visit their kernels' 'parallel' grid axes in orders drawn from `seed` (None: from
+    each kernel's InterpretParams.random_seed, as outside)."""
+    global _run_orders
+    with _orders_lock:
+        _run_orders = None if seed is None else np.random.default_rng(seed)
+    try:
+        yield
+    finally:
+        with _orders_lock:
+            _run_orders = None
+
+
+def _draw_order(size: int, random_seed: int | None) -> np.ndarray:
+    with _orders_lock:
+        rng = _run_orders if _run_orders is not None else np.random.default_rng(random_seed or 0)
+        return rng.permutation(size).astype(np.int32)
+
+
+def _grid_orders_at_run_time(grid, mosaic_params, random_seed):
+    """jax's _get_randomized_grid_coordinates with the permutations drawn by a host callback each time the
+    kernel runs: a permutation of each 'parallel' axis, an empty array for each 'arbitrary' one (jax's own
+    convention, which _get_grid_point reads)."""
+    parallel = ipc._get_parallel_dim_semantics(mosaic_params, len(grid))
+    coordinates = []
+    for size, is_parallel in zip(grid, parallel, strict=True):
+        if is_parallel:
+            size = int(jax_core.concrete_or_error(None, size))  # jax's rule: a parallel axis has a static size
+            coordinates.append(
+                io_callback(functools.partial(_draw_order, size, random_seed), jax.ShapeDtypeStruct((size,), np.int32))
+            )
+        else:
+            coordinates.append(jnp.array((), dtype=np.int32))
+    return tuple(coordinates)
 
 
 def _masked_swap():

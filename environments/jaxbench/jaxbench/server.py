@@ -21,9 +21,9 @@ import jaxbench_mcp
 from jaxbench_mcp.campaigns import outcomes
 
 CONTEXTS = ("docs", "none")
-# Variables a started server keeps from this process: where its attempts store lives and which jax platform
-# it takes (the stdio client passes a minimal environment otherwise).
-FORWARDED_ENV = ("JAXBENCH_MCP_HOME", "JAX_PLATFORMS", "HOME", "PATH", "TMPDIR")
+# Variables a started server keeps from this process: where its attempts store lives, which jax platform it
+# takes and how many spare workers it keeps warm (the stdio client passes a minimal environment otherwise).
+FORWARDED_ENV = ("JAXBENCH_MCP_HOME", "JAX_PLATFORMS", "JAXBENCH_MCP_SPARES", "HOME", "PATH", "TMPDIR")
 # A check that outlasts the server's call budget comes back 'running'; it is then collected with list_attempts.
 POLL_SECONDS = 2.0
 
