@@ -40,7 +40,7 @@ def test_jaxbench_mcp_spares_sets_the_spare_workers_and_a_bad_value_says_what_to
     monkeypatch.setenv(SPARES_ENV, "1")
     assert spares_from_env(targets.Tier.CPU_LIBTPU, 2) == 1
     assert Checker(spares=None, slots=1).pool.spares == 1
-    for bad in ("-1", "two", "65"):
+    for bad in ("-1", "two", "65", "²"):
         monkeypatch.setenv(SPARES_ENV, bad)
         with pytest.raises(ValueError, match="a whole number of spare workers from 0 to 64"):
             spares_from_env(targets.Tier.CPU_LIBTPU, 2)

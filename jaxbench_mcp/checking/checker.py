@@ -103,7 +103,7 @@ def spares_from_env(tier: targets.Tier, slots: int) -> int:
     value = os.environ.get(SPARES_ENV)
     if value is None or value == "":
         return 0 if tier is targets.Tier.TPU else 2 * slots
-    if not value.isdigit() or int(value) > MAX_SPARES:
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_SPARES:
         raise ValueError(f"{SPARES_ENV}={value!r}: give a whole number of spare workers from 0 to {MAX_SPARES}")
     return int(value)
 
