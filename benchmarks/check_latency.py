@@ -15,7 +15,10 @@
                warm-up kernel, as the checker does
   serial:      the same, but the judging worker starts once the trace job is done and warms up first (the
                checker before it started that worker ahead, cold)
-The isolation the checker uses (bubblewrap where installed) is printed with the figures.
+The isolation the checker uses (bubblewrap where installed) is printed with the figures, and the host's CPU-seconds
+(/proc/stat: run it on a quiet host) per check warm, counting the two spares' start and warm-up kernel, against on
+demand: the warm-up buys latency with CPU, which is why spares are warmed only when the host is idle
+(jaxbench_mcp.sandbox.jobs.WorkerPool).
 
 Goals: warm <= 1.3x unavoidable; cold >= 3x warm; on demand < serial.
 Usage: python benchmarks/check_latency.py [--kernel tests/kernels/good_rmsnorm.py --workload 12p_RMSNorm] [--repeats 3]
@@ -74,6 +77,13 @@ def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
     return time.perf_counter() - t0
 
 
+def host_cpu_seconds() -> float:
+    """Every process's user and system time on this host so far (the spares and workers are other processes)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def on_demand(workload_id: str, source: str, serial: bool) -> float:
     from jaxbench_mcp.checking.checker import Checker
     from jaxbench_mcp.requests import CheckRequest
@@ -111,19 +121,24 @@ def main() -> None:
     hidden = [101, 102, 103]  # any seeds: the unavoidable work does not depend on them
     unavoidable(args.workload, args.kernel, hidden)  # warm this process's jax caches like the worker's warm-up
 
-    inline, warm, cold, ahead, serial = [], [], [], [], []
+    inline, warm, cold, ahead, serial, warm_cpu, ahead_cpu = [], [], [], [], [], [], []
+    checker.queue.on_idle = None  # the spares are refilled below, where their CPU is counted
+    checker.pool.wait_warm()
     for _ in range(args.repeats):
+        c0 = host_cpu_seconds()
         ahead.append(on_demand(args.workload, source, serial=False))
+        ahead_cpu.append(host_cpu_seconds() - c0)
         serial.append(on_demand(args.workload, source, serial=True))
         inline.append(unavoidable(args.workload, args.kernel, hidden))
-        # An agent's think time between calls: the spare that the last check's end started gets ready.
-        time.sleep(1)
-        checker.pool.wait_warm()
+        c0 = host_cpu_seconds()
         t0 = time.perf_counter()
         verdict, outcome = checker.check(CheckRequest.of(args.workload, source))
         warm.append(time.perf_counter() - t0)
         outcome.cleanup()
         assert verdict.status == "correct", verdict.summary()
+        checker.pool.fill()  # the two spares the check took, started and warmed as after an agent's think time
+        checker.pool.wait_warm()
+        warm_cpu.append(host_cpu_seconds() - c0)
         with tempfile.TemporaryDirectory() as home:
             t0 = time.perf_counter()
             subprocess.run(
@@ -150,6 +165,10 @@ def main() -> None:
     print(f"  cold one-shot CLI check: {c:.2f} s  = {c / w:.2f}x warm (goal >= 3x)")
     a, s = statistics.median(ahead), statistics.median(serial)
     print(f"  on demand (no spare):    {a:.2f} s  = {a / s:.2f}x serial {s:.2f} s (goal < 1)")
+    wc, ac = statistics.median(warm_cpu), statistics.median(ahead_cpu)
+    print(
+        f"  host CPU per check:      warm {wc:.2f} s (with its spares' warm-up) = {wc / ac:.2f}x on demand {ac:.2f} s"
+    )
 
 
 if __name__ == "__main__":

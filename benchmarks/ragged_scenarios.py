@@ -10,9 +10,10 @@ turned off). The lengths are concrete in the estimate, as in a profile: the kern
 
 Measured (benchmarks/data/ragged_scenarios_v5e.json: one v5e, jax 0.10.2; estimates with jax 0.12.0.1 and
 libtpu 0.0.50.1), over the eleven scenarios: the expert's estimate / measured is 1.01-1.04 (0.38-8.23 with every
-grid step replayed at once), our solution's 0.88-1.13, and in every scenario the estimate orders the two kernels as
-the chip does (32 short sequences, measured 15% apart, were the wrong way round until a BlockSpec's copies were
-counted in the steps they run beside: kernel_analysis.copies_in_flight).
+grid step replayed at once), our solution's 0.96-1.20 (rerun 2026-12-07; 0.88-1.13 when first written: the
+estimator's later changes moved the short decodes up, 8 sequences 1.20, 16 1.14), and in every scenario the
+estimate orders the two kernels as the chip does (32 short sequences, measured 15% apart, were the wrong way round
+until a BlockSpec's copies were counted in the steps they run beside: kernel_analysis.copies_in_flight).
 The decodes tell the costs apart: the expert takes about 211 us whatever the batch (8 to 64 sequences of 257-341 to
 4096 keys) plus 15 us per sequence and 1,024 keys; the 211 us are its 63 grid steps that only read query blocks and
 write output blocks (128 MiB), while all the sequences sit in the first query block's step. Priced as max(compute,

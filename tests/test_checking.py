@@ -41,7 +41,10 @@ def verdicts():
     checker = Checker(limits=TEST_LIMITS, spares=2, slots=2)
     checker.start()
     try:
-        requests = {name: CheckRequest.of(workload, (KERNELS / name).read_text()) for name, workload, *_ in corpus()}
+        # The two hangs leave both slots idle while they wait out their stage deadlines: not side by side.
+        names = sorted((c[0] for c in corpus()), key=lambda name: name != "bad_hang_import.py")
+        workload_of = {name: workload for name, workload, *_ in corpus()}
+        requests = {name: CheckRequest.of(workload_of[name], (KERNELS / name).read_text()) for name in names}
         results = check_two_at_a_time(checker, requests)
         # After hangs, crashes and memory bombs the same checker still answers correctly.
         again, outcome = checker.check(CheckRequest.of("12p_RMSNorm", (KERNELS / "good_rmsnorm.py").read_text()))
@@ -105,6 +108,24 @@ def test_the_verdict_shows_the_compilers_vmem_beside_the_estimate(verdicts):
         assert compiled.vmem_compiled_bytes and compiled.vmem_estimate_bytes, compiled
         assert abs(compiled.vmem_compiled_bytes / compiled.vmem_estimate_bytes - 1) <= 0.02, compiled
     assert "as compiled, estimated ~" in verdict.summary()
+
+
+def test_the_runs_stop_once_the_verdict_cannot_be_correct(verdicts):
+    """The verdict names the first wrong seed, so the seeds after it are never run: a wrong kernel (one missing its
+    accumulator's init, one replaying seed 42's answer) costs one run. So does one whose recorded program already
+    rules 'correct' out (an input never read or an output never written at full size, a program that changes with
+    the size, no Pallas kernel), while a correct kernel runs every seed."""
+    for name in ("bad_missing_acc_init.py", "bad_replay_seed42.py"):
+        verdict = verdicts[name]
+        runs = [s for s in verdict.stages if s.stage == "run"]
+        assert verdict.status == "incorrect" and len(runs) == 1 and runs[0].ok, verdict.stages
+        assert [s.passed for s in verdict.seeds] in ([], [False]), verdict.seeds
+        assert verdict.message.startswith("seed 0"), verdict.message
+    for name in ("bad_all_zeros.py", "bad_unwritten_tail.py", "bad_size_branch.py", "bad_plain_xla.py"):
+        verdict = verdicts[name]
+        assert len([s for s in verdict.stages if s.stage == "run"]) == 1, (name, verdict.stages)
+    right = verdicts["good_gemm_tiled.py"]
+    assert len([s for s in right.stages if s.stage == "run"]) == len(right.seeds) == 4, right.stages
 
 
 def test_a_k_axis_labelled_parallel_fails_when_a_megacore_chip_is_targeted():
@@ -233,3 +254,39 @@ def test_truth_is_computed_above_the_output_precision_and_the_tolerance_is_calib
     assert t.dtype == "bfloat16" and t.truth.dtype == np.float64
     assert 0 < t.baseline_error <= t.tolerance <= 3 * t.baseline_error + 1e-6
     assert t.tolerance < 0.05 * np.abs(t.truth).max()
+
+
+def test_runs_stopped_with_nothing_failed_is_never_correct(tmp_path):
+    """The parent stops the runs only once 'correct' is ruled out. Were that ever wrong (the output it saw right,
+    the program too), the verdict is the server's own error, never 'correct' on fewer seeds than the check asked
+    for; without a stop, a missing run is the worker's protocol violation."""
+    from jaxbench_mcp.catalog.targets import Tier
+    from jaxbench_mcp.checking import judge
+    from jaxbench_mcp.sandbox import isolation, protocol
+    from jaxbench_mcp.sandbox.jobs import RunOutcome
+
+    w = workloads.get_workload("12p_RMSNorm")
+    t = truth_for(w.id, "small", 1234)
+    np.save(tmp_path / "output_0.npy", t.truth.astype(np.float32))
+    traced = protocol.Traced(kernels=[], host_callbacks=[], outputs=[])
+    events = [
+        protocol.StageEvent(stage=Stage.TRACE, state="start"),
+        protocol.StageEvent(stage=Stage.TRACE, state="done", traced=traced),
+        protocol.StageEvent(stage=Stage.RUN, state="start", seed_index=0),
+        protocol.StageEvent(
+            stage=Stage.RUN,
+            state="done",
+            seed_index=0,
+            output=protocol.Output(path="output_0.npy", shape=list(t.truth.shape), dtype=t.dtype, leaves=1),
+        ),
+        protocol.Finished(),
+    ]
+    outcome = RunOutcome(events=events, job_dir=tmp_path, isolation=isolation.detect(), after_trace=True)
+    case = judge.Case(w, "small", [], Tier.TPU, outcome.isolation, Limits(), False)
+    truths = [(lambda: t, "small")] * 3
+    stopped = judge.collect(case, truths, outcome, lambda _m: None, runs_stopped=True)
+    assert [f.error_class for f in stopped.failures] == [ErrorClass.INTERNAL_ERROR], stopped.failures
+    assert [s.passed for s in stopped.seeds] == [True]
+    assert judge.verdict(case, stopped, 1.0).status == Status.SERVER_ERROR
+    missing = judge.collect(case, truths, outcome, lambda _m: None)
+    assert [f.error_class for f in missing.failures] == [ErrorClass.PROTOCOL_VIOLATION], missing.failures

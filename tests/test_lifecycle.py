@@ -104,6 +104,45 @@ def test_no_spare_warms_up_beside_a_running_check_and_one_is_ready_after_it():
         checker.close()
 
 
+def test_spares_are_warmed_only_when_the_last_job_ends_with_none_waiting():
+    """Checks that follow each other without a pause (a campaign, two agents) warm no spare between them: its
+    warm-up would take CPU from the check beside it, for less than it saves the next one."""
+    idle: list[tuple[int, int]] = []
+    queue = jobs.JobQueue(1, on_idle=lambda: idle.append((queue.running, queue.waiting)))
+    entered, release = threading.Event(), threading.Event()
+
+    def hold():
+        entered.set()
+        release.wait(10)
+
+    first = threading.Thread(target=queue.run, args=(hold,))
+    first.start()
+    assert entered.wait(10)
+    second = threading.Thread(target=queue.run, args=(lambda: None,))
+    second.start()
+    deadline = time.monotonic() + 10
+    while queue.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert queue.waiting == 1
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert idle == [(0, 0)], idle  # once, after the second: the first ended with one waiting
+
+    idle.clear()
+    entered.clear()
+    release.clear()
+    two = jobs.JobQueue(2, on_idle=lambda: idle.append((two.running, two.waiting)))
+    first = threading.Thread(target=two.run, args=(hold,))
+    first.start()
+    assert entered.wait(10)
+    two.run(lambda: None)
+    assert idle == [], "a spare was warmed while a job still ran"
+    release.set()
+    first.join(10)
+    assert idle == [(0, 0)], idle
+
+
 def test_cancel_kills_the_worker_within_a_second_and_records_the_attempt_as_cancelled(tmp_path):
     bench = api.JaxBench(store=Store(tmp_path / "attempts.sqlite3"), checker=Checker(spares=0, slots=1))
     loaded = threading.Event()

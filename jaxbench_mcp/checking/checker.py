@@ -8,18 +8,20 @@ checking/truth, how outputs are compared in checking/comparison, and how the ver
 from __future__ import annotations
 
 import os
+import queue
 import secrets
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from jaxbench_mcp.catalog import targets, workloads
 from jaxbench_mcp.checking import judge
-from jaxbench_mcp.checking.truth import Truth, fresh_seed, inputs_for, truth_of
+from jaxbench_mcp.checking.truth import fresh_seed, inputs_for, truth_of
 from jaxbench_mcp.internals import jaxpr_codec
 from jaxbench_mcp.models import Verdict
 from jaxbench_mcp.requests import DEFAULT_SEEDS as DEFAULT_SEEDS, CheckRequest
@@ -28,13 +30,14 @@ from jaxbench_mcp.sandbox.jobs import (
     JobQueue,
     Limits,
     RunOutcome,
+    Then,
     Worker,
     WorkerPool,
     WorkerStartFailed,
     default_slots,
     read_job_file,
 )
-from jaxbench_mcp.taxonomy import ErrorClass, Status
+from jaxbench_mcp.taxonomy import ErrorClass, Stage, Status
 
 
 def describe_inputs(inputs: tuple, prefix: str) -> list[protocol.InputFile | protocol.StaticInput]:
@@ -124,12 +127,14 @@ class Checker:
         self.default_target = (
             targets.DEFAULT_CPU_TARGET if self.tier is targets.Tier.CPU_LIBTPU else targets.attached_generation()
         )
-        self.queue = JobQueue(slots or default_slots(self.tier))
+        slots = slots or default_slots(self.tier)
         if spares is None:
-            spares = spares_from_env(self.tier, self.queue.slots)
+            spares = spares_from_env(self.tier, slots)
         self.pool = WorkerPool(
             self.default_target if self.tier is targets.Tier.CPU_LIBTPU else None, self.tier, self.limits, spares
         )
+        # Spares are warmed only when the host has nothing else to do (WorkerPool).
+        self.queue = JobQueue(slots, on_idle=self.pool.refill)
         self.readings = CompileReadings()
 
     def start(self) -> None:
@@ -204,12 +209,12 @@ class Checker:
         on_event: Callable[[protocol.StageEvent], None] = lambda _e: None,
         cancel: threading.Event | None = None,
         dump_schedules: bool = False,
-        then: Callable[[Path, Callable[[protocol.InputsReady], object]], None] | None = None,
+        then: Then | None = None,
         trace: protocol.TraceJob | None = None,
     ) -> RunOutcome:
         """Every kind of job: take a queue slot, then a ready worker, write the candidate and the job's files
-        into its directory, and follow it to the end; `then(job_dir, send)` writes more files while the worker
-        runs (jaxbench_mcp.sandbox.jobs.Worker.run). With `trace`, the candidate's code runs only in a trace job
+        into its directory, and follow it to the end; `then(job_dir, send, ended)` writes more files while the
+        worker runs (jaxbench_mcp.sandbox.jobs.Worker.run). With `trace`, the candidate's code runs only in a trace job
         of its own, first; the job itself runs in a second worker, on the program files that one wrote, and never
         sees the candidate (make_job gets what the trace job wrote). Raises Cancelled or WorkerStartFailed."""
 
@@ -222,7 +227,7 @@ class Checker:
                 files: dict[str, bytes] = {}
                 if trace is not None and source is not None:
                     # With no spare ready for the job, its worker starts now, beside the trace job, not after it
-                    # (with the cold start: 5.3 s for a small check against 8.4 s, benchmarks/check_latency.py).
+                    # (with the cold start: 3.85 s for a small check against 6.21 s, benchmarks/check_latency.py).
                     if dump_schedules or not self.pool.has_spare():
                         ahead = self._worker(dump_schedules)
                     earlier, files = self._trace(trace, source, on_event, cancel)
@@ -246,8 +251,6 @@ class Checker:
                     ahead.dispose()
                 if earlier is not None:
                     earlier.cleanup()
-                if not dump_schedules:
-                    self.pool.refill()
 
         return self.queue.run(in_slot)
 
@@ -284,7 +287,15 @@ class Checker:
         attached = targets.attached_generation() if self.tier is targets.Tier.TPU else None
         estimating = self.tier is not targets.Tier.CPU and request.estimate and any(g != attached for g in chosen)
 
+        run_ends: queue.Queue[protocol.StageEvent] = queue.Queue()
+        stopped = threading.Event()  # the runs were stopped before the last
+        traced: list[protocol.Traced] = []  # what the judging worker's trace stage found
+
         def on_event(event: protocol.StageEvent) -> None:
+            if event.traced is not None:
+                traced.append(event.traced)
+            if event.stage is Stage.RUN and event.state != "start":
+                run_ends.put(event)
             if event.state != "start":
                 where = f" {event.target}" if event.target else ""
                 seed = f" seed {event.seed_index}" if event.seed_index is not None else ""
@@ -307,11 +318,37 @@ class Checker:
                 estimate=estimating,
             )
 
-        def write_input_files(job_dir: Path, send: Callable[[protocol.InputsReady], object]) -> None:
+        def worth_another_run(index: int, job_dir: Path, ended: threading.Event) -> bool:
+            # Run `index`'s output is judged as soon as it is written, exactly as the verdict will judge it. Once
+            # it is wrong (the comparison stops at the first wrong seed), or the recorded program already rules
+            # 'correct' out, the runs after it would only cost time: a failing check is what an agent iterates on.
+            while True:
+                try:
+                    event = run_ends.get(timeout=0.1)
+                    break
+                except queue.Empty:
+                    if ended.is_set() and run_ends.empty():  # the worker ended without this run's end
+                        return False
+            if event.state != "done" or event.output is None or event.seed_index != index:
+                return False
+            seed, size = runs[index]
+            found = judge.judge_output(
+                case, truths[seed].result(), size, index, event.output, job_dir, True, judge.Evidence()
+            )
+            return found is None and not (traced and judge.cannot_be_correct(case, traced[0]))
+
+        def write_input_files(
+            job_dir: Path, send: Callable[[protocol.ParentMessage], object], ended: threading.Event
+        ) -> None:
             # After the job is sent: the worker traces and compiles, which need no inputs, while they are computed
-            # and written, run by run (the last, a full_reduction run, is the largest).
+            # and written, run by run (the last, a full_reduction run, is the largest); a run starts once the one
+            # before it leaves the verdict open.
             for k, (seed, _) in enumerate(runs):
                 write_inputs(inputs[seed], job_dir, f"input_{k}")
+                if k and not worth_another_run(k - 1, job_dir, ended):
+                    stopped.set()
+                    send(protocol.StopRuns())
+                    return
                 send(protocol.InputsReady(inputs_ready=k))
 
         # The candidate runs only here: traced once per size the analyses and the runs use, never again.
@@ -325,25 +362,26 @@ class Checker:
         # Seeds are fresh for every check, so nothing is cached across checks: a check holds its own inputs and
         # truths, and lets them go when it ends (a server's memory stays flat over thousands of checks).
         inputs = {seed: inputs_for(w.id, size, seed) for seed, size in runs}
-        truths: dict[int, Truth] = {}
-        truth = threading.Thread(
-            target=lambda: truths.update({s: truth_of(w, inputs[s]) for s, _ in runs}), daemon=True
-        )
-        truth.start()
+        truth_thread = ThreadPoolExecutor(1, thread_name_prefix="truth")
+        truths = {seed: truth_thread.submit(truth_of, w, inputs[seed]) for seed, _ in runs}
         case = judge.Case(w, run_size, chosen, self.tier, self.isolation, self.limits, require_pallas)
         try:
-            outcome = self.run_job(
-                make_job, source, on_event, cancel, dump_schedules=estimating, then=write_input_files, trace=trace
-            )
-        except WorkerStartFailed as exc:
-            failed = judge.Evidence(failures=[judge.Failure(ErrorClass.WORKER_START_FAILED, str(exc))])
-            return judge.verdict(case, failed, time.monotonic() - started), None
-        truth.join()
-        try:
-            evidence = judge.collect(case, [(truths[s], size) for s, size in runs], outcome, progress)
-        except BaseException:  # the caller never sees this outcome: its directory goes now
-            outcome.cleanup()
-            raise
+            try:
+                outcome = self.run_job(
+                    make_job, source, on_event, cancel, dump_schedules=estimating, then=write_input_files, trace=trace
+                )
+            except WorkerStartFailed as exc:
+                failed = judge.Evidence(failures=[judge.Failure(ErrorClass.WORKER_START_FAILED, str(exc))])
+                return judge.verdict(case, failed, time.monotonic() - started), None
+            try:
+                evidence = judge.collect(
+                    case, [(truths[s].result, size) for s, size in runs], outcome, progress, stopped.is_set()
+                )
+            except BaseException:  # the caller never sees this outcome: its directory goes now
+                outcome.cleanup()
+                raise
+        finally:  # the truths of the runs after a wrong one are never needed
+            truth_thread.shutdown(wait=False, cancel_futures=True)
         verdict = judge.verdict(case, evidence, time.monotonic() - started)
         if estimating and verdict.status == Status.CORRECT:
             self.readings.keep(verdict.program_sha256, outcome.stage_events())

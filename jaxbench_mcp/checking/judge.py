@@ -137,10 +137,15 @@ def _decision(evidence: Evidence) -> dict:
 
 
 def collect(
-    case: Case, truths: list[tuple[Truth, str]], outcome: RunOutcome, progress: Callable[[str], None]
+    case: Case,
+    truths: list[tuple[Callable[[], Truth], str]],
+    outcome: RunOutcome,
+    progress: Callable[[str], None],
+    runs_stopped: bool = False,
 ) -> Evidence:
     """The evidence of a finished worker. `truths`: per run (the hidden seeds, then the full_reduction run if
-    any), its truth and size."""
+    any), how to get its truth (asked only for the runs compared) and its size. `runs_stopped`: the parent stopped
+    the runs once the verdict could not be 'correct' (cannot_be_correct, or a wrong output)."""
     evidence = Evidence()
     failures = evidence.failures
     outputs: dict[int, protocol.Output] = {}
@@ -238,7 +243,7 @@ def collect(
     if not failures:
         failures += full_size(case, traced, evidence)
         progress("compare")
-        failure = _compare_outputs(case, truths, outcome, outputs, evidence)
+        failure = _compare_outputs(case, truths, outcome, outputs, evidence, runs_stopped)
         if failure:
             failures.append(failure)
 
@@ -250,6 +255,14 @@ def collect(
         if failure:
             failures.append(failure)
 
+    if runs_stopped and not failures:  # never 'correct' on fewer runs than the check asked for
+        failures.append(
+            Failure(
+                ErrorClass.INTERNAL_ERROR,
+                "the runs were stopped because the verdict could not be 'correct', yet nothing failed: a "
+                "jaxbench-mcp bug, please report it with this message",
+            )
+        )
     if case.workload.degenerate_output:
         evidence.warnings.append(
             "this workload's output is near-constant: an all-zeros or constant output passes JAXBench's own check "
@@ -313,6 +326,19 @@ _FULL_SIZE_PRECEDENCE = [
     ErrorClass.UNREAD_INPUT,
     ErrorClass.PARALLEL_REDUCTION_AXIS,
 ]
+
+
+def cannot_be_correct(case: Case, traced: protocol.Traced) -> bool:
+    """Whether the recorded program alone already rules 'correct' out (a full-size finding; no kernel, or kernels
+    that do not do the work, where Pallas is required), whatever the outputs: the runs after the first are then
+    not worth their time (checker.Checker.check stops them)."""
+    if full_size(case, traced, Evidence()):
+        return True
+    if not case.require_pallas:
+        return False
+    return not traced.kernels or (
+        traced.work is not None and work_share(case.workload, traced.work, Evidence()) is not None
+    )
 
 
 def work_share(w, work: protocol.Work, evidence: Evidence) -> Failure | None:
@@ -450,7 +476,7 @@ def _killed(killed_for: str, limits: Limits) -> Failure:
     )
 
 
-def _probe_failure(outcome: RunOutcome, info: protocol.Output, index: int) -> Failure | None:
+def _probe_failure(job_dir: Path, after_trace: bool, info: protocol.Output, index: int) -> Failure | None:
     """Interpret mode's strictness was in force in this seed's run: the probe kernel, run in the same program
     under the same parameters, read memory it never wrote, which must come out NaN."""
     failure = Failure(
@@ -459,14 +485,14 @@ def _probe_failure(outcome: RunOutcome, info: protocol.Output, index: int) -> Fa
         "uninitialised memory did not read NaN)"
         + (
             ", although the run never shares a process with candidate code: a jaxbench-mcp bug, please report it"
-            if outcome.after_trace
+            if after_trace
             else ": the candidate's process changed jax's interpreter"
         ),
     )
     if info.probe_path is None:
         return failure
     try:
-        data = read_job_file(outcome.job_dir, info.probe_path, 8 * 1024 * 8 + 4096)
+        data = read_job_file(job_dir, info.probe_path, 8 * 1024 * 8 + 4096)
         probe = np.load(io.BytesIO(data), allow_pickle=False)
     except (protocol.ProtocolViolation, ValueError, OSError, EOFError):
         return failure
@@ -489,75 +515,93 @@ def _size_text(w, size: str, run_size: str) -> str:
 
 def _compare_outputs(
     case: Case,
-    truths: list[tuple[Truth, str]],
+    truths: list[tuple[Callable[[], Truth], str]],
     outcome: RunOutcome,
     outputs: dict[int, protocol.Output],
     evidence: Evidence,
+    runs_stopped: bool,
 ) -> Failure | None:
-    """Each run's output, read across the wall and checked for what it claims to be, against its truth."""
+    """Each run's output against its truth, in order, up to the first wrong one, or to the last that ran where
+    the parent stopped the runs."""
     for index, (t, size) in enumerate(truths):
         info = outputs.get(index)
-        run = (
-            f"seed {index}"
-            if size == case.run_size
-            else f"seed {index} ({_size_text(case.workload, size, case.run_size)})"
-        )
+        if info is None and runs_stopped:
+            break
         if info is None and outcome.finished:
             return Failure(
                 ErrorClass.PROTOCOL_VIOLATION, "the worker reported 'finished' before every seed's run was done"
             )
         if info is None:
             return Failure(ErrorClass.EXITED, f"{_process(outcome)} stopped before producing every output")
-        if info.leaves != 1:
-            return Failure(
-                ErrorClass.SHAPE_MISMATCH, f"workload() returns {info.leaves} arrays; this workload returns exactly one"
-            )
-        if tuple(info.shape) != tuple(t.truth.shape):
-            return Failure(
-                ErrorClass.SHAPE_MISMATCH,
-                f"{run}: output shape {info.shape} but the workload returns {list(t.truth.shape)}",
-            )
-        try:
-            # float64 at most, plus the .npy header: anything larger is not the output it claims to be.
-            data = read_job_file(outcome.job_dir, info.path, t.truth.size * 8 + 4096)
-            candidate = np.load(io.BytesIO(data), allow_pickle=False)
-        except (protocol.ProtocolViolation, ValueError, OSError, EOFError) as exc:
-            return Failure(ErrorClass.PROTOCOL_VIOLATION, f"{run}: the output file is not a valid array ({exc})")
-        if candidate.dtype.kind not in "biuf":  # the worker writes numbers; strings or objects are a forgery
-            return Failure(
-                ErrorClass.PROTOCOL_VIOLATION, f"{run}: the output file holds {candidate.dtype}, not numbers"
-            )
-        if tuple(candidate.shape) != tuple(info.shape):
-            return Failure(
-                ErrorClass.PROTOCOL_VIOLATION,
-                f"{run}: the output file holds shape {list(candidate.shape)}, not the {info.shape} its report claims",
-            )
-        if case.tier is not Tier.TPU:
-            tampered = _probe_failure(outcome, info, index)
-            if tampered:
-                return tampered
-        t0 = time.monotonic()
-        report, cls, message = compare(candidate, info.dtype, t, index)
-        if report:
-            report.size = None if size == case.run_size else size
-            evidence.seeds.append(report)
-        evidence.stages.append(
-            StageReport(
-                stage=Stage.COMPARE,
-                ok=cls is None,
-                seconds=round(time.monotonic() - t0, 4),
-                produced_by=_produced_by(case, Stage.COMPARE),
-                detail=run,
-            )
-        )
-        if cls is not None:
-            evidence.jaxbench_compatible = all(s.jaxbench_allclose for s in evidence.seeds) if evidence.seeds else None
-            if size != case.run_size:  # the run-size seeds passed: say what only this run has
-                message += (
-                    "; the seeds at the run size passed, and only this run sums over every reduction's full "
-                    "length: look for what full-length values reach (a clip or saturating cast, a running "
-                    "sum kept in 16 bits)"
-                )
-            return Failure(cls, f"{run}: {message}")
+        failure = judge_output(case, t(), size, index, info, outcome.job_dir, outcome.after_trace, evidence)
+        if failure:
+            return failure
     evidence.jaxbench_compatible = all(s.jaxbench_allclose for s in evidence.seeds)
     return None
+
+
+def judge_output(
+    case: Case,
+    t: Truth,
+    size: str,
+    index: int,
+    info: protocol.Output,
+    job_dir: Path,
+    after_trace: bool,
+    evidence: Evidence,
+) -> Failure | None:
+    """One run's output, read across the wall and checked for what it claims to be, against its truth; what it
+    finds goes into `evidence`."""
+    run = (
+        f"seed {index}" if size == case.run_size else f"seed {index} ({_size_text(case.workload, size, case.run_size)})"
+    )
+    if info.leaves != 1:
+        return Failure(
+            ErrorClass.SHAPE_MISMATCH, f"workload() returns {info.leaves} arrays; this workload returns exactly one"
+        )
+    if tuple(info.shape) != tuple(t.truth.shape):
+        return Failure(
+            ErrorClass.SHAPE_MISMATCH,
+            f"{run}: output shape {info.shape} but the workload returns {list(t.truth.shape)}",
+        )
+    try:
+        # float64 at most, plus the .npy header: anything larger is not the output it claims to be.
+        data = read_job_file(job_dir, info.path, t.truth.size * 8 + 4096)
+        candidate = np.load(io.BytesIO(data), allow_pickle=False)
+    except (protocol.ProtocolViolation, ValueError, OSError, EOFError) as exc:
+        return Failure(ErrorClass.PROTOCOL_VIOLATION, f"{run}: the output file is not a valid array ({exc})")
+    if candidate.dtype.kind not in "biuf":  # the worker writes numbers; strings or objects are a forgery
+        return Failure(ErrorClass.PROTOCOL_VIOLATION, f"{run}: the output file holds {candidate.dtype}, not numbers")
+    if tuple(candidate.shape) != tuple(info.shape):
+        return Failure(
+            ErrorClass.PROTOCOL_VIOLATION,
+            f"{run}: the output file holds shape {list(candidate.shape)}, not the {info.shape} its report claims",
+        )
+    if case.tier is not Tier.TPU:
+        tampered = _probe_failure(job_dir, after_trace, info, index)
+        if tampered:
+            return tampered
+    t0 = time.monotonic()
+    report, cls, message = compare(candidate, info.dtype, t, index)
+    if report:
+        report.size = None if size == case.run_size else size
+        evidence.seeds.append(report)
+    evidence.stages.append(
+        StageReport(
+            stage=Stage.COMPARE,
+            ok=cls is None,
+            seconds=round(time.monotonic() - t0, 4),
+            produced_by=_produced_by(case, Stage.COMPARE),
+            detail=run,
+        )
+    )
+    if cls is None:
+        return None
+    evidence.jaxbench_compatible = all(s.jaxbench_allclose for s in evidence.seeds) if evidence.seeds else None
+    if size != case.run_size:  # the run-size seeds passed: say what only this run has
+        message += (
+            "; the seeds at the run size passed, and only this run sums over every reduction's full "
+            "length: look for what full-length values reach (a clip or saturating cast, a running "
+            "sum kept in 16 bits)"
+        )
+    return Failure(cls, f"{run}: {message}")

@@ -46,6 +46,8 @@ _ENV_ALLOWED = (
     "JAXBENCH_MCP_WORKLOADS",
 )
 _LOG_TAIL_BYTES = 20_000
+# What runs beside a job once it is sent (Worker.run): then(job_dir, send, ended).
+Then = Callable[[Path, Callable[[protocol.ParentMessage], object], threading.Event], None]
 # The stored event log of one job keeps this much of its head and tail.
 LOG_KEEP_CHARS = 64_000
 
@@ -466,13 +468,15 @@ class Worker:
         self,
         job,
         on_event: Callable[[protocol.StageEvent], None],
-        then: Callable[[Path, Callable[[protocol.InputsReady], object]], None] | None = None,
+        then: Then | None = None,
         earlier: RunOutcome | None = None,
     ) -> RunOutcome:
         """Hand the job over and follow it to the end, enforcing the protocol, the stage and overall deadlines, the
         memory and disk caps, and cancellation. Whatever happens, the worker is dead when this returns or raises.
-        `then(job_dir, send)`, when given, runs beside the worker once the job is sent (a check's input files),
-        telling the worker through `send`; what it raises is raised here, as the parent's failure. `earlier`: the
+        `then(job_dir, send, ended)`, when given, runs beside the worker once the job is sent (a check's input
+        files and its verdict on each output), telling the worker through `send`; `ended` is set once the worker
+        has said all it will (or was stopped), so that nothing waits on it after; what `then` raises is raised
+        here, as the parent's failure. `earlier`: the
         trace job this one goes on from; its stage events open this job's log, which goes on in its trace stage,
         and its logs come first in the outcome's."""
         t0 = time.monotonic()
@@ -486,9 +490,11 @@ class Worker:
         try:
             feeder.send_job(job)
             self._follow(job, log, outcome, on_event, Stage.TRACE if earlier is not None else Stage.LOAD)
+            feeder.ended.set()
             feeder.join()
         except BaseException:
             self.kill()
+            feeder.ended.set()
             feeder.join(raising=False)  # what ended the run is the error to raise
             outcome.cleanup()
             raise
@@ -569,9 +575,12 @@ class _Feeder:
     """What the parent writes to a worker's stdin: the job, then (from a thread beside the run) what `then` sends.
     A worker that ended first is no error; a failure of `then` itself is the parent's, raised by join()."""
 
-    def __init__(self, stdin, then: Callable[[Callable[[protocol.InputsReady], object]], None] | None):
+    def __init__(
+        self, stdin, then: Callable[[Callable[[protocol.ParentMessage], object], threading.Event], None] | None
+    ):
         assert stdin is not None  # the worker is started with stdin=PIPE
         self._stdin, self._then = stdin, then
+        self.ended = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
@@ -593,7 +602,7 @@ class _Feeder:
     def _feed(self) -> None:
         try:
             assert self._then is not None
-            self._then(self._write)
+            self._then(self._write, self.ended)
         except BaseException as exc:  # noqa: BLE001 - handed to join()
             self._error = exc
         finally:
@@ -617,9 +626,11 @@ class _Feeder:
 @dataclass
 class WorkerPool:
     """Keeps `spares` warm workers and hands each out once: half of them (rounded down) tracers, for the trace job
-    that starts every check, the rest for the jobs after it. A replacement is started when a job ends (`refill`),
-    not when a spare is taken: a warm-up (about a CPU-second) running beside a check slowed it by up to 2x on a
-    2-core host, while an agent's think time between checks easily covers it."""
+    that starts every check, the rest for the jobs after it. Replacements are started when the host's last job
+    ends (`refill`, called by JobQueue.on_idle), not when a spare is taken: a warm-up (about a CPU-second) running
+    beside a check slowed it by up to 2x on a 2-core host, while an agent's think time between checks easily covers
+    it. Where checks follow each other without a pause (a campaign, two agents), no spare is warmed: each worker
+    starts for its job, skipping the warm-up kernel, which costs more CPU than it saves the job."""
 
     generation: str | None
     tier: targets.Tier
@@ -670,10 +681,11 @@ class WorkerPool:
 
 
 class JobQueue:
-    """At most `slots` candidates run at once (1 on a TPU host: one device; else the CPU count)."""
+    """At most `slots` candidates run at once (1 on a TPU host: one device; else the CPU count). `on_idle` is called
+    when the last job running ends with none waiting."""
 
-    def __init__(self, slots: int):
-        self.slots = slots
+    def __init__(self, slots: int, on_idle: Callable[[], None] | None = None):
+        self.slots, self.on_idle = slots, on_idle
         self._semaphore = threading.BoundedSemaphore(slots)
         self._lock = threading.Lock()
         self.running = 0
@@ -691,7 +703,10 @@ class JobQueue:
         finally:
             with self._lock:
                 self.running -= 1
+                idle = self.running == 0 and self.waiting == 0
             self._semaphore.release()
+            if idle and self.on_idle is not None:
+                self.on_idle()
 
 
 def default_slots(tier: targets.Tier) -> int:

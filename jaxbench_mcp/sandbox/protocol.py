@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 import jax
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from jaxbench_mcp.internals.libtpu import BranchKind as _BranchKind
 from jaxbench_mcp.taxonomy import Stage
@@ -195,6 +195,22 @@ class InputsReady(_Strict):
     parent writes them while the worker traces and compiles, which need none of them."""
 
     inputs_ready: int = Field(ge=0, description="The last run whose input files are complete")
+
+
+class StopRuns(_Strict):
+    """Parent -> worker, instead of the next InputsReady: the verdict can no longer be 'correct' (an output was
+    wrong, and the comparison stops at the first wrong seed; or the recorded program rules it out); the worker runs
+    no more and finishes."""
+
+    stop_runs: Literal[True] = True
+
+
+ParentMessage = InputsReady | StopRuns
+
+
+def parse_parent_message(line: str | bytes) -> InputsReady | StopRuns:
+    """One line the parent wrote to a check worker's stdin after its job."""
+    return TypeAdapter(ParentMessage).validate_json(line)
 
 
 # ---- events: worker -> parent --------------------------------------------------------------------

@@ -10,10 +10,10 @@ as an event (jaxbench_mcp.sandbox.protocol) on the event pipe, and exits.
   produced next to hostile code.
 - A check, profile or measure job never sees the candidate: it rebuilds those programs from their files, and
   analyses, lowers, compiles, runs and times them (a check's input files follow while it does, each run's announced
-  on stdin by protocol.InputsReady; the outputs are written as .npy files). So what is judged, and timed, is what
-  runs, whatever the candidate's code does when it is not being traced. Its input is still hostile data: the decoder
-  refuses what is not a plain jax program, and the parent validates this process's events and reads its files as it
-  reads any.
+  on stdin by protocol.InputsReady, until protocol.StopRuns says the verdict can no longer be 'correct'; the
+  outputs are written as .npy files). So what is judged, and timed, is what runs, whatever the candidate's code
+  does when it is not being traced. Its input is still hostile data: the decoder refuses what is not a plain jax
+  program, and the parent validates this process's events and reads its files as it reads any.
 
 No worker computes a reference output: the truth lives only in the parent.
 """
@@ -366,7 +366,10 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
                 report.stage(Stage.RUN, "start", seed_index=index)
                 report.stage(Stage.RUN, "failed", seed_index=index, seconds=0.0, text=_INPUTS_MISSING)
                 return
-            ready = protocol.InputsReady.model_validate_json(line).inputs_ready
+            message = protocol.parse_parent_message(line)
+            if isinstance(message, protocol.StopRuns):
+                return
+            ready = message.inputs_ready
         report.stage(Stage.RUN, "start", seed_index=index)
         t0 = time.perf_counter()
         program, trace_error = programs.get(size, (None, f"no program was recorded at the {size} size"))
