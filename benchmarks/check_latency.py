@@ -44,8 +44,7 @@ def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
     from jax.experimental.pallas import tpu as pltpu
 
     from jaxbench_mcp.catalog import targets, workloads
-    from jaxbench_mcp.internals import jaxpr as jx
-    from jaxbench_mcp.sandbox.worker import _uninitialised_probe, _with_probe
+    from jaxbench_mcp.sandbox.worker import _uninitialised_probe, interpreted_with_probe
 
     w = workloads.get_workload(workload_id)
     spec = importlib.util.spec_from_file_location(f"bench_candidate_{time.monotonic_ns()}", kernel)
@@ -71,8 +70,7 @@ def unavoidable(workload_id: str, kernel: Path, seeds: list[int]) -> float:
     for seed, size, args in zip(seeds, sizes, inputs, strict=True):
         dynamic = [a for i, a in enumerate(args) if i not in static]
         if size not in compiled:
-            run = _with_probe(jx.interpreting(programs[size], params), probe, params)
-            compiled[size] = targets.interpreted_on_cpu(run, dynamic, (), None, params)
+            compiled[size] = interpreted_with_probe(programs[size], params, dynamic, probe)
         compiled[size](dynamic, seed)
     return time.perf_counter() - t0
 

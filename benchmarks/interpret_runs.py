@@ -55,26 +55,20 @@ def runs(workload_id: str) -> tuple[dict, list[tuple[str, list]]]:
 def per_run(programs: dict, inputs: list) -> float:
     from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp.catalog import targets
-    from jaxbench_mcp.internals import jaxpr as jx
-    from jaxbench_mcp.sandbox.worker import _uninitialised_probe, _with_probe
+    from jaxbench_mcp.sandbox.worker import _uninitialised_probe, interpreted_with_probe
 
     probe = _uninitialised_probe()
     t0 = time.perf_counter()
     for seed, (size, args) in enumerate(inputs):
         params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=seed)
-        targets.interpret_on_cpu(
-            _with_probe(jx.interpreting(programs[size], params), probe, params), args, (), None, params
-        )
+        interpreted_with_probe(programs[size], params, args, probe)(args, None)
     return time.perf_counter() - t0
 
 
 def per_size(programs: dict, inputs: list) -> float:
     from jax.experimental.pallas import tpu as pltpu
 
-    from jaxbench_mcp.catalog import targets
-    from jaxbench_mcp.internals import jaxpr as jx
-    from jaxbench_mcp.sandbox.worker import _uninitialised_probe, _with_probe
+    from jaxbench_mcp.sandbox.worker import _uninitialised_probe, interpreted_with_probe
 
     probe = _uninitialised_probe()
     params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
@@ -82,8 +76,7 @@ def per_size(programs: dict, inputs: list) -> float:
     t0 = time.perf_counter()
     for seed, (size, args) in enumerate(inputs):
         if size not in compiled:
-            run = _with_probe(jx.interpreting(programs[size], params), probe, params)
-            compiled[size] = targets.interpreted_on_cpu(run, args, (), None, params)
+            compiled[size] = interpreted_with_probe(programs[size], params, args, probe)
         compiled[size](args, seed)
     return time.perf_counter() - t0
 

@@ -234,6 +234,9 @@ def test_one_compile_runs_each_time_in_the_parallel_grid_order_its_seed_draws(mo
     monkeypatch.setattr(interpret_transforms.ipc, "_get_randomized_grid_coordinates", lambda grid, params, seed: ())
     with pytest.raises(RuntimeError, match="draws grid orders with"):
         interpret_transforms._check_grid_order_hooks()
+    monkeypatch.delattr(interpret_transforms.ipc, "_get_parallel_dim_semantics")
+    with pytest.raises(RuntimeError, match="no longer has _get_parallel_dim_semantics"):
+        interpret_transforms._check_grid_order_hooks()
 
 
 def test_a_changed_interpreter_is_refused_before_anything_is_patched(monkeypatch):

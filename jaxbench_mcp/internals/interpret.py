@@ -115,8 +115,10 @@ _run_orders: np.random.Generator | None = None
 
 
 def _check_grid_order_hooks() -> None:
+    if not hasattr(ipc, "_get_parallel_dim_semantics"):
+        raise RuntimeError("jax's interpreter no longer has _get_parallel_dim_semantics, which grid orders read")
     names = tuple(inspect.signature(ipc._get_randomized_grid_coordinates).parameters)
-    if names != _ORDER_PARAMS or not hasattr(ipc, "_get_parallel_dim_semantics"):
+    if names != _ORDER_PARAMS:
         raise RuntimeError(f"jax's interpreter draws grid orders with {names}, expected {_ORDER_PARAMS}")
 
 

@@ -118,8 +118,7 @@ def warm_up(generation: str | None, tracer: bool = False, cold: bool = False) ->
     if os.environ.get("JAX_PLATFORMS") == "cpu":  # on a TPU host, touching the device now would hold it
         # The run stage's own route: the recorded program interpreted beside the probe.
         params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True, random_seed=0)
-        run, probe = jx.interpreting(closed, params), _uninitialised_probe()
-        targets.interpret_on_cpu(_with_probe(run, probe, params), args, (), None, params)
+        interpreted_with_probe(closed, params, list(args), _uninitialised_probe())(list(args), None)
 
 
 # ---- stages -----------------------------------------------------------------------------------
@@ -379,14 +378,9 @@ def check_job(job: protocol.CheckJob, report: Reporter, workdir: Path) -> None:
         inputs = [a for i, a in enumerate(read_inputs(described, workdir)) if i not in static]
         try:
             if job.interpret:
-                # jax picks the interpret mode when pallas_call is traced, and the candidate is never traced again:
-                # the recorded kernels are bound again with the strict parameters. The probe runs in the same
-                # program under the same parameters, and must read NaN.
+                # The probe runs in the same program under the same strict parameters, and must read NaN.
                 if size not in interpreted:
-                    run_program = jx.interpreting(program, strict)
-                    interpreted[size] = targets.interpreted_on_cpu(
-                        _with_probe(run_program, probe, strict), inputs, (), None, strict
-                    )
+                    interpreted[size] = interpreted_with_probe(program, strict, inputs, probe)
                 out, probe_out = interpreted[size](inputs, job.shuffle_seeds[index])
                 np.save(workdir / f"probe_{index}.npy", np.asarray(probe_out, dtype=np.float32))
             else:
@@ -428,10 +422,14 @@ class VmemOverflow(Exception):
     pass
 
 
-def _with_probe(run_program, probe, params):
-    """One function for interpret mode: the recorded program's outputs, then the probe's under the same
-    parameters (a function of its own, so that it binds this run's program and parameters, not a loop's)."""
-    return lambda *args: (run_program(*args), probe(params))
+def interpreted_with_probe(program, params, inputs: list, probe) -> Callable[[list, int | None], tuple]:
+    """A recorded program bound again under interpret `params` (jax picks the interpret mode when pallas_call is
+    traced, and the candidate is never traced again), beside the uninitialised-memory probe under the same
+    parameters, compiled once for `inputs`' shapes: run(inputs, order_seed) -> (outputs, the probe's output), once
+    per run, each drawing its 'parallel' grid orders from its own seed. What a check's run stage does, and what
+    benchmarks/check_latency.py and interpret_runs.py time."""
+    run_program = jx.interpreting(program, params)
+    return targets.interpreted_on_cpu(lambda *args: (run_program(*args), probe(params)), inputs, (), None, params)
 
 
 def _uninitialised_probe():
