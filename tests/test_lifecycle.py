@@ -68,7 +68,12 @@ def test_a_tracer_warms_up_for_tracing_alone_and_any_other_worker_for_compiling_
 
     paid: list[str] = []
     monkeypatch.setattr(targets, "deviceless_compile", lambda *a, **k: paid.append("compile"))
-    monkeypatch.setattr(targets, "interpret_on_cpu", lambda *a, **k: paid.append("interpret"))
+
+    def interpreted(*args, **kwargs):
+        paid.append("interpret")
+        return lambda inputs, order_seed: None  # the compiled run, which the warm-up then runs once
+
+    monkeypatch.setattr(targets, "interpreted_on_cpu", interpreted)
     worker.warm_up("v6e", tracer=True)  # it records the warm-up kernel: what a trace job does
     assert paid == []
     worker.warm_up("v6e")
