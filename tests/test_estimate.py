@@ -624,6 +624,30 @@ def test_a_megacore_chip_splits_parallel_grids_and_matmuls_never_beat_the_mxu_pe
     )
 
 
+def test_issue_and_mxu_time_overlap_imperfectly_only_where_the_calibration_says_so():
+    # max() where no power is set: the raw model, whose ideal matmul issues in exactly its MXU time (one term, not two).
+    assert cost_model.overlapped(3.0, 2.0, None) == 3.0 and cost_model.overlapped(2.0, 2.0, None) == 2.0
+    # A generalised mean: longer than either where they come close, never shorter than the longer, ~max when apart.
+    assert cost_model.overlapped(2.0, 2.0, 16) == pytest.approx(2.0 * 2 ** (1 / 16))
+    assert 1.0 < cost_model.overlapped(1.0, 0.59, 16) < cost_model.overlapped(1.0, 0.87, 16) < 1.01
+    assert cost_model.overlapped(0.87, 1.0, 16) == cost_model.overlapped(1.0, 0.87, 16)
+    assert cost_model.overlapped(1.0, 0.3, 16) == pytest.approx(1.0, rel=1e-6)
+    assert cost_model.overlapped(0.0, 0.0, 16) == 0.0
+    # Only 7x's calibration sets it; a kernel's compute there grows with it, and the raw model's does not.
+    assert cost_model.calibration_for("7x").compute_overlap_power == 16
+    assert all(cost_model.calibration_for(g).compute_overlap_power is None for g in ("v5e", "v5p", "v6e", "v4"))
+    from jaxbench_mcp.catalog import targets
+
+    matmul = {"mxu_pushes": 1e6}
+    peak = 1e6 * cost_model.MXU_PUSH_FLOPS / targets.chip_facts("v6e").peak_bf16_flops
+    raw = cost_model.pipelined_cost(peak / 1e-9, 1, 0, 0, "v6e", 1e-9, **matmul)
+    assert raw.compute_s == pytest.approx(peak)
+    joined = cost_model.Calibration(compute_overlap_power=16)
+    assert cost_model.pipelined_cost(peak / 1e-9, 1, 0, 0, "v6e", 1e-9, joined, **matmul).compute_s == pytest.approx(
+        peak * 2 ** (1 / 16)
+    )
+
+
 def test_a_tensorcore_mesh_kernel_is_replayed_per_core_and_the_busiest_core_counts():
     import jax
     import jax.numpy as jnp
