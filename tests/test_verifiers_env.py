@@ -19,6 +19,16 @@ ENV_PYTHON = ROOT / ".venv-verifiers" / "bin" / "python"
 SERVER = Path(sys.executable).parent / "jaxbench-mcp"
 
 
+@pytest.fixture(autouse=True)
+def _no_port_files_left():
+    """verifiers 0.4.0 reports each tool server's port through /tmp/vf-port-<uuid> (a fixed directory, not TMPDIR) and
+    never removes the file: the rollouts here would leave four behind per run."""
+    before = set(Path("/tmp").glob("vf-port-*"))
+    yield
+    for leftover in set(Path("/tmp").glob("vf-port-*")) - before:
+        leftover.unlink(missing_ok=True)
+
+
 def env_python() -> Path:
     # Part of the test set-up: a missing venv is a failure, never a skip.
     assert ENV_PYTHON.exists(), f"{ENV_PYTHON} is missing: `scripts/dev.sh test` makes it"
