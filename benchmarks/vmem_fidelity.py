@@ -20,8 +20,10 @@ generation, the figure and the jax and libtpu versions): a rerun after a change 
 Usage: python benchmarks/vmem_fidelity.py [--targets v6e,v5e] [--only SUBSTRING] [--budget SECONDS]
 [--figure used|need] [--cached-only]
 
-Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 72, v5e 72, v5p 72, 7x 71
-(287 of 320, median 1.00x, 0.49x-1.35x; a cold run of all four generations takes 486 s here); 285 before two
+Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 74, v5e 75, v5p 75, 7x 73
+(297 of 320, median 1.00x, 0.49x-1.35x; a cold run of all four generations takes 486-566 s here); 293 before the
+narrow-rows rule (28k's LayerNorm), 287 before the unrolled-copies rule (5p, jax's flash kernel on v5e and v5p); 285
+before two
 matmuls reading one LHS counted their columns together (3p's key and value projections on v5e and v5p: 0.81x to
 1.00x; 10p's up projection on 7x 0.91x to 1.00x), 283 before 7x's own matmul staging (32k, 49k), 281 before the
 branch-room rule (32k), 277 before the epilogue rule (42k) and 263 before the three changes named below them (15p,
@@ -33,13 +35,14 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
 - 42k's row kernel (gelu(z - max(z)) over (64, 8192) f32): 4.00 MiB over its blocks, 1.81 modelled with z
   held for the row max alone; the scheduler keeps a second f32 copy before the GELU when a tile of rows spans
   32 vregs or more (the epilogue rule, from benchmarks/vmem_sweeps.py's rows group: within 10% on all four
-  generations now). 28k's LayerNorm + GELU (a 5-D block reshaped to rows) and 34k's norm kernel (v6e,
-  7x): 0.82x-0.86x, 1-2 MiB more, not modelled. In copies of their kernels on v6e: 34k's 2.9 MiB come from its
+  generations now). 28k's LayerNorm + GELU (64-lane rows of a 5-D block) was 0.82x-0.83x on all four: a held
+  value made from another over rows one vreg wide keeps half of that one beside it (the narrow-rows rule, from
+  benchmarks/vmem_sweeps.py's norms group: 0.96x-0.98x now). 34k's norm kernel (v6e, 7x): 0.84x-0.85x, 3 MiB
+  more, not modelled. In a copy of its kernel on v6e: 34k's 2.9 MiB come from its
   per-channel scale and shift, (C, 1, 1) refs broadcast over the (C, H, W) block (with constants in their place
   the compiler keeps nothing beyond the blocks; with the refs 1.7 MiB at C = 32, 1.9 at 64, 2.9 at 128 and 4.2
   at W = 256; benchmarks/vmem_sweeps.py's affine group: about the block's f32 copy up to 3 MiB of it, then
-  erratic, and not the same on v5e, where 34k's own block keeps 0.24 MiB: left unmodelled); 28k's do not
-  come from its (1, W) scale and bias (2.97 MiB with the refs and with constants).
+  erratic, and not the same on v5e, where 34k's own block keeps 0.24 MiB: left unmodelled).
 - 32k's last-step logsumexp holds its (1024, 1024) f32 accumulator plus a bias for the row max: 3.8 MiB more than
   modelled on v6e, v5e and v5p (0.83x-0.86x) until a pl.when branch got room of its own beside the unconditional
   code before it (benchmarks/vmem_sweeps.py's branches group: 4.0 MiB more with the two matmuls before the
@@ -50,13 +53,14 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   GEMM 0.99x on 7x now (1.24x before), the 7x GEMMs of 1024 rows 1.04x to 1.00x.
 - 21k / 23k's column sums (a (512, 2048) bf16 block converted and summed over its rows) were 0.83x: the compiler
   stages a (512, 512) f32 strip of the converted block (modelled now: 1.00x on all four generations).
-- 5p, 7p (flex masks over unrolled heads, ragged pages): 2.4-5.6 MiB over, 1-2.3 modelled: the scheduler
-  overlaps the unrolled heads, whose values the model frees head by head (benchmarks/vmem_sweeps.py's heads
-  group; 7p cut to 1, 2, 4 and 8 KV heads needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks on v6e). Most of
-  7p's comes from reading K and V with an index on the page buffer's head axis (kv_buf[slot, :, :, 2 * h, :]): in
-  a copy of its loop on v6e, one head with K and V from contiguous blocks keeps nothing beyond its blocks, K read
-  that way alone nothing, V alone 0.07 MiB, both 1.48 MiB (2.73 at 8 heads); its mask and online softmax add 3.2
-  MiB at 8 heads (5.90 compiled, 0.69 modelled). 15p's decayed
+- 5p's four batch elements per step and jax's flash kernel's two unrolled 512-key trips each stream p = exp(s - max)
+  into a row sum and p @ v: the scheduler overlaps the copies and keeps part of each earlier p (the unrolled-copies
+  rule, from benchmarks/vmem_sweeps.py's copies group): 5p 0.84x-0.88x before, 0.93x-0.98x now; the flash kernel
+  0.99x on v5e and v5p, 1.07x on v6e, but 0.78x on 7x, which keeps 1.9 MiB more than v6e there. 7p (unrolled KV
+  heads over ragged pages): 0.64x before, 0.77x-0.79x now; the rest comes from reading K and V with an index on the
+  page buffer's head axis (kv_buf[slot, :, :, 2 * h, :]): in a copy of its loop on v6e, one head with K and V
+  from contiguous blocks keeps nothing beyond its blocks, K read that way alone nothing, V alone 0.07 MiB, both
+  1.48 MiB (2.73 at 8 heads). 15p's decayed
   scores, read by a row reduction and by the second matmul, are kept whole on v6e, v5e and v5p (the fork rule:
   0.64x before, 0.95x now on v6e) but not on 7x (6.90 MiB compiled, 9.31 modelled: 1.35x).
 - Convolutions that build im2col patches in registers (25k, 28k's conv on v5e, 33k on v5e, 18k, 46k): 0.4-2.4
@@ -64,8 +68,7 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   patches group) keeps 0-0.61 MiB (v6e, v5e) where its f32 patches are up to 3.4 MiB.
 - 6p (paged attention) was 1.16x: its key index iota, read by jnp's // and %, was held because those are jitted
   calls; a call of elementwise primitives now streams like one (0.97x on all four generations).
-- Off v6e also: jax's own flash kernel (tests/kernels/good_flash_attention_jax.py: 0.85x v5e/v5p, 0.67x 7x), 18k
-  on 7x (0.90x).
+- Off v6e also: 18k on 7x (0.90x).
 """
 
 from __future__ import annotations

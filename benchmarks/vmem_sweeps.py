@@ -11,6 +11,9 @@ keeps of the body's values; the model's figure is vmem_bytes less the same block
             how much the scheduler keeps depends on the width of a tile of rows, not on the value's size
   scores    a (512, 2048) f32 block read from its ref: exp(z - max) read by a reduction, a matmul, or elementwise
   heads     softmax attention unrolled over 1-8 heads of one block (7p's and 5p's loops over heads)
+  copies    an online-softmax step unrolled over 1-8 heads, by hand or by pl.loop (5p's batch elements, 7p's KV heads,
+            jax's flash kernel's trips): what the scheduler keeps of each copy's p = exp(s - max) while later ones run
+  norms     a two-pass LayerNorm (centre, then the centred rows' variance) of (R, C) bf16 blocks, C = 64 to 4096
   branches  32k's two matmuls and last-step logsumexp over the accumulator, the accumulation unconditional or in a
             pl.when of its own (a branch's values get room of their own beside the code before it)
   dots      a plain bf16 matmul into its output block, M 1024-2048, K 1024-2048, N 512-1024 (_dot_staging's rules)
@@ -20,31 +23,36 @@ keeps of the body's values; the model's figure is vmem_bytes less the same block
   affine    34k's norm kernel: a (1, C, H, W) bf16 block converted to f32, times a per-channel scale plus a shift
             read from (C, 1, 1) refs (broadcast over sublanes and lanes); the scale alone, constants, (C, 1, W) refs
 These are the measurements behind the column-strip and epilogue rules and the notes on what is still unmodelled.
-Open: the widths group (v6e) shows the hold rule (a value read after its row max is kept whole) over-modelling
-narrow values: for 2 MiB of f32 the compiler keeps 0.92 MiB at 2048 lanes, 0.59 at 512 and nothing at 128, where the
-model keeps 1.81 (the whole value less what the registers hold); it holds at 4096 lanes and wider. And the heads
-group shows the scheduler overlapping the unrolled heads, which the model prices one at a time: 0.31 MiB for one
-head (modelled 0.31), then about 0.21 MiB more per head with (256, 512) scores (1.80 MiB for eight), 0.71 more per
-head with (512, 512) ones -- about each head's two (rows, 128) f32 results (p @ v and its row sum) kept until the
-division: with p @ v stored undivided nothing grows with the heads (0.31 MiB at 1 and at 8), with the row sums alone
-0.08 MiB a head (0.89 at 8). Keeping both operands of such a division to the body's end fits these (8 heads: v6e
-2.06 MiB modelled, 1.80 compiled; v5e 2.06, 2.35) but moves no corpus kernel, none of which divides a matmul's
-result by its row sums in unrolled heads: not in the model. 7p's misses are partly this
-(benchmarks/vmem_fidelity.py: partly its strided K and V reads): with 1, 2, 4 and 8 of its KV heads its kernel needs
-1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69. The dots group: on v6e the model holds at
-N = 1024 and is 0.5-1.5 MiB over at N = 512 (two MXU-wide column tiles). 7x stages differently: with M = 1024
-nothing at N = 512 and only the LHS at N = 1024 (no f32 partial tile), which the model now follows (_dot_staging's
-small rows); with M = 2048 about 4 MiB at N = 512 whatever K, and 1.2 MiB more than v6e at N = 1024, still modelled
-as on v6e (5.81 MiB for both K = 1024 cases: over at N = 512, under at N = 1024). The patches group: one im2col step
-keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes, whose f32 patch
-matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in them.
-The affine group: with constants, (C, 1, W) refs or the scale alone the compiler keeps nothing (at most 0.36 MiB)
-beyond the blocks; with a scale and a shift from (C, 1, 1) refs it keeps about the f32 copy of the block less what
-the registers hold while that is small (C = 8, 16, 32 and 48 of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32
-copies of 0.5 to 3 MiB), and beyond that an amount that follows nothing modelled: v6e 1.94, 2.22, 2.89 and 10.09 MiB
-at C = 64, 96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24 for 34k's own 128 x 126 x 126 block (2.90 on
-v6e). Left unmodelled: neither chip's figures follow the block's size, and they differ between chips (34k's norm
-kernel as modelled now: 0.85x on v6e, 0.99x on v5e).
+Open: the widths group (v6e) shows the hold rule (a value read after its row max is kept whole) over-modelling narrow
+values: for 2 MiB of f32 the compiler keeps 0.92 MiB at 2048 lanes, 0.59 at 512 and nothing at 128, where the model
+keeps 1.81 (the whole value less what the registers hold); it holds at 4096 lanes and wider. The copies group is behind
+the unrolled-copies rule (kernel_analysis._unrolled_kept): with p = exp(s - max) read by its row sum and by p @ v in
+each of n unrolled copies, the compiler's VMEM grows with n (v6e, 512 x 1024 scores: 2.01, 3.02, 6.90 and 13.65 MiB for
+1, 2, 4 and 8 copies; modelled 2.06, 3.06, 5.66, 10.86), a pl.loop unroll exactly as copies written out; with the row
+sum alone or p @ v alone nothing grows. Model / compiler, beyond the blocks: v6e and 7x 0.73x-1.44x from 256 rows up (29
+of the 36 with 2 or more copies within 0.8x-1.1x); v5e 0.74x-1.72x, keeping less of some shapes (1024 x 512 at 8 copies:
+7.90 MiB compiled, 11.11 modelled) and more of others (1024 x 1024: 29.31, 21.91); 128-row scores keep less on every
+chip at 2 copies or more (7x, 128 x 2048 at 8 copies: 1.80, 5.28). The heads group (each head's output divided by its
+row sums) now reads 2.51 MiB modelled at 8 heads against 1.80 compiled on v6e and 2.35 on v5e (0.31 at one head on both;
+p @ v stored undivided: 0.31 at 1 and at 8). The norms group is behind the narrow-rows rule (a held value made from
+another, a tile of its rows one vreg wide, keeps half of that one beside it): a two-pass LayerNorm over rows of 128
+lanes or fewer keeps about 1.5x the f32 rows (v6e and 7x, rows 1024-8192 of 64 lanes: 0.45-6.17 MiB compiled, 0.56-5.81
+modelled; v5e 0.62-6.99), over 512 lanes about 1.1x (modelled 1.0x); at 4096 lanes the epilogue rule over-models it
+(0.87 MiB compiled, 1.81 modelled). 7p's misses are partly its strided K and V reads (benchmarks/vmem_fidelity.py): with
+1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69
+before the copies rule. The dots group: on v6e the model holds at N = 1024 and is 0.5-1.5 MiB over at N = 512 (two
+MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at N = 512 and only the LHS at N = 1024 (no f32
+partial tile), which the model now follows (_dot_staging's small rows); with M = 2048 about 4 MiB at N = 512 whatever K,
+and 1.2 MiB more than v6e at N = 1024, still modelled as on v6e (5.81 MiB for both K = 1024 cases: over at N = 512,
+under at N = 1024). The patches group: one im2col step keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e: most with 32
+channels x 27 taps over 1024 lanes, whose f32 patch matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the corpus's
+convolutions miss come from elsewhere in them. The affine group: with constants, (C, 1, W) refs or the scale alone the
+compiler keeps nothing (at most 0.36 MiB) beyond the blocks; with a scale and a shift from (C, 1, 1) refs it keeps about
+the f32 copy of the block less what the registers hold while that is small (C = 8, 16, 32 and 48 of 128 x 128 on v6e:
+0.27, 0.71, 1.66 and 2.65 MiB; f32 copies of 0.5 to 3 MiB), and beyond that an amount that follows nothing modelled: v6e
+1.94, 2.22, 2.89 and 10.09 MiB at C = 64, 96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24 for 34k's own 128 x
+126 x 126 block (2.90 on v6e). Left unmodelled: neither chip's figures follow the block's size, and they differ between
+chips (34k's norm kernel as modelled now: 0.85x on v6e, 0.99x on v5e).
 benchmarks/vmem_fidelity.py measures the whole corpus.
 Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e] [--groups rows,dots]
 """
@@ -185,6 +193,61 @@ def _heads(heads: int, store: str = "p @ v / sum(p)"):
     return call, [q, kv, kv]
 
 
+def _copies(copies: int, rows: int, keys: int, unrolled_by: str = "hand"):
+    """One online-softmax step (scores of `rows` bf16 queries against `keys` keys, head_dim 128; running max, row sums
+    and accumulator in f32 refs) for each of `copies` heads of one block, written out by hand or unrolled by
+    pl.loop: each copy's p = exp(s - max) is read by its row sum and by p @ v (5p's batch elements, 7p's KV heads,
+    jax's flash kernel's trips)."""
+
+    def body(q_ref, k_ref, v_ref, m_ref, l_ref, acc_ref):
+        def step(h):
+            s = jax.lax.dot_general(q_ref[h], k_ref[h], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+            m_prev = m_ref[h]
+            m_new = jnp.maximum(m_prev, _row_max(s))
+            alpha = jnp.exp(m_prev - m_new)
+            p = jnp.exp(s - jnp.tile(m_new, (1, keys // 128)))
+            l_ref[h] = alpha * l_ref[h] + p.sum(axis=-1, keepdims=True)
+            acc_ref[h] = alpha * acc_ref[h] + _dot(p, v_ref.at[h])
+            m_ref[h] = m_new
+
+        if unrolled_by == "pl.loop":
+            pl.loop(0, copies, unroll=True)(step)
+        else:
+            for h in range(copies):
+                step(h)
+
+    def call(q, k, v):
+        spec = pl.BlockSpec((copies, rows, 128), lambda i: (i, 0, 0))
+        kv = pl.BlockSpec((copies, keys, 128), lambda i: (0, 0, 0))
+        state = jax.ShapeDtypeStruct((4 * copies, rows, 128), jnp.float32)
+        return pl.pallas_call(body, grid=(4,), in_specs=[spec, kv, kv], out_specs=[spec] * 3, out_shape=[state] * 3)(
+            q, k, v
+        )
+
+    q = jax.ShapeDtypeStruct((4 * copies, rows, 128), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((copies, keys, 128), jnp.bfloat16)
+    return call, [q, kv, kv]
+
+
+def _layer_norm(rows: int, cols: int):
+    """A two-pass LayerNorm of (rows, cols) bf16 blocks in f32: the rows centred by their mean, then scaled by the
+    centred rows' variance (28k's LayerNorm over its 64-lane rows)."""
+
+    def body(x_ref, o_ref):
+        y = x_ref[...].astype(jnp.float32)
+        centred = y - jnp.mean(y, axis=1, keepdims=True)
+        variance = jnp.mean(centred * centred, axis=1, keepdims=True)
+        o_ref[...] = (centred * jax.lax.rsqrt(variance + 1e-5)).astype(o_ref.dtype)
+
+    def call(x):
+        spec = pl.BlockSpec((rows, cols), lambda i: (i, 0))
+        return pl.pallas_call(
+            body, grid=(4,), in_specs=[spec], out_specs=spec, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype)
+        )(x)
+
+    return call, [jax.ShapeDtypeStruct((4 * rows, cols), jnp.bfloat16)]
+
+
 def _branches(in_a_branch: bool, computed: bool):
     """32k's shape: each step h = sigmoid(x @ w1) (1024, 512) and acc += h @ w2 (1024, 1024) f32, unconditionally or
     in a pl.when of its own; the last step's logsumexp reads the accumulator (plus a bias when `computed`: a value
@@ -323,6 +386,18 @@ CASES = {
     "heads": [
         *((f"softmax attention, {h} heads unrolled", _heads(h)) for h in (1, 2, 4, 8)),
         *((f"{store} stored, {h} heads unrolled", _heads(h, store)) for store in ("p @ v", "sum(p)") for h in (1, 8)),
+    ],
+    "copies": [
+        *(
+            (f"online softmax {r} x {k}, {c} copies", _copies(c, r, k))
+            for r, k in [(128, 2048), (256, 512), (256, 1024), (512, 512), (512, 1024), (1024, 512), (1024, 1024)]
+            for c in (1, 2, 4, 8)
+        ),
+        *((f"online softmax 512 x 512, {c} copies by pl.loop", _copies(c, 512, 512, "pl.loop")) for c in (2, 4)),
+    ],
+    "norms": [
+        (f"two-pass LayerNorm {r} x {c}", _layer_norm(r, c))
+        for r, c in [(8192, 64), (4096, 64), (2048, 64), (1024, 64), (4096, 96), (2048, 128), (512, 512), (64, 4096)]
     ],
     "branches": [
         (f"logsumexp of acc{' + b' if bias else ''}, accumulation {where}", _branches(where != "before it", bias))

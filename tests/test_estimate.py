@@ -1791,6 +1791,90 @@ def test_scores_read_by_a_reduction_and_a_matmul_are_kept_unless_recomputed_from
     assert tile <= recomputed + kernel_analysis.REGISTER_HELD_BYTES < 2 * tile, recomputed
 
 
+def test_a_layernorm_over_narrow_rows_keeps_half_its_rows_beside_the_centred_ones():
+    """A two-pass LayerNorm reads its centred rows after their variance (held) and makes them from its rows (held
+    for their mean): over rows one vreg wide the compiler keeps half of the rows beside the centred ones
+    (benchmarks/vmem_sweeps.py's norms group, 4096 x 64 on v6e: 2.90 MiB beyond the blocks), over wider rows the
+    centred rows alone (512 x 512: 0.92 MiB; both 2 and 1 MiB of f32 before what the registers hold)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def layer_norm(rows, cols):
+        def body(x_ref, o_ref):
+            y = x_ref[...].astype(jnp.float32)
+            centred = y - jnp.mean(y, axis=1, keepdims=True)
+            variance = jnp.mean(centred * centred, axis=1, keepdims=True)
+            o_ref[...] = (centred * jax.lax.rsqrt(variance + 1e-5)).astype(o_ref.dtype)
+
+        def call(x):
+            spec = pl.BlockSpec((rows, cols), lambda i: (i, 0))
+            return pl.pallas_call(
+                body, grid=(4,), in_specs=[spec], out_specs=spec, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype)
+            )(x)
+
+        return _described(call, ((4 * rows, cols), "bfloat16"))["body_values_bytes"]
+
+    held = kernel_analysis.REGISTER_HELD_BYTES
+    narrow_rows = 4096 * 128 * 4  # f32, its 64 lanes padded to 128
+    assert layer_norm(4096, 64) == narrow_rows + narrow_rows // 2 - held
+    assert layer_norm(512, 512) == 512 * 512 * 4 - held
+
+
+def test_unrolled_softmax_copies_keep_a_share_of_each_earlier_copys_probabilities():
+    """n unrolled copies of an online-softmax step (5p's batch elements, 7p's KV heads) each stream p = exp(s - max)
+    into a row sum and p @ v; the compiler keeps part of every copy but the last while later ones run
+    (benchmarks/vmem_sweeps.py's copies group: 512 x 512 scores on v6e, 0.98, 1.59, 2.78 MiB for 1, 2, 4 copies):
+    half of the first copy's p and two-thirds of each later one's, whether written out or unrolled by pl.loop; with
+    the row sum alone nothing grows."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def attention(copies, by_loop=False, use_pv=True):
+        def body(q_ref, k_ref, v_ref, m_ref, l_ref, acc_ref):
+            def step(h):
+                s = jax.lax.dot_general(
+                    q_ref[h], k_ref[h], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+                )
+                m_new = jnp.maximum(m_ref[h], s.max(axis=-1, keepdims=True))
+                p = jnp.exp(s - jnp.tile(m_new, (1, 4)))
+                l_ref[h] = l_ref[h] + p.sum(axis=-1, keepdims=True)
+                if use_pv:
+                    acc_ref[h] = acc_ref[h] + jnp.dot(
+                        p.astype(jnp.bfloat16), v_ref[h], preferred_element_type=jnp.float32
+                    )
+                m_ref[h] = m_new
+
+            if by_loop:
+                pl.loop(0, copies, unroll=True)(step)
+            else:
+                for h in range(copies):
+                    step(h)
+
+        def call(q, k, v):
+            spec = pl.BlockSpec((copies, 512, 128), lambda i: (i, 0, 0))
+            kv = pl.BlockSpec((copies, 512, 128), lambda i: (0, 0, 0))
+            state = jax.ShapeDtypeStruct(q.shape, jnp.float32)
+            return pl.pallas_call(
+                body, grid=(4,), in_specs=[spec, kv, kv], out_specs=[spec] * 3, out_shape=[state] * 3
+            )(q, k, v)
+
+        shapes = [((4 * copies, 512, 128), "bfloat16")] + [((copies, 512, 128), "bfloat16")] * 2
+        return _described(call, *shapes)["body_values_bytes"]
+
+    p_bytes = 512 * 512 * 4
+    one, two, four = attention(1), attention(2), attention(4)
+    assert two - one == round(kernel_analysis.FIRST_UNROLLED_FORK_KEPT * p_bytes), (one, two)
+    assert four - one == round(
+        (kernel_analysis.FIRST_UNROLLED_FORK_KEPT + 2 * kernel_analysis.UNROLLED_FORK_KEPT) * p_bytes
+    ), (one, four)
+    # pl.loop adds only its carried trip counter (scalars), the same however many copies it unrolls.
+    counter = attention(2, by_loop=True) - two
+    assert 0 <= counter < 4096 and attention(4, by_loop=True) - four == counter, counter
+    assert attention(4, use_pv=False) == attention(1, use_pv=False)
+
+
 def test_the_chip_a_measurement_record_names_gives_back_its_generation():
     from jaxbench_mcp.catalog import targets
 

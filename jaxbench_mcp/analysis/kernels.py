@@ -309,6 +309,33 @@ def _loop_carry_bytes(eqn) -> int:
     return sum(_value_vmem_bytes(v.aval) for v in carry if hasattr(v.aval, "shape"))
 
 
+# Of the softmax-like values streamed into both a row reduction and a matmul (p = exp(s - max): recomputed vreg by
+# vreg, not kept) in one stretch of unrolled code, the share the LLO scheduler keeps of each copy before the last
+# (heads, batch elements, trips) while the copies after it run: half of the first, two-thirds of each later one.
+# benchmarks/vmem_sweeps.py's copies group (an online-softmax step unrolled 1-8 times, f32 scores of 128-1024 rows x
+# 512-2048 keys; the same whether the copies are written out or a loop unrolls them), per copy before the last:
+# 2 copies 0.06-0.86 of one copy's scores (mean 0.5 on v6e, v5e and 7x), 4 and 8 copies 0.55-0.81 on v6e and 7x
+# with 256 rows or more, 0.36-0.8 on v5e.
+FIRST_UNROLLED_FORK_KEPT = 0.5
+UNROLLED_FORK_KEPT = 0.65
+
+
+def _unrolled_kept(copies_before: int, nbytes: int) -> int:
+    """What the scheduler keeps of `copies_before` unrolled copies' streamed softmax-like values of `nbytes` each."""
+    if copies_before < 1:
+        return 0
+    return round(nbytes * (FIRST_UNROLLED_FORK_KEPT + UNROLLED_FORK_KEPT * (copies_before - 1)))
+
+
+def _unrolled_copies(eqn) -> int:
+    """How many trips of a loop the compiler unrolls into one stretch of code (a scan's unroll; 1 for anything
+    else)."""
+    if eqn.primitive.name != "scan":
+        return 1
+    unroll, length = eqn.params.get("unroll", 1), eqn.params.get("length", 1)
+    return max(1, min(length if unroll is True else int(unroll or 1), length))
+
+
 def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), small_dot_rows: int = 0) -> int:
     """VMEM the intermediate values of a kernel body take at their peak, for a chip whose MXU is `mxu` wide and which
     stages matmuls of up to `small_dot_rows` rows the small way (_dot_staging; 0: none, 7x: SMALL_DOT_ROWS_7X) (before
@@ -330,7 +357,15 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), sm
           well as z (4.00 MiB beyond the blocks, as compiled; 3.81 modelled); at 2048 lanes or fewer the
           scheduler works a tile of rows at a time and keeps nothing more (flash attention's exp(s - max) and
           its (bq, 128) row statistics stream);
-        - it is a loop's carry (while the loop runs).
+        - it is a loop's carry (while the loop runs);
+        - it is a softmax-like value streamed into a row reduction and a matmul (flash attention's p) after the
+          first such value in one stretch of unrolled code: a share of it (_unrolled_kept), to the body's end (5p's four
+          batch elements per step: 11.76 MiB compiled on v6e, 10.31 modelled without this rule); a loop that
+          unrolls n trips counts its body's such values n times;
+        - it is held and was made elementwise from another held value of its shape whose rows span one vreg (128
+          lanes or fewer): half of that one stays beside it (28k's LayerNorm centres its 64-lane rows, then reads
+          them after their variance: 6.96 MiB compiled on v6e, 5.81 modelled without this rule;
+          benchmarks/vmem_sweeps.py's norms group).
     A value read straight from a ref (or a reshape of one that keeps its tiles) is read again instead of kept. A
     dot_general takes its staging while it runs (_dot_staging), and so does a sum over the rows of a computed value
     (_column_reduction_staging). A nested body's (pl.when branch, loop) own peak
@@ -339,6 +374,25 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), sm
     its accumulator (4 MiB of f32 held for the row max) after a step's two matmuls (v6e: 27.11 MiB compiled, 23.32
     modelled without this rule), benchmarks/vmem_sweeps.py's branches group (4.0 MiB more with the accumulation
     before the epilogue than with it in a branch of its own). Two branches share their room."""
+    return _values_and_forks(jaxpr, mxu, loaded, small_dot_rows)[0]
+
+
+def _values_and_forks(jaxpr, mxu: int, loaded: frozenset, small_dot_rows: int) -> tuple[int, int]:
+    """body_values_bytes, and the bytes of the body's streamed softmax-like values (of which unrolled copies of the
+    body keep a share: _unrolled_kept)."""
+    nested: dict = {}  # what the nested bodies take, per equation: the same in both passes
+    peak, forks = _body_values(jaxpr, mxu, loaded, small_dot_rows, frozenset(), nested)
+    if len(forks) >= 2:
+        # Again, now that the last copy is known: each copy before it keeps its share while those after it run.
+        peak = _body_values(jaxpr, mxu, loaded, small_dot_rows, frozenset(i for i, _ in forks[:-1]), nested)[0]
+    return peak, sum(b for _, b in forks)
+
+
+def _body_values(
+    jaxpr, mxu: int, loaded: frozenset, small_dot_rows: int, shared: frozenset, nested: dict
+) -> tuple[int, list[tuple[int, int]]]:
+    """body_values_bytes's pass over a body, with a share (_unrolled_kept) of the streamed softmax-like values made by
+    the equations in `shared` kept to the body's end; and those values, as (equation, bytes)."""
     from_refs: set = set(loaded)  # values read straight from a ref, and views of them
     last: dict = {}
     readers: dict = {}
@@ -359,6 +413,8 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), sm
     kept: set = set()  # those, and values recomputable vreg by vreg from them or from refs
     reduced: set = set()  # values computed from a reduction's result
     live: dict = {}
+    forks: list[tuple[int, int]] = []  # the streamed softmax-like values: (equation, bytes)
+    overlap = 0  # what the unrolled copies so far keep of theirs
     peak = 0
     before = 0  # the peak of the unconditional code so far (pl.when branches aside)
     for i, eqn in enumerate(jaxpr.eqns):
@@ -366,18 +422,10 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), sm
             _dot_staging(eqn, from_refs, mxu, small_dot_rows, lhs_columns) if eqn.primitive.name == "dot_general" else 0
         )
         staging += _column_reduction_staging(eqn, from_refs, whole)
-        inner = 0
-        if eqn.primitive.name == "cond":  # a branch sees the values the cond passes it (after its index)
-            for branch in jx.cond_branches(eqn):
-                operands = zip(branch.jaxpr.invars, eqn.invars[1:], strict=True)  # the index is not passed
-                passed = frozenset(b for b, v in operands if _among(v, from_refs))
-                inner = max(inner, body_values_bytes(branch.jaxpr, mxu, passed, small_dot_rows))
-        else:
-            inner = max(
-                (body_values_bytes(sub, mxu, small_dot_rows=small_dot_rows) for sub in jx.sub_jaxprs(eqn)), default=0
-            )
-            inner += _loop_carry_bytes(eqn)
-        here = sum(live.values()) + inner + staging
+        if i not in nested:
+            nested[i] = _nested_values(eqn, from_refs, mxu, small_dot_rows)
+        inner = nested[i]
+        here = sum(live.values()) + overlap + inner + staging
         if eqn.primitive.name == "cond":
             here = max(here, before + inner)  # a branch's room comes after all the room the code before it took
         else:
@@ -407,14 +455,46 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), sm
                 and _row_tile_vregs(v.aval) >= EPILOGUE_ROW_TILE_VREGS
                 and any(jaxpr.eqns[j].primitive.name != "dot_general" for j in read)
             )
-            if epilogue or reshaped or held or (not recomputable and _forks_into_a_matmul(v, read, jaxpr, sinks)):
+            forking = _forks_into_a_matmul(v, read, jaxpr, sinks)
+            if epilogue or reshaped or held or (not recomputable and forking):
                 live[v] = _value_vmem_bytes(v.aval)
+            elif forking and any(jaxpr.eqns[j].primitive.name in _REDUCTIONS for j in read):
+                forks.append((i, _value_vmem_bytes(v.aval)))
+                if i in shared:
+                    before_this = sum(j in shared for j, _ in forks[:-1])
+                    nbytes = _value_vmem_bytes(v.aval)
+                    overlap += _unrolled_kept(before_this + 1, nbytes) - _unrolled_kept(before_this, nbytes)
+            if held and _is_elementwise(eqn) and _row_tile_vregs(v.aval) <= 1:
+                # A narrow held value made from another (LayerNorm's centred rows from its rows): half of that one
+                # stays beside it.
+                before_it = [u for u in eqn.invars if _among(u, whole) and u.aval.shape == v.aval.shape]
+                if before_it:
+                    companion = object()
+                    live[companion] = _value_vmem_bytes(before_it[0].aval) // 2
+                    last[companion] = last.get(v, i)
             if v in live:
                 whole.add(v)
             if v in live or recomputable:
                 kept.add(v)
-        peak = max(peak, sum(live.values()))
-    return peak
+        peak = max(peak, sum(live.values()) + overlap)
+    return peak, forks
+
+
+def _nested_values(eqn, from_refs: set, mxu: int, small_dot_rows: int) -> int:
+    """The peak of the bodies an equation holds (pl.when branches, a loop's body with its carry), for
+    _body_values."""
+    inner = 0
+    if eqn.primitive.name == "cond":  # a branch sees the values the cond passes it (after its index)
+        for branch in jx.cond_branches(eqn):
+            operands = zip(branch.jaxpr.invars, eqn.invars[1:], strict=True)  # the index is not passed
+            passed = frozenset(b for b, v in operands if _among(v, from_refs))
+            inner = max(inner, body_values_bytes(branch.jaxpr, mxu, passed, small_dot_rows))
+        return inner
+    copies = _unrolled_copies(eqn)
+    for sub in jx.sub_jaxprs(eqn):
+        peak, forks = _values_and_forks(sub, mxu, frozenset(), small_dot_rows)
+        inner = max(inner, peak + _unrolled_kept(copies - 1, forks))
+    return inner + _loop_carry_bytes(eqn)
 
 
 def _sinks(jaxpr) -> dict:

@@ -206,11 +206,12 @@ class StopRuns(_Strict):
 
 
 ParentMessage = InputsReady | StopRuns
+_PARENT_MESSAGE: TypeAdapter[InputsReady | StopRuns] = TypeAdapter(ParentMessage)
 
 
 def parse_parent_message(line: str | bytes) -> InputsReady | StopRuns:
     """One line the parent wrote to a check worker's stdin after its job."""
-    return TypeAdapter(ParentMessage).validate_json(line)
+    return _PARENT_MESSAGE.validate_json(line)
 
 
 # ---- events: worker -> parent --------------------------------------------------------------------
