@@ -1791,6 +1791,43 @@ def test_scores_read_by_a_reduction_and_a_matmul_are_kept_unless_recomputed_from
     assert tile <= recomputed + kernel_analysis.REGISTER_HELD_BYTES < 2 * tile, recomputed
 
 
+def test_probabilities_recomputable_only_from_a_ref_are_kept_for_two_whole_readers():
+    """exp(z - max) of scores read straight from their ref, then read by a row sum and p @ v (or by two row sums), is
+    kept whole: the ref alone does not let the scheduler recompute it (benchmarks/vmem_sweeps.py's scores group,
+    (512, 2048) f32 on v6e: 3.02 and 3.82 MiB beyond the blocks); read by p @ v alone it streams (0.37 MiB)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def scores(reader):
+        def body(z_ref, v_ref, o_ref):
+            z = z_ref[...]
+            o_ref[...] = reader(jnp.exp(z - z.max(axis=-1, keepdims=True)), v_ref)
+
+        def call(z, v):
+            return pl.pallas_call(
+                body,
+                grid=(8,),
+                in_specs=[pl.BlockSpec((512, 2048), lambda i: (i, 0)), pl.BlockSpec((2048, 128), lambda i: (0, 0))],
+                out_specs=pl.BlockSpec((512, 128), lambda i: (i, 0)),
+                out_shape=jax.ShapeDtypeStruct((4096, 128), jnp.float32),
+            )(z, v)
+
+        return _described(call, ((4096, 2048), "float32"), ((2048, 128), "bfloat16"))["body_values_bytes"]
+
+    def row_sum(p):
+        return jnp.broadcast_to(p.sum(axis=-1, keepdims=True), (512, 128))
+
+    def dot(p, v_ref):
+        return jnp.dot(p.astype(jnp.bfloat16), v_ref[...], preferred_element_type=jnp.float32)
+
+    kept = 512 * 2048 * 4 - kernel_analysis.REGISTER_HELD_BYTES
+    assert scores(dot) < kept // 8, scores(dot)
+    assert scores(lambda p, v_ref: row_sum(p) + dot(p, v_ref)) == kept
+    first_sum = 512 * 128 * 4  # held for the add after the second
+    assert scores(lambda p, v_ref: row_sum(p) + row_sum(p * p)) == kept + first_sum
+
+
 def test_a_layernorm_over_narrow_rows_keeps_half_its_rows_beside_the_centred_ones():
     """A two-pass LayerNorm reads its centred rows after their variance (held) and makes them from its rows (held
     for their mean): over rows one vreg wide the compiler keeps half of the rows beside the centred ones

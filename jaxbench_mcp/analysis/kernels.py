@@ -349,8 +349,11 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), sm
           roll, a concatenate: a convolution's matmul result cut into taps). Read only elementwise (jnp's jitted //
           and % included), however often, it streams (26k's (y + b) * y, 31k's GELU: their blocks alone compiled);
         - its readers lead through elementwise chains to a matmul and to something else (_forks_into_a_matmul:
-          15p's decayed scores, read by |a|.sum() and a @ v), unless it is recomputed vreg by vreg from a value
-          kept anyway (flash attention's exp(s - max), from the s its row max keeps);
+          15p's decayed scores, read by |a|.sum() and a @ v), or to two reductions (_forks_into_reductions),
+          unless it is recomputed vreg by vreg from a value kept whole anyway (flash attention's exp(s - max), from
+          the s its row max keeps). Recomputable from a ref alone is not enough: exp(z - max) of (512, 2048) f32
+          scores read from their ref, then by a row sum and p @ v, keeps 3.02 MiB beyond the blocks on v6e
+          (benchmarks/vmem_sweeps.py's scores group; modelled 3.81 now, 0.06 before);
         - it is an epilogue of a reduction: computed elementwise from the reduction's result and a value of its own
           shape that is kept whole, read by something other than a matmul, and wide (a tile of its rows spans at
           least EPILOGUE_ROW_TILE_VREGS vregs). 42k's gelu(z - max(z)) over (64, 8192) f32 keeps z - max(z) as
@@ -410,6 +413,7 @@ def _body_values(
     sinks = _sinks(jaxpr)
     lhs_columns = _lhs_columns(jaxpr)
     whole: set = set()  # values kept whole in VMEM (while live)
+    off_whole: set = set()  # values recomputable vreg by vreg from those
     kept: set = set()  # those, and values recomputable vreg by vreg from them or from refs
     reduced: set = set()  # values computed from a reduction's result
     live: dict = {}
@@ -437,6 +441,7 @@ def _body_values(
         recomputable = (_is_elementwise(eqn) or eqn.primitive.name in _BROADCASTS) and any(
             _among(u, kept) or _among(u, from_refs) for u in eqn.invars
         )
+        from_whole = recomputable and any(_among(u, whole) or _among(u, off_whole) for u in eqn.invars)
         after_reduction = any(_among(u, reduced) for u in eqn.invars)
         if after_reduction or eqn.primitive.name in _REDUCTIONS:
             reduced.update(eqn.outvars)
@@ -456,7 +461,12 @@ def _body_values(
                 and any(jaxpr.eqns[j].primitive.name != "dot_general" for j in read)
             )
             forking = _forks_into_a_matmul(v, read, jaxpr, sinks)
-            if epilogue or reshaped or held or (not recomputable and forking):
+            if (
+                epilogue
+                or reshaped
+                or held
+                or (not from_whole and (forking or _forks_into_reductions(v, read, jaxpr, sinks)))
+            ):
                 live[v] = _value_vmem_bytes(v.aval)
             elif forking and any(jaxpr.eqns[j].primitive.name in _REDUCTIONS for j in read):
                 forks.append((i, _value_vmem_bytes(v.aval)))
@@ -476,6 +486,8 @@ def _body_values(
                 whole.add(v)
             if v in live or recomputable:
                 kept.add(v)
+            if from_whole:
+                off_whole.add(v)
         peak = max(peak, sum(live.values()) + overlap)
     return peak, forks
 
@@ -531,6 +543,15 @@ def _forks_into_a_matmul(v, read: list, jaxpr, sinks: dict) -> bool:
     return (
         len(read) > 1 and len(ends) > 1 and any(j < end and jaxpr.eqns[j].primitive.name == "dot_general" for j in ends)
     )
+
+
+def _forks_into_reductions(v, read: list, jaxpr, sinks: dict) -> bool:
+    """A value whose readers lead, through elementwise chains, to two reductions (a row sum of p and of p * p): kept
+    whole rather than recomputed for the second (benchmarks/vmem_sweeps.py's scores group, (512, 2048) f32 on v6e:
+    3.82 MiB beyond the blocks)."""
+    ends = sinks.get(v, ())
+    end = len(jaxpr.eqns)
+    return len(read) > 1 and sum(j < end and jaxpr.eqns[j].primitive.name in _REDUCTIONS for j in ends) > 1
 
 
 def kernel_values_bytes(jaxpr, mxu: int = 256, small_dot_rows: int = 0) -> int:
