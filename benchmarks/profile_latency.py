@@ -11,9 +11,11 @@ printed are those of an agent's later profiles ("warm").
 Printed per kernel: seconds for check + profile, whether the profile holds an estimate for the target (else its
 reason), then the median and the worst time and the count of profiles without an estimate.
 Goal (issue 21): every profile returns an estimate, each under 60 s warm on a quiet 2-core host.
-Measured since the profile reuses its check's compile (v6e, --warm-refs --big-tiles, jax 0.12.0.1, libtpu
-0.0.50.1, 2 cores at load average 1.7): 57 profiles, every one with an estimate, median 13.6 s, worst 38.5 s, 0 over
-60 s; the two overflowing variants refused in 6.8 and 5.0 s. Before, when the profile compiled again (load 1.5):
+Measured since a check stops its runs once the verdict cannot be 'correct' (v6e, --warm-refs --big-tiles, jax
+0.12.0.1, libtpu 0.0.50.1, 2 cores at load average 1.8; 17 min in all): 57 profiles, every one with an estimate,
+median 8.5 s, worst 33.5 s (10p's check), 0 over 60 s; the two overflowing variants (7p's, 8p's) refused in 3.1 and
+1.7 s. Since the profile reuses its check's compile (load 1.7): median 13.6 s, worst 38.5 s; refusals in 6.8 and
+5.0 s. Before, when the profile compiled again (load 1.5):
 57 profiles of correct kernels, every one with an estimate, median 17.3 s, worst 44.5 s (10p: a 30.6 s check); the two
 variants that overflow VMEM (7p's, 8p's) refused by their check in 5.5 and 4.8 s. 7p took 84.6 s before the
 worker announced its compiles (its expert's v6e compile ran on the trace stage's budget, timed out, and was

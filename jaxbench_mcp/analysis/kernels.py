@@ -419,6 +419,7 @@ def _body_values(
     live: dict = {}
     forks: list[tuple[int, int]] = []  # the streamed softmax-like values: (equation, bytes)
     overlap = 0  # what the unrolled copies so far keep of theirs
+    copies_kept = 0  # how many of them
     peak = 0
     before = 0  # the peak of the unconditional code so far (pl.when branches aside)
     for i, eqn in enumerate(jaxpr.eqns):
@@ -469,11 +470,11 @@ def _body_values(
             ):
                 live[v] = _value_vmem_bytes(v.aval)
             elif forking and any(jaxpr.eqns[j].primitive.name in _REDUCTIONS for j in read):
-                forks.append((i, _value_vmem_bytes(v.aval)))
+                nbytes = _value_vmem_bytes(v.aval)
+                forks.append((i, nbytes))
                 if i in shared:
-                    before_this = sum(j in shared for j, _ in forks[:-1])
-                    nbytes = _value_vmem_bytes(v.aval)
-                    overlap += _unrolled_kept(before_this + 1, nbytes) - _unrolled_kept(before_this, nbytes)
+                    overlap += _unrolled_kept(copies_kept + 1, nbytes) - _unrolled_kept(copies_kept, nbytes)
+                    copies_kept += 1
             if held and _is_elementwise(eqn) and _row_tile_vregs(v.aval) <= 1:
                 # A narrow held value made from another (LayerNorm's centred rows from its rows): half of that one
                 # stays beside it.
