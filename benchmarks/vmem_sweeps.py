@@ -14,6 +14,8 @@ keeps of the body's values; the model's figure is vmem_bytes less the same block
   copies    an online-softmax step unrolled over 1-8 heads, by hand or by pl.loop (5p's batch elements, 7p's KV heads,
             jax's flash kernel's trips): what the scheduler keeps of each copy's p = exp(s - max) while later ones run
   norms     a two-pass LayerNorm (centre, then the centred rows' variance) of (R, C) bf16 blocks, C = 64 to 4096
+  taps      a matmul result cut into three row slices (a convolution's column taps), stored, summed, or rolled and
+            summed (18k's and 46k's convolutions)
   branches  32k's two matmuls and last-step logsumexp over the accumulator, the accumulation unconditional or in a
             pl.when of its own (a branch's values get room of their own beside the code before it)
   dots      a plain bf16 matmul into its output block, M 1024-2048, K 1024-2048, N 512-1024 (_dot_staging's rules)
@@ -250,6 +252,31 @@ def _layer_norm(rows: int, cols: int):
     return call, [jax.ShapeDtypeStruct((4 * rows, cols), jnp.bfloat16)]
 
 
+def _taps(m: int, k: int, n: int, combine: str):
+    """A (m, k) @ (k, n) bf16 matmul whose f32 result is cut into three row slices (18k's and 46k's column taps of a
+    convolution): the first stored alone, the three summed, or the three summed after lane rolls by 0, 1 and 2."""
+
+    def body(w_ref, x_ref, o_ref):
+        z = jnp.dot(w_ref[...], x_ref[...], preferred_element_type=jnp.float32)
+        c = m // 3
+        y = z[:c]
+        for dx in (1, 2) if combine != "first tap stored" else ():
+            tap = z[dx * c : (dx + 1) * c]
+            y = y + (pltpu.roll(tap, n - dx, 1) if combine == "rolled and summed" else tap)
+        o_ref[...] = y
+
+    def call(w, x):
+        return pl.pallas_call(
+            body,
+            grid=(4,),
+            in_specs=[pl.BlockSpec((m, k), lambda i: (0, 0)), pl.BlockSpec((None, k, n), lambda i: (i, 0, 0))],
+            out_specs=pl.BlockSpec((None, m // 3, n), lambda i: (i, 0, 0)),
+            out_shape=jax.ShapeDtypeStruct((4, m // 3, n), jnp.float32),
+        )(w, x)
+
+    return call, [jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((4, k, n), jnp.bfloat16)]
+
+
 def _branches(in_a_branch: bool, computed: bool):
     """32k's shape: each step h = sigmoid(x @ w1) (1024, 512) and acc += h @ w2 (1024, 1024) f32, unconditionally or
     in a pl.when of its own; the last step's logsumexp reads the accumulator (plus a bias when `computed`: a value
@@ -400,6 +427,11 @@ CASES = {
     "norms": [
         (f"two-pass LayerNorm {r} x {c}", _layer_norm(r, c))
         for r, c in [(8192, 64), (4096, 64), (2048, 64), (1024, 64), (4096, 96), (2048, 128), (512, 512), (64, 4096)]
+    ],
+    "taps": [
+        (f"{m} x {k} @ {k} x 2048, {combine}", _taps(m, k, 2048, combine))
+        for combine in ("first tap stored", "summed", "rolled and summed")
+        for m, k in [(384, 192), (384, 576), (192, 192)]
     ],
     "branches": [
         (f"logsumexp of acc{' + b' if bias else ''}, accumulation {where}", _branches(where != "before it", bias))
