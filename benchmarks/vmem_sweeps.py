@@ -38,25 +38,34 @@ chip at 2 copies or more (7x, 128 x 2048 at 8 copies: 1.80, 5.28). The heads gro
 row sums) now reads 2.51 MiB modelled at 8 heads against 1.80 compiled on v6e and 2.35 on v5e (0.31 at one head on both;
 p @ v stored undivided: 0.31 at 1 and at 8). The scores group is behind the from-a-ref fork rule: p = exp(z - max) of
 scores read straight from their ref is kept whole when a row sum and p @ v read it (v6e: 3.02 MiB compiled, 3.81
-modelled) or two row sums (3.82, 4.06); read by p @ v alone it streams (0.37, 0.06). The norms group is behind the
-narrow-rows rule (a held value made from another, a tile of its rows one vreg wide, keeps half of that one beside it): a
-two-pass LayerNorm over rows of 128 lanes or fewer keeps about 1.5x the f32 rows (v6e and 7x, rows 1024-8192 of 64
-lanes: 0.45-6.17 MiB compiled, 0.56-5.81 modelled; v5e 0.62-6.99), over 512 lanes about 1.1x (modelled 1.0x); at 4096
-lanes the epilogue rule over-models it (0.87 MiB compiled, 1.81 modelled). 7p's misses are partly its strided K and V
-reads (benchmarks/vmem_fidelity.py): with 1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38 and 6.25 MiB
-beyond its blocks (v6e), modelled 0.56-0.69 before the copies rule. The dots group: on v6e the model holds at N = 1024
-and is 0.5-1.5 MiB over at N = 512 (two MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at N = 512
-and only the LHS at N = 1024 (no f32 partial tile), which the model now follows (_dot_staging's small rows); with M =
-2048 about 4 MiB at N = 512 whatever K, and 1.2 MiB more than v6e at N = 1024, still modelled as on v6e (5.81 MiB for
-both K = 1024 cases: over at N = 512, under at N = 1024). The patches group: one im2col step keeps 0 to 0.61 MiB beyond
-its blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes, whose f32 patch matrix is 3.4 MiB), modelled 0:
-the 0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in them. The affine group: with constants, (C, 1, W)
-refs or the scale alone the compiler keeps nothing (at most 0.36 MiB) beyond the blocks; with a scale and a shift from
-(C, 1, 1) refs it keeps about the f32 copy of the block less what the registers hold while that is small (C = 8, 16, 32
-and 48 of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32 copies of 0.5 to 3 MiB), and beyond that an amount that
-follows nothing modelled: v6e 1.94, 2.22, 2.89 and 10.09 MiB at C = 64, 96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95,
-and 0.24 for 34k's own 128 x 126 x 126 block (2.90 on v6e). Left unmodelled: neither chip's figures follow the block's
-size, and they differ between chips (34k's norm kernel as modelled now: 0.85x on v6e, 0.99x on v5e).
+modelled) or two row sums (3.82, 4.06); read by p @ v alone it streams (0.37, 0.06). The taps group shows the reshaped
+rule (a value read more than once, once by a slice) over-modelling a matmul result cut into a convolution's taps: the
+model keeps the whole f32 result (384 x 2048: 2.81 MiB beyond the blocks) where the compiler keeps 0.01-0.37 MiB with
+the taps summed and 0.24-1.17 MiB with them rolled first (v6e, v5e, 7x); yet 18k's whole kernel is under-modelled on v6e
+(0.88x). In copies of 18k's kernel its fori_loop over whole chunks and the static remainder chunk after it take room
+side by side (v6e: 2.63 MiB beyond the blocks with the loop alone, 2.12 with the remainder alone, 4.89 with both; v5e
+1.46, 1.48, 3.05), and without the taps' rolls it keeps 1.17 MiB (v6e). Neither obvious rule is general: a rolled-taps
+rule (a third of the result kept, nothing for summed taps) puts 18k at 0.81x-0.91x and 22k at 0.87x; a rule giving the
+code after a loop room of its own fixes 46k and 18k on v6e and 7x but puts 34k's convolution, of the same
+loop-and-remainder shape, at 1.15x and 18k on v5e at 1.16x. The norms group is behind the narrow-rows rule (a held value
+made from another, a tile of its rows one vreg wide, keeps half of that one beside it): a two-pass LayerNorm over rows
+of 128 lanes or fewer keeps about 1.5x the f32 rows (v6e and 7x, rows 1024-8192 of 64 lanes: 0.45-6.17 MiB compiled,
+0.56-5.81 modelled; v5e 0.62-6.99), over 512 lanes about 1.1x (modelled 1.0x); at 4096 lanes the epilogue rule
+over-models it (0.87 MiB compiled, 1.81 modelled). 7p's misses are partly its strided K and V reads
+(benchmarks/vmem_fidelity.py): with 1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38 and 6.25 MiB beyond
+its blocks (v6e), modelled 0.56-0.69 before the copies rule. The dots group: on v6e the model holds at N = 1024 and is
+0.5-1.5 MiB over at N = 512 (two MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at N = 512 and
+only the LHS at N = 1024 (no f32 partial tile), which the model now follows (_dot_staging's small rows); with M = 2048
+about 4 MiB at N = 512 whatever K, and 1.2 MiB more than v6e at N = 1024, still modelled as on v6e (5.81 MiB for both K
+= 1024 cases: over at N = 512, under at N = 1024). The patches group: one im2col step keeps 0 to 0.61 MiB beyond its
+blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes, whose f32 patch matrix is 3.4 MiB), modelled 0: the
+0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in them. The affine group: with constants, (C, 1, W) refs
+or the scale alone the compiler keeps nothing (at most 0.36 MiB) beyond the blocks; with a scale and a shift from (C, 1,
+1) refs it keeps about the f32 copy of the block less what the registers hold while that is small (C = 8, 16, 32 and 48
+of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32 copies of 0.5 to 3 MiB), and beyond that an amount that follows
+nothing modelled: v6e 1.94, 2.22, 2.89 and 10.09 MiB at C = 64, 96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24
+for 34k's own 128 x 126 x 126 block (2.90 on v6e). Left unmodelled: neither chip's figures follow the block's size, and
+they differ between chips (34k's norm kernel as modelled now: 0.85x on v6e, 0.99x on v5e).
 benchmarks/vmem_fidelity.py measures the whole corpus.
 Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e] [--groups rows,dots]
 """
