@@ -1858,7 +1858,7 @@ def test_a_layernorm_over_narrow_rows_keeps_half_its_rows_beside_the_centred_one
     assert layer_norm(512, 512) == 512 * 512 * 4 - held
 
 
-def test_unrolled_softmax_copies_keep_a_share_of_each_earlier_copys_probabilities():
+def test_unrolled_softmax_copies_keep_a_share_of_each_earlier_copy():
     """n unrolled copies of an online-softmax step (5p's batch elements, 7p's KV heads) each stream p = exp(s - max)
     into a row sum and p @ v; the compiler keeps part of every copy but the last while later ones run
     (benchmarks/vmem_sweeps.py's copies group: 512 x 512 scores on v6e, 0.98, 1.59, 2.78 MiB for 1, 2, 4 copies):
