@@ -62,7 +62,9 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   from contiguous blocks keeps nothing beyond its blocks, K read that way alone nothing, V alone 0.07 MiB, both
   1.48 MiB (2.73 at 8 heads). 15p's decayed
   scores, read by a row reduction and by the second matmul, are kept whole on v6e, v5e and v5p (the fork rule:
-  0.64x before, 0.95x now on v6e) but not on 7x (6.90 MiB compiled, 9.31 modelled: 1.35x).
+  0.64x before, 0.95x now on v6e). 7x keeps such scores whole only for matmuls of more than 1024 rows
+  (benchmarks/vmem_sweeps.py's decay group): 15p on 7x 1.35x before that exception, 0.80x now (6.90 MiB compiled,
+  5.50 modelled: 7x keeps 1.4 MiB of them, the synthetic case 0.36).
 - Convolutions that build im2col patches in registers (25k, 28k's conv on v5e, 33k on v5e, 18k, 46k): 0.4-2.4
   MiB over, not modelled. It is not the patch matrix itself: one im2col step alone (benchmarks/vmem_sweeps.py's
   patches group) keeps 0-0.61 MiB (v6e, v5e) where its f32 patches are up to 3.4 MiB.

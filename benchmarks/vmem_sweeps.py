@@ -16,6 +16,7 @@ keeps of the body's values; the model's figure is vmem_bytes less the same block
   norms     a two-pass LayerNorm (centre, then the centred rows' variance) of (R, C) bf16 blocks, C = 64 to 4096
   taps      a matmul result cut into three row slices (a convolution's column taps), stored, summed, or rolled and
             summed (18k's and 46k's convolutions)
+  decay     15p's decayed scores, a matmul result scaled along its keys and read by |a|.sum() and by a @ v
   branches  32k's two matmuls and last-step logsumexp over the accumulator, the accumulation unconditional or in a
             pl.when of its own (a branch's values get room of their own beside the code before it)
   dots      a plain bf16 matmul into its output block, M 1024-2048, K 1024-2048, N 512-1024 (_dot_staging's rules)
@@ -47,25 +48,28 @@ side by side (v6e: 2.63 MiB beyond the blocks with the loop alone, 2.12 with the
 1.46, 1.48, 3.05), and without the taps' rolls it keeps 1.17 MiB (v6e). Neither obvious rule is general: a rolled-taps
 rule (a third of the result kept, nothing for summed taps) puts 18k at 0.81x-0.91x and 22k at 0.87x; a rule giving the
 code after a loop room of its own fixes 46k and 18k on v6e and 7x but puts 34k's convolution, of the same
-loop-and-remainder shape, at 1.15x and 18k on v5e at 1.16x. The norms group is behind the narrow-rows rule (a held value
-made from another, a tile of its rows one vreg wide, keeps half of that one beside it): a two-pass LayerNorm over rows
-of 128 lanes or fewer keeps about 1.5x the f32 rows (v6e and 7x, rows 1024-8192 of 64 lanes: 0.45-6.17 MiB compiled,
-0.56-5.81 modelled; v5e 0.62-6.99), over 512 lanes about 1.1x (modelled 1.0x); at 4096 lanes the epilogue rule
-over-models it (0.87 MiB compiled, 1.81 modelled). 7p's misses are partly its strided K and V reads
-(benchmarks/vmem_fidelity.py): with 1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38 and 6.25 MiB beyond
-its blocks (v6e), modelled 0.56-0.69 before the copies rule. The dots group: on v6e the model holds at N = 1024 and is
-0.5-1.5 MiB over at N = 512 (two MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at N = 512 and
-only the LHS at N = 1024 (no f32 partial tile), which the model now follows (_dot_staging's small rows); with M = 2048
-about 4 MiB at N = 512 whatever K, and 1.2 MiB more than v6e at N = 1024, still modelled as on v6e (5.81 MiB for both K
-= 1024 cases: over at N = 512, under at N = 1024). The patches group: one im2col step keeps 0 to 0.61 MiB beyond its
-blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes, whose f32 patch matrix is 3.4 MiB), modelled 0: the
-0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in them. The affine group: with constants, (C, 1, W) refs
-or the scale alone the compiler keeps nothing (at most 0.36 MiB) beyond the blocks; with a scale and a shift from (C, 1,
-1) refs it keeps about the f32 copy of the block less what the registers hold while that is small (C = 8, 16, 32 and 48
-of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32 copies of 0.5 to 3 MiB), and beyond that an amount that follows
-nothing modelled: v6e 1.94, 2.22, 2.89 and 10.09 MiB at C = 64, 96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24
-for 34k's own 128 x 126 x 126 block (2.90 on v6e). Left unmodelled: neither chip's figures follow the block's size, and
-they differ between chips (34k's norm kernel as modelled now: 0.85x on v6e, 0.99x on v5e).
+loop-and-remainder shape, at 1.15x and 18k on v5e at 1.16x. The decay group is behind 7x's exception to the fork rule:
+v6e keeps decayed scores read by a row sum and a matmul whole (3.30-3.70 MiB of 4 MiB of f32 at 1024 x 1024, 512 x 2048
+and 2048 x 512; 0.09 at 512 x 512), 7x only where the matmul has more than 1024 rows (1.33 MiB at 2048 x 512; 0.08-0.36
+at 1024 rows or fewer, modelled 0.06-0.31 now). The norms group is behind the narrow-rows rule (a held value made from
+another, a tile of its rows one vreg wide, keeps half of that one beside it): a two-pass LayerNorm over rows of 128
+lanes or fewer keeps about 1.5x the f32 rows (v6e and 7x, rows 1024-8192 of 64 lanes: 0.45-6.17 MiB compiled, 0.56-5.81
+modelled; v5e 0.62-6.99), over 512 lanes about 1.1x (modelled 1.0x); at 4096 lanes the epilogue rule over-models it
+(0.87 MiB compiled, 1.81 modelled). 7p's misses are partly its strided K and V reads (benchmarks/vmem_fidelity.py): with
+1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69
+before the copies rule. The dots group: on v6e the model holds at N = 1024 and is 0.5-1.5 MiB over at N = 512 (two
+MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at N = 512 and only the LHS at N = 1024 (no f32
+partial tile), which the model now follows (_dot_staging's small rows); with M = 2048 about 4 MiB at N = 512 whatever K,
+and 1.2 MiB more than v6e at N = 1024, still modelled as on v6e (5.81 MiB for both K = 1024 cases: over at N = 512,
+under at N = 1024). The patches group: one im2col step keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e: most with 32
+channels x 27 taps over 1024 lanes, whose f32 patch matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the corpus's
+convolutions miss come from elsewhere in them. The affine group: with constants, (C, 1, W) refs or the scale alone the
+compiler keeps nothing (at most 0.36 MiB) beyond the blocks; with a scale and a shift from (C, 1, 1) refs it keeps about
+the f32 copy of the block less what the registers hold while that is small (C = 8, 16, 32 and 48 of 128 x 128 on v6e:
+0.27, 0.71, 1.66 and 2.65 MiB; f32 copies of 0.5 to 3 MiB), and beyond that an amount that follows nothing modelled: v6e
+1.94, 2.22, 2.89 and 10.09 MiB at C = 64, 96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24 for 34k's own 128 x
+126 x 126 block (2.90 on v6e). Left unmodelled: neither chip's figures follow the block's size, and they differ between
+chips (34k's norm kernel as modelled now: 0.85x on v6e, 0.99x on v5e).
 benchmarks/vmem_fidelity.py measures the whole corpus.
 Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e] [--groups rows,dots]
 """
@@ -286,6 +290,26 @@ def _taps(m: int, k: int, n: int, combine: str):
     return call, [jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((4, k, n), jnp.bfloat16)]
 
 
+def _decay(rows: int, keys: int):
+    """Retention's shape (15p): scores of `rows` bf16 queries against `keys` keys (head_dim 128), decayed along the
+    keys, read by |a|.sum() and by a @ v; the output is a @ v over the row sums."""
+
+    def body(q_ref, k_ref, v_ref, o_ref):
+        s = jax.lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        a = s * jnp.exp(-0.01 * jax.lax.broadcasted_iota(jnp.int32, (1, keys), 1).astype(jnp.float32))
+        o_ref[...] = _dot(a, v_ref) / _row_sum(jnp.abs(a))
+
+    def call(q, k, v):
+        whole = pl.BlockSpec((keys, 128), lambda i: (0, 0))
+        spec = pl.BlockSpec((rows, 128), lambda i: (i, 0))
+        out = jax.ShapeDtypeStruct((4 * rows, 128), jnp.float32)
+        return pl.pallas_call(body, grid=(4,), in_specs=[spec, whole, whole], out_specs=spec, out_shape=out)(q, k, v)
+
+    q = jax.ShapeDtypeStruct((4 * rows, 128), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((keys, 128), jnp.bfloat16)
+    return call, [q, kv, kv]
+
+
 def _branches(in_a_branch: bool, computed: bool):
     """32k's shape: each step h = sigmoid(x @ w1) (1024, 512) and acc += h @ w2 (1024, 1024) f32, unconditionally or
     in a pl.when of its own; the last step's logsumexp reads the accumulator (plus a bias when `computed`: a value
@@ -441,6 +465,9 @@ CASES = {
         (f"{m} x {k} @ {k} x 2048, {combine}", _taps(m, k, 2048, combine))
         for combine in ("first tap stored", "summed", "rolled and summed")
         for m, k in [(384, 192), (384, 576), (192, 192)]
+    ],
+    "decay": [
+        (f"decayed scores {r} x {k}", _decay(r, k)) for r, k in [(512, 512), (1024, 1024), (512, 2048), (2048, 512)]
     ],
     "branches": [
         (f"logsumexp of acc{' + b' if bias else ''}, accumulation {where}", _branches(where != "before it", bias))

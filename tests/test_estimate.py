@@ -1828,6 +1828,48 @@ def test_probabilities_recomputable_only_from_a_ref_are_kept_for_two_whole_reade
     assert scores(lambda p, v_ref: row_sum(p) + row_sum(p * p)) == kept + first_sum
 
 
+def test_7x_streams_decayed_scores_into_a_matmul_of_up_to_1024_rows():
+    """15p's decayed scores, read by |a|.sum() and a @ v, are kept whole on v6e (benchmarks/vmem_sweeps.py's decay
+    group, 1024 x 1024: 3.30 MiB beyond the blocks) but not on 7x, which stages a matmul of up to 1024 rows the small
+    way (0.36 MiB); with 2048 rows 7x keeps them too."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def decayed(rows):
+        def body(q_ref, k_ref, v_ref, o_ref):
+            s = jax.lax.dot_general(
+                q_ref[...], k_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+            )
+            a = s * jnp.exp(-0.01 * jax.lax.broadcasted_iota(jnp.int32, (1, 512), 1).astype(jnp.float32))
+            o_ref[...] = jnp.dot(a.astype(jnp.bfloat16), v_ref[...], preferred_element_type=jnp.float32) / jnp.abs(
+                a
+            ).sum(axis=-1, keepdims=True)
+
+        def call(q, k, v):
+            whole = pl.BlockSpec((512, 128), lambda i: (0, 0))
+            spec = pl.BlockSpec((rows, 128), lambda i: (i, 0))
+            return pl.pallas_call(
+                body,
+                grid=(4,),
+                in_specs=[spec, whole, whole],
+                out_specs=spec,
+                out_shape=jax.ShapeDtypeStruct((4 * rows, 128), jnp.float32),
+            )(q, k, v)
+
+        kernel = _described(call, ((4 * rows, 128), "bfloat16"), ((512, 128), "bfloat16"), ((512, 128), "bfloat16"))
+        return kernel["body_values_bytes"], kernel["body_values_bytes_7x"]
+
+    for rows in (1024, 2048):
+        scores = rows * 512 * 4
+        v6e, seven = decayed(rows)
+        assert v6e >= scores - kernel_analysis.REGISTER_HELD_BYTES, (rows, v6e)
+        if rows <= kernel_analysis.SMALL_DOT_ROWS_7X:
+            assert seven < scores // 4, (rows, seven)
+        else:
+            assert seven >= scores - kernel_analysis.REGISTER_HELD_BYTES, (rows, seven)
+
+
 def test_a_layernorm_over_narrow_rows_keeps_half_its_rows_beside_the_centred_ones():
     """A two-pass LayerNorm reads its centred rows after their variance (held) and makes them from its rows (held
     for their mean): over rows one vreg wide the compiler keeps half of the rows beside the centred ones

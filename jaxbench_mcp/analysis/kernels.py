@@ -349,7 +349,8 @@ def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), sm
           roll, a concatenate: a convolution's matmul result cut into taps). Read only elementwise (jnp's jitted //
           and % included), however often, it streams (26k's (y + b) * y, 31k's GELU: their blocks alone compiled);
         - its readers lead through elementwise chains to a matmul and to something else (_forks_into_a_matmul:
-          15p's decayed scores, read by |a|.sum() and a @ v), or to two reductions (_forks_into_reductions),
+          15p's decayed scores, read by |a|.sum() and a @ v; not on a chip that stages the matmul the small way:
+          _into_a_small_dot), or to two reductions (_forks_into_reductions),
           unless it is recomputed vreg by vreg from a value kept whole anyway (flash attention's exp(s - max), from
           the s its row max keeps). Recomputable from a ref alone is not enough: exp(z - max) of (512, 2048) f32
           scores read from their ref, then by a row sum and p @ v, keeps 3.02 MiB beyond the blocks on v6e
@@ -466,7 +467,13 @@ def _body_values(
                 epilogue
                 or reshaped
                 or held
-                or (not from_whole and (forking or _forks_into_reductions(v, read, jaxpr, sinks)))
+                or (
+                    not from_whole
+                    and (
+                        (forking and not _into_a_small_dot(v, jaxpr, sinks, small_dot_rows))
+                        or _forks_into_reductions(v, read, jaxpr, sinks)
+                    )
+                )
             ):
                 live[v] = _value_vmem_bytes(v.aval)
             elif forking and any(jaxpr.eqns[j].primitive.name in _REDUCTIONS for j in read):
@@ -544,6 +551,21 @@ def _forks_into_a_matmul(v, read: list, jaxpr, sinks: dict) -> bool:
     return (
         len(read) > 1 and len(ends) > 1 and any(j < end and jaxpr.eqns[j].primitive.name == "dot_general" for j in ends)
     )
+
+
+def _into_a_small_dot(v, jaxpr, sinks: dict, small_rows: int) -> bool:
+    """Whether the matmul a value's elementwise chains lead to has at most `small_rows` rows, which a chip that
+    stages such matmuls the small way (7x: SMALL_DOT_ROWS_7X) feeds from the registers: the value forking into it
+    and into a row reduction is then not kept whole (benchmarks/vmem_sweeps.py's decay group: 7x keeps 0.08-0.36
+    MiB of (512-1024, 512-2048) decayed f32 scores, v6e 3.30-3.35 of the larger ones)."""
+    end = len(jaxpr.eqns)
+    dots = [jaxpr.eqns[j] for j in sinks.get(v, ()) if j < end and jaxpr.eqns[j].primitive.name == "dot_general"]
+    if not small_rows or not dots:
+        return False
+    (lhs_contract, _), _ = dots[0].params["dimension_numbers"]
+    lhs = dots[0].invars[0]
+    shape = getattr(lhs.aval, "shape", ())
+    return len(shape) == 2 and shape[1 - lhs_contract[0]] <= small_rows
 
 
 def _forks_into_reductions(v, read: list, jaxpr, sinks: dict) -> bool:
