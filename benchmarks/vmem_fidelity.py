@@ -20,18 +20,17 @@ generation, the figure and the jax and libtpu versions): a rerun after a change 
 Usage: python benchmarks/vmem_fidelity.py [--targets v6e,v5e] [--only SUBSTRING] [--budget SECONDS]
 [--figure used|need] [--cached-only]
 
-Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 74, v5e 75, v5p 75, 7x 73
-(297 of 320, median 1.00x, 0.49x-1.35x; a cold run of all four generations takes 486-566 s here); 293 before the
-narrow-rows rule (28k's LayerNorm), 287 before the unrolled-copies rule (5p, jax's flash kernel on v5e and v5p); 285
-before two
-matmuls reading one LHS counted their columns together (3p's key and value projections on v5e and v5p: 0.81x to
-1.00x; 10p's up projection on 7x 0.91x to 1.00x), 283 before 7x's own matmul staging (32k, 49k), 281 before the
-branch-room rule (32k), 277 before the epilogue rule (42k) and 263 before the three changes named below them (15p,
-21k/23k, 6p). An
-80-tile GEMM sweep (M 256-2048, K 256-2048, N 512-1024) 80 of 80, 0.98x-1.07x. The blocks and scratch
-(cost_model.pipeline_vmem_bytes) are exact on every kernel (at most 2% over the compiler: 23k's matvec); every
-kernel outside 10% misses in the body's values, what the LLO scheduler keeps in VMEM besides them, which vmem_bytes
-models from the jaxpr (kernel_analysis.body_values_bytes):
+Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 74, v5e 75, v5p 75, 7x 73 (297 of
+320, median 1.00x, 0.49x-1.08x: none over by more than 8%; a cold run of all four generations takes 486-566 s here); 297
+since 7x streams a fork into a small matmul (15p on 7x from 1.35x to 0.80x), 293 before the narrow-rows rule (28k's
+LayerNorm), 287 before the unrolled-copies rule (5p, jax's flash kernel on v5e and v5p); 285 before two matmuls reading
+one LHS counted their columns together (3p's key and value projections on v5e and v5p: 0.81x to 1.00x; 10p's up
+projection on 7x 0.91x to 1.00x), 283 before 7x's own matmul staging (32k, 49k), 281 before the branch-room rule (32k),
+277 before the epilogue rule (42k) and 263 before the three changes named below them (15p, 21k/23k, 6p). An 80-tile GEMM
+sweep (M 256-2048, K 256-2048, N 512-1024) 80 of 80, 0.98x-1.07x. The blocks and scratch
+(cost_model.pipeline_vmem_bytes) are exact on every kernel (at most 2% over the compiler: 23k's matvec); every kernel
+outside 10% misses in the body's values, what the LLO scheduler keeps in VMEM besides them, which vmem_bytes models from
+the jaxpr (kernel_analysis.body_values_bytes):
 - 42k's row kernel (gelu(z - max(z)) over (64, 8192) f32): 4.00 MiB over its blocks, 1.81 modelled with z
   held for the row max alone; the scheduler keeps a second f32 copy before the GELU when a tile of rows spans
   32 vregs or more (the epilogue rule, from benchmarks/vmem_sweeps.py's rows group: within 10% on all four
@@ -65,9 +64,11 @@ models from the jaxpr (kernel_analysis.body_values_bytes):
   0.64x before, 0.95x now on v6e). 7x keeps such scores whole only for matmuls of more than 1024 rows
   (benchmarks/vmem_sweeps.py's decay group): 15p on 7x 1.35x before that exception, 0.80x now (6.90 MiB compiled,
   5.50 modelled: 7x keeps 1.4 MiB of them, the synthetic case 0.36).
-- Convolutions that build im2col patches in registers (25k, 28k's conv on v5e, 33k on v5e, 18k, 46k): 0.4-2.4
-  MiB over, not modelled. It is not the patch matrix itself: one im2col step alone (benchmarks/vmem_sweeps.py's
-  patches group) keeps 0-0.61 MiB (v6e, v5e) where its f32 patches are up to 3.4 MiB.
+- Convolutions that build im2col patches in registers (25k, 28k's conv on v5e, 33k on v5e, 18k, 46k): the compiler
+  keeps 0.4-2.4 MiB more than modelled. It is not the patch matrix itself: one im2col step alone
+  (benchmarks/vmem_sweeps.py's patches group) keeps 0-0.61 MiB (v6e, v5e) where its f32 patches are up to 3.4 MiB;
+  and the model over-keeps a matmul result cut into taps (the taps group), so the misses are net of errors both
+  ways (what two rules tried did: vmem_sweeps.py's docstring).
 - 6p (paged attention) was 1.16x: its key index iota, read by jnp's // and %, was held because those are jitted
   calls; a call of elementwise primitives now streams like one (0.97x on all four generations).
 - Off v6e also: 18k on 7x (0.90x).
