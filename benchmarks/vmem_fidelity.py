@@ -21,7 +21,7 @@ Usage: python benchmarks/vmem_fidelity.py [--targets v6e,v5e] [--only SUBSTRING]
 [--figure used|need] [--cached-only]
 
 Measured (jax 0.12.0.1, libtpu 0.0.50.1), 80 kernels per generation within 10%: v6e 74, v5e 75, v5p 75, 7x 73 (297 of
-320, median 1.00x, 0.49x-1.08x: none over by more than 8%; a cold run of all four generations takes 486-566 s here); 297
+320, median 1.00x, 0.49x-1.08x: none over by more than 8%; a cold run of all four generations takes 481-566 s here); 297
 since 7x streams a fork into a small matmul (15p on 7x from 1.35x to 0.80x), 293 before the narrow-rows rule (28k's
 LayerNorm), 287 before the unrolled-copies rule (5p, jax's flash kernel on v5e and v5p); 285 before two matmuls reading
 one LHS counted their columns together (3p's key and value projections on v5e and v5p: 0.81x to 1.00x; 10p's up

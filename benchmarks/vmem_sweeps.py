@@ -51,7 +51,13 @@ code after a loop room of its own fixes 46k and 18k on v6e and 7x but puts 34k's
 loop-and-remainder shape, at 1.15x and 18k on v5e at 1.16x. The decay group is behind 7x's exception to the fork rule:
 v6e keeps decayed scores read by a row sum and a matmul whole (3.30-3.70 MiB of 4 MiB of f32 at 1024 x 1024, 512 x 2048
 and 2048 x 512; 0.09 at 512 x 512), 7x only where the matmul has more than 1024 rows (1.33 MiB at 2048 x 512; 0.08-0.36
-at 1024 rows or fewer, modelled 0.06-0.31 now). The norms group is behind the narrow-rows rule (a held value made from
+at 1024 rows or fewer, modelled 0.06-0.31 now). 7p's strided K and V reads, in an ad-hoc copy of its loop (q (256, 128)
+per head against K and V read as buf[:, :, 2h, :] and buf[:, :, 2h + 1, :] of a (32, 16, 2H, 128) bf16 page buffer, then
+s @ v): 1.84, 1.98, 2.09, 2.09 MiB beyond the blocks at 1, 2, 4, 8 heads on v6e (7x the same to 0.06; v5e 3.82, 3.87,
+1.91, 1.92), with a leading slot axis indexed by program_id % 2 the same, and 2.09 at 16 heads (so not the buffer's
+padded size: about one tile per row of V, 512 x 4 KiB); with 256 rows of pages 0.84 at 1 head; with the same buffer read
+with a contiguous head axis, nothing; with V = K (one strided read serving both matmuls) 0.02-0.21. A rule needs the
+case of one strided read against two first. The norms group is behind the narrow-rows rule (a held value made from
 another, a tile of its rows one vreg wide, keeps half of that one beside it): a two-pass LayerNorm over rows of 128
 lanes or fewer keeps about 1.5x the f32 rows (v6e and 7x, rows 1024-8192 of 64 lanes: 0.45-6.17 MiB compiled, 0.56-5.81
 modelled; v5e 0.62-6.99), over 512 lanes about 1.1x (modelled 1.0x); at 4096 lanes the epilogue rule over-models it
