@@ -59,26 +59,29 @@ padded size: about one tile per row of V, 512 x 4 KiB); with 256 rows of pages 0
 with a contiguous head axis, nothing; with V = K (one strided read serving both matmuls) 0.02-0.21; with V strided and K
 from a contiguous block 0.33-0.41, K strided and V contiguous 0.00-0.10 (v6e, 1 and 8 heads). So it is the pair: rows 2h
 and 2h + 1 of a bf16 buffer share each packed sublane, and reading both costs about one 4 KiB tile per row of the pages
-read (512 x 4 KiB = 2 MiB), once per head, not per read. Modelling that would put 7p at 0.90x (v6e, 7x) to 0.92x (v5e,
-v5p); its mask, read by every head's where, is another 0.48 MiB (v6e). The norms group is behind the narrow-rows rule (a
-held value made from another, a tile of its rows one vreg wide, keeps half of that one beside it): a two-pass LayerNorm
-over rows of 128 lanes or fewer keeps about 1.5x the f32 rows (v6e and 7x, rows 1024-8192 of 64 lanes: 0.45-6.17 MiB
-compiled, 0.56-5.81 modelled; v5e 0.62-6.99), over 512 lanes about 1.1x (modelled 1.0x); at 4096 lanes the epilogue rule
-over-models it (0.87 MiB compiled, 1.81 modelled). 7p's misses are partly its strided K and V reads
-(benchmarks/vmem_fidelity.py): with 1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38 and 6.25 MiB beyond
-its blocks (v6e), modelled 0.56-0.69 before the copies rule. The dots group: on v6e the model holds at N = 1024 and is
-0.5-1.5 MiB over at N = 512 (two MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at N = 512 and
-only the LHS at N = 1024 (no f32 partial tile), which the model now follows (_dot_staging's small rows); with M = 2048
-about 4 MiB at N = 512 whatever K, and 1.2 MiB more than v6e at N = 1024, still modelled as on v6e (5.81 MiB for both K
-= 1024 cases: over at N = 512, under at N = 1024). The patches group: one im2col step keeps 0 to 0.61 MiB beyond its
-blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes, whose f32 patch matrix is 3.4 MiB), modelled 0: the
-0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in them. The affine group: with constants, (C, 1, W) refs
-or the scale alone the compiler keeps nothing (at most 0.36 MiB) beyond the blocks; with a scale and a shift from (C, 1,
-1) refs it keeps about the f32 copy of the block less what the registers hold while that is small (C = 8, 16, 32 and 48
-of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32 copies of 0.5 to 3 MiB), and beyond that an amount that follows
-nothing modelled: v6e 1.94, 2.22, 2.89 and 10.09 MiB at C = 64, 96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24
-for 34k's own 128 x 126 x 126 block (2.90 on v6e). Left unmodelled: neither chip's figures follow the block's size, and
-they differ between chips (34k's norm kernel as modelled now: 0.85x on v6e, 0.99x on v5e).
+read (512 x 4 KiB = 2 MiB), once per head, not per read. But a rule staging a tile per row wherever rows r and r ^ 1 of
+one 16-bit ref are read apart (tried) puts tests/kernels/good_paged_attention.py at 1.43x: it reads heads g and g + 1 of
+one K buffer in successive unrolled heads and the compiler keeps nothing for them (0.99x as modelled now), and 7p only
+moves to 0.87x-0.89x; the pair must be read within one head, by its two matmuls. 7p's mask, read by every head's where,
+is another 0.48 MiB (v6e). The norms group is behind the narrow-rows rule (a held value made from another, a tile of its
+rows one vreg wide, keeps half of that one beside it): a two-pass LayerNorm over rows of 128 lanes or fewer keeps about
+1.5x the f32 rows (v6e and 7x, rows 1024-8192 of 64 lanes: 0.45-6.17 MiB compiled, 0.56-5.81 modelled; v5e 0.62-6.99),
+over 512 lanes about 1.1x (modelled 1.0x); at 4096 lanes the epilogue rule over-models it (0.87 MiB compiled, 1.81
+modelled). 7p's misses are partly its strided K and V reads (benchmarks/vmem_fidelity.py): with 1, 2, 4 and 8 of its KV
+heads its kernel needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69 before the copies rule.
+The dots group: on v6e the model holds at N = 1024 and is 0.5-1.5 MiB over at N = 512 (two MXU-wide column tiles). 7x
+stages differently: with M = 1024 nothing at N = 512 and only the LHS at N = 1024 (no f32 partial tile), which the model
+now follows (_dot_staging's small rows); with M = 2048 about 4 MiB at N = 512 whatever K, and 1.2 MiB more than v6e at N
+= 1024, still modelled as on v6e (5.81 MiB for both K = 1024 cases: over at N = 512, under at N = 1024). The patches
+group: one im2col step keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes,
+whose f32 patch matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in
+them. The affine group: with constants, (C, 1, W) refs or the scale alone the compiler keeps nothing (at most 0.36 MiB)
+beyond the blocks; with a scale and a shift from (C, 1, 1) refs it keeps about the f32 copy of the block less what the
+registers hold while that is small (C = 8, 16, 32 and 48 of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32 copies
+of 0.5 to 3 MiB), and beyond that an amount that follows nothing modelled: v6e 1.94, 2.22, 2.89 and 10.09 MiB at C = 64,
+96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24 for 34k's own 128 x 126 x 126 block (2.90 on v6e). Left
+unmodelled: neither chip's figures follow the block's size, and they differ between chips (34k's norm kernel as modelled
+now: 0.85x on v6e, 0.99x on v5e).
 benchmarks/vmem_fidelity.py measures the whole corpus.
 Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e] [--groups rows,dots]
 """
