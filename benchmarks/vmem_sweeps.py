@@ -17,6 +17,8 @@ keeps of the body's values; the model's figure is vmem_bytes less the same block
   taps      a matmul result cut into three row slices (a convolution's column taps), stored, summed, or rolled and
             summed (18k's and 46k's convolutions)
   decay     15p's decayed scores, a matmul result scaled along its keys and read by |a|.sum() and by a @ v
+  pages     7p's loop without its softmax: K and V of each head read as rows 2h and 2h + 1 of a bf16 page buffer's
+            head axis, one of them alone, or from a contiguous head axis
   branches  32k's two matmuls and last-step logsumexp over the accumulator, the accumulation unconditional or in a
             pl.when of its own (a branch's values get room of their own beside the code before it)
   dots      a plain bf16 matmul into its output block, M 1024-2048, K 1024-2048, N 512-1024 (_dot_staging's rules)
@@ -51,37 +53,37 @@ code after a loop room of its own fixes 46k and 18k on v6e and 7x but puts 34k's
 loop-and-remainder shape, at 1.15x and 18k on v5e at 1.16x. The decay group is behind 7x's exception to the fork rule:
 v6e keeps decayed scores read by a row sum and a matmul whole (3.30-3.70 MiB of 4 MiB of f32 at 1024 x 1024, 512 x 2048
 and 2048 x 512; 0.09 at 512 x 512), 7x only where the matmul has more than 1024 rows (1.33 MiB at 2048 x 512; 0.08-0.36
-at 1024 rows or fewer, modelled 0.06-0.31 now). 7p's strided K and V reads, in an ad-hoc copy of its loop (q (256, 128)
-per head against K and V read as buf[:, :, 2h, :] and buf[:, :, 2h + 1, :] of a (32, 16, 2H, 128) bf16 page buffer, then
-s @ v): 1.84, 1.98, 2.09, 2.09 MiB beyond the blocks at 1, 2, 4, 8 heads on v6e (7x the same to 0.06; v5e 3.82, 3.87,
-1.91, 1.92), with a leading slot axis indexed by program_id % 2 the same, and 2.09 at 16 heads (so not the buffer's
-padded size: about one tile per row of V, 512 x 4 KiB); with 256 rows of pages 0.84 at 1 head; with the same buffer read
-with a contiguous head axis, nothing; with V = K (one strided read serving both matmuls) 0.02-0.21; with V strided and K
-from a contiguous block 0.33-0.41, K strided and V contiguous 0.00-0.10 (v6e, 1 and 8 heads). So it is the pair: rows 2h
-and 2h + 1 of a bf16 buffer share each packed sublane, and reading both costs about one 4 KiB tile per row of the pages
-read (512 x 4 KiB = 2 MiB), once per head, not per read. But a rule staging a tile per row wherever rows r and r ^ 1 of
-one 16-bit ref are read apart (tried) puts tests/kernels/good_paged_attention.py at 1.43x: it reads heads g and g + 1 of
-one K buffer in successive unrolled heads and the compiler keeps nothing for them (0.99x as modelled now), and 7p only
-moves to 0.87x-0.89x; the pair must be read within one head, by its two matmuls. 7p's mask, read by every head's where,
-is another 0.48 MiB (v6e). The norms group is behind the narrow-rows rule (a held value made from another, a tile of its
-rows one vreg wide, keeps half of that one beside it): a two-pass LayerNorm over rows of 128 lanes or fewer keeps about
-1.5x the f32 rows (v6e and 7x, rows 1024-8192 of 64 lanes: 0.45-6.17 MiB compiled, 0.56-5.81 modelled; v5e 0.62-6.99),
-over 512 lanes about 1.1x (modelled 1.0x); at 4096 lanes the epilogue rule over-models it (0.87 MiB compiled, 1.81
-modelled). 7p's misses are partly its strided K and V reads (benchmarks/vmem_fidelity.py): with 1, 2, 4 and 8 of its KV
-heads its kernel needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69 before the copies rule.
-The dots group: on v6e the model holds at N = 1024 and is 0.5-1.5 MiB over at N = 512 (two MXU-wide column tiles). 7x
-stages differently: with M = 1024 nothing at N = 512 and only the LHS at N = 1024 (no f32 partial tile), which the model
-now follows (_dot_staging's small rows); with M = 2048 about 4 MiB at N = 512 whatever K, and 1.2 MiB more than v6e at N
-= 1024, still modelled as on v6e (5.81 MiB for both K = 1024 cases: over at N = 512, under at N = 1024). The patches
-group: one im2col step keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e: most with 32 channels x 27 taps over 1024 lanes,
-whose f32 patch matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the corpus's convolutions miss come from elsewhere in
-them. The affine group: with constants, (C, 1, W) refs or the scale alone the compiler keeps nothing (at most 0.36 MiB)
-beyond the blocks; with a scale and a shift from (C, 1, 1) refs it keeps about the f32 copy of the block less what the
-registers hold while that is small (C = 8, 16, 32 and 48 of 128 x 128 on v6e: 0.27, 0.71, 1.66 and 2.65 MiB; f32 copies
-of 0.5 to 3 MiB), and beyond that an amount that follows nothing modelled: v6e 1.94, 2.22, 2.89 and 10.09 MiB at C = 64,
-96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24 for 34k's own 128 x 126 x 126 block (2.90 on v6e). Left
-unmodelled: neither chip's figures follow the block's size, and they differ between chips (34k's norm kernel as modelled
-now: 0.85x on v6e, 0.99x on v5e).
+at 1024 rows or fewer, modelled 0.06-0.31 now). The pages group holds 7p's strided K and V reads, in a copy of its loop
+(q (256, 128) per head against K and V read as buf[:, :, 2h, :] and buf[:, :, 2h + 1, :] of a (32, 16, 2H, 128) bf16
+page buffer, then s @ v): 1.84, 1.98, 2.09, 2.09 MiB beyond the blocks at 1, 2, 4, 8 heads on v6e (7x the same to 0.06;
+v5e 3.82, 3.87, 1.91, 1.92), with a leading slot axis indexed by program_id % 2 the same, and 2.09 at 16 heads (so not
+the buffer's padded size: about one tile per row of V, 512 x 4 KiB); with 256 rows of pages 0.84 at 1 head; with the
+same buffer read with a contiguous head axis, nothing; with V = K (one strided read serving both matmuls) 0.02-0.21;
+with V strided and K from a contiguous block 0.33-0.41, K strided and V contiguous 0.00-0.10 (v6e, 1 and 8 heads). So it
+is the pair: rows 2h and 2h + 1 of a bf16 buffer share each packed sublane, and reading both costs about one 4 KiB tile
+per row of the pages read (512 x 4 KiB = 2 MiB), once per head, not per read. But a rule staging a tile per row wherever
+rows r and r ^ 1 of one 16-bit ref are read apart (tried) puts tests/kernels/good_paged_attention.py at 1.43x: it reads
+heads g and g + 1 of one K buffer in successive unrolled heads and the compiler keeps nothing for them (0.99x as
+modelled now), and 7p only moves to 0.87x-0.89x; the pair must be read within one head, by its two matmuls. 7p's mask,
+read by every head's where, is another 0.48 MiB (v6e). The norms group is behind the narrow-rows rule (a held value made
+from another, a tile of its rows one vreg wide, keeps half of that one beside it): a two-pass LayerNorm over rows of 128
+lanes or fewer keeps about 1.5x the f32 rows (v6e and 7x, rows 1024-8192 of 64 lanes: 0.45-6.17 MiB compiled, 0.56-5.81
+modelled; v5e 0.62-6.99), over 512 lanes about 1.1x (modelled 1.0x); at 4096 lanes the epilogue rule over-models it
+(0.87 MiB compiled, 1.81 modelled). 7p's misses are partly its strided K and V reads (benchmarks/vmem_fidelity.py): with
+1, 2, 4 and 8 of its KV heads its kernel needs 1.90, 3.13, 4.38 and 6.25 MiB beyond its blocks (v6e), modelled 0.56-0.69
+before the copies rule. The dots group: on v6e the model holds at N = 1024 and is 0.5-1.5 MiB over at N = 512 (two
+MXU-wide column tiles). 7x stages differently: with M = 1024 nothing at N = 512 and only the LHS at N = 1024 (no f32
+partial tile), which the model now follows (_dot_staging's small rows); with M = 2048 about 4 MiB at N = 512 whatever K,
+and 1.2 MiB more than v6e at N = 1024, still modelled as on v6e (5.81 MiB for both K = 1024 cases: over at N = 512,
+under at N = 1024). The patches group: one im2col step keeps 0 to 0.61 MiB beyond its blocks (v6e, v5e: most with 32
+channels x 27 taps over 1024 lanes, whose f32 patch matrix is 3.4 MiB), modelled 0: the 0.4-2.4 MiB the corpus's
+convolutions miss come from elsewhere in them. The affine group: with constants, (C, 1, W) refs or the scale alone the
+compiler keeps nothing (at most 0.36 MiB) beyond the blocks; with a scale and a shift from (C, 1, 1) refs it keeps about
+the f32 copy of the block less what the registers hold while that is small (C = 8, 16, 32 and 48 of 128 x 128 on v6e:
+0.27, 0.71, 1.66 and 2.65 MiB; f32 copies of 0.5 to 3 MiB), and beyond that an amount that follows nothing modelled: v6e
+1.94, 2.22, 2.89 and 10.09 MiB at C = 64, 96, 128 and 256; v5e 2.79, 2.43, 2.73 and 6.95, and 0.24 for 34k's own 128 x
+126 x 126 block (2.90 on v6e). Left unmodelled: neither chip's figures follow the block's size, and they differ between
+chips (34k's norm kernel as modelled now: 0.85x on v6e, 0.99x on v5e).
 benchmarks/vmem_fidelity.py measures the whole corpus.
 Usage: python benchmarks/vmem_sweeps.py [--targets v6e,v5e] [--groups rows,dots]
 """
@@ -322,6 +324,51 @@ def _decay(rows: int, keys: int):
     return call, [q, kv, kv]
 
 
+def _pages(heads: int, read: str):
+    """7p's loop over KV heads without its softmax: per head, (256, 128) bf16 queries against K and V of 512 tokens
+    read out of a (32 pages, 16 tokens, 2 * heads, 128) bf16 page buffer, s = q @ K.T, then s @ V. `read`: "K and V
+    strided" (rows 2h and 2h + 1 of the head axis, 7p's layout), "V strided" or "K strided" (the other from a
+    contiguous (512, 128) block), "K as V" (one strided read for both), or "contiguous" (the head axis before the
+    tokens)."""
+    tokens = 32 * 16
+    buffer = (32, 2 * heads, 16, 128) if read == "contiguous" else (32, 16, 2 * heads, 128)
+
+    def body(q_ref, buf_ref, c_ref, o_ref):
+        for h in range(heads):
+            if read == "contiguous":
+                k, v = (buf_ref[:, 2 * h + i, :, :].reshape(tokens, 128) for i in (0, 1))
+            else:
+                k, v = (buf_ref[:, :, 2 * h + i, :].reshape(tokens, 128) for i in (0, 1))
+            if read == "V strided":
+                k = c_ref[...]
+            elif read == "K strided":
+                v = c_ref[...]
+            elif read == "K as V":
+                v = k
+            s = jax.lax.dot_general(q_ref[h], k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+            o_ref[h] = jnp.dot(s.astype(jnp.bfloat16), v, preferred_element_type=jnp.float32)
+
+    def call(q, buf, c):
+        spec = pl.BlockSpec((heads, 256, 128), lambda i: (i, 0, 0))
+        return pl.pallas_call(
+            body,
+            grid=(4,),
+            in_specs=[
+                spec,
+                pl.BlockSpec(buffer, lambda i: (0, 0, 0, 0)),
+                pl.BlockSpec((tokens, 128), lambda i: (0, 0)),
+            ],
+            out_specs=spec,
+            out_shape=jax.ShapeDtypeStruct((4 * heads, 256, 128), jnp.float32),
+        )(q, buf, c)
+
+    return call, [
+        jax.ShapeDtypeStruct((4 * heads, 256, 128), jnp.bfloat16),
+        jax.ShapeDtypeStruct(buffer, jnp.bfloat16),
+        jax.ShapeDtypeStruct((tokens, 128), jnp.bfloat16),
+    ]
+
+
 def _branches(in_a_branch: bool, computed: bool):
     """32k's shape: each step h = sigmoid(x @ w1) (1024, 512) and acc += h @ w2 (1024, 1024) f32, unconditionally or
     in a pl.when of its own; the last step's logsumexp reads the accumulator (plus a bias when `computed`: a value
@@ -480,6 +527,11 @@ CASES = {
     ],
     "decay": [
         (f"decayed scores {r} x {k}", _decay(r, k)) for r, k in [(512, 512), (1024, 1024), (512, 2048), (2048, 512)]
+    ],
+    "pages": [
+        (f"{read}, {h} heads", _pages(h, read))
+        for read in ("K and V strided", "V strided", "K strided", "K as V", "contiguous")
+        for h in (1, 8)
     ],
     "branches": [
         (f"logsumexp of acc{' + b' if bias else ''}, accumulation {where}", _branches(where != "before it", bias))
