@@ -327,15 +327,6 @@ def _unrolled_kept(copies_before: int, nbytes: int) -> int:
     return round(nbytes * (FIRST_UNROLLED_FORK_KEPT + UNROLLED_FORK_KEPT * (copies_before - 1)))
 
 
-def _unrolled_copies(eqn) -> int:
-    """How many trips of a loop the compiler unrolls into one stretch of code (a scan's unroll; 1 for anything
-    else)."""
-    if eqn.primitive.name != "scan":
-        return 1
-    unroll, length = eqn.params.get("unroll", 1), eqn.params.get("length", 1)
-    return max(1, min(length if unroll is True else int(unroll or 1), length))
-
-
 def body_values_bytes(jaxpr, mxu: int = 256, loaded: frozenset = frozenset(), small_dot_rows: int = 0) -> int:
     """VMEM the intermediate values of a kernel body take at their peak, for a chip whose MXU is `mxu` wide and which
     stages matmuls of up to `small_dot_rows` rows the small way (_dot_staging; 0: none, 7x: SMALL_DOT_ROWS_7X) (before
@@ -510,7 +501,7 @@ def _nested_values(eqn, from_refs: set, mxu: int, small_dot_rows: int) -> int:
             passed = frozenset(b for b, v in operands if _among(v, from_refs))
             inner = max(inner, body_values_bytes(branch.jaxpr, mxu, passed, small_dot_rows))
         return inner
-    copies = _unrolled_copies(eqn)
+    copies = kr.unrolled_copies(jx.scan_info(eqn)) if eqn.primitive.name == "scan" else 1
     for sub in jx.sub_jaxprs(eqn):
         peak, forks = _values_and_forks(sub, mxu, frozenset(), small_dot_rows)
         inner = max(inner, peak + _unrolled_kept(copies - 1, forks))

@@ -918,6 +918,12 @@ def _fully_unrolled(scan: jx.Scan) -> bool:
     return length > 0 and (unroll is True or (not isinstance(unroll, bool) and unroll >= length))
 
 
+def unrolled_copies(scan: jx.Scan) -> int:
+    """How many copies of a scan's body the compiler lays out in one stretch of code: every trip when fully
+    unrolled, else its unroll factor (at least one, at most its trips)."""
+    return scan.length if _fully_unrolled(scan) else max(1, min(int(scan.unroll), scan.length))
+
+
 def _one_live_branch(eqn) -> int | None:
     """The one branch of a cond that does any work (pl.when: the other is empty), or None."""
     live = [b for b, branch in enumerate(jx.cond_branches(eqn)) if branch.jaxpr.eqns]
@@ -1112,7 +1118,7 @@ def scheduled_work(
         elif name == "scan":
             scan = jx.scan_info(eqn)
             unrolled = _fully_unrolled(scan)
-            copies = scan.length if unrolled else max(1, min(int(scan.unroll), scan.length))
+            copies = unrolled_copies(scan)
             inner = scheduled_work(scan.body.jaxpr, removed, in_loop or not unrolled, kind=kind)
             for unit, parts in inner.items():
                 for k in (False, True):
