@@ -537,11 +537,16 @@ def _forks_into_a_matmul(v, read: list, jaxpr, sinks: dict) -> bool:
     """A value whose readers lead, through elementwise chains, to a matmul and to something else (a row reduction,
     a store): the matmul reads its operand in its own order, so the value is kept whole rather than recomputed
     (15p's decayed scores, read by |a|.sum() and by a @ v)."""
-    ends = sinks.get(v, ())
-    end = len(jaxpr.eqns)
     return (
-        len(read) > 1 and len(ends) > 1 and any(j < end and jaxpr.eqns[j].primitive.name == "dot_general" for j in ends)
+        len(read) > 1
+        and len(sinks.get(v, ())) > 1
+        and any(e.primitive.name == "dot_general" for e in _sink_eqns(v, jaxpr, sinks))
     )
+
+
+def _sink_eqns(v, jaxpr, sinks: dict) -> list:
+    """The equations where the elementwise chains reading a value end (_sinks), the body's results aside."""
+    return [jaxpr.eqns[j] for j in sinks.get(v, ()) if j < len(jaxpr.eqns)]
 
 
 def _into_a_small_dot(v, jaxpr, sinks: dict, small_rows: int) -> bool:
@@ -549,8 +554,7 @@ def _into_a_small_dot(v, jaxpr, sinks: dict, small_rows: int) -> bool:
     stages such matmuls the small way (7x: SMALL_DOT_ROWS_7X) feeds from the registers: the value forking into it
     and into a row reduction is then not kept whole (benchmarks/vmem_sweeps.py's decay group: 7x keeps 0.08-0.36
     MiB of (512-1024, 512-2048) decayed f32 scores, v6e 3.30-3.35 of the larger ones)."""
-    end = len(jaxpr.eqns)
-    dots = [jaxpr.eqns[j] for j in sinks.get(v, ()) if j < end and jaxpr.eqns[j].primitive.name == "dot_general"]
+    dots = [e for e in _sink_eqns(v, jaxpr, sinks) if e.primitive.name == "dot_general"]
     if not small_rows or not dots:
         return False
     (lhs_contract, _), _ = dots[0].params["dimension_numbers"]
@@ -563,9 +567,7 @@ def _forks_into_reductions(v, read: list, jaxpr, sinks: dict) -> bool:
     """A value whose readers lead, through elementwise chains, to two reductions (a row sum of p and of p * p): kept
     whole rather than recomputed for the second (benchmarks/vmem_sweeps.py's scores group, (512, 2048) f32 on v6e:
     3.82 MiB beyond the blocks)."""
-    ends = sinks.get(v, ())
-    end = len(jaxpr.eqns)
-    return len(read) > 1 and sum(j < end and jaxpr.eqns[j].primitive.name in _REDUCTIONS for j in ends) > 1
+    return len(read) > 1 and sum(e.primitive.name in _REDUCTIONS for e in _sink_eqns(v, jaxpr, sinks)) > 1
 
 
 def kernel_values_bytes(jaxpr, mxu: int = 256, small_dot_rows: int = 0) -> int:
